@@ -1,0 +1,16 @@
+// Module entry: the magic block and the boundary's error reporter.
+#include "boundary.hpp"
+
+extern "C" {
+PG_MODULE_MAGIC;
+}
+
+namespace pg_fencing {
+
+void ReportCxxException(const char *what) {
+  ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                  errmsg("pg_fencing: unexpected C++ exception: %s", what[0] ? what : "(unknown)")));
+  pg_unreachable();
+}
+
+}  // namespace pg_fencing
