@@ -18,6 +18,7 @@ extern "C" {
 #include "access/xlog.h"
 #include "commands/sequence.h"
 #include "storage/bufmgr.h"
+#include "miscadmin.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 }
@@ -67,6 +68,8 @@ extern "C" {
 
 PG_FUNCTION_INFO_V1(fencing_grant);
 Datum fencing_grant(PG_FUNCTION_ARGS) {
+  // Checked here so the error names fencing_grant(), not nextval().
+  PreventCommandIfReadOnly("fencing_grant()");
   const Oid seq = TokenSequenceOid(fcinfo);
   // Callers need EXECUTE on fencing_grant, not USAGE on the sequence, which
   // stays private to the extension.

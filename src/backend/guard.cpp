@@ -124,16 +124,16 @@ const char *TriggerWhere(const TriggerData *td) {
 
 void CheckTriggerProtocol(const TriggerData *td) {
   const char *problem = nullptr;
-  if (!TRIGGER_FIRED_BEFORE(td->tg_event)) {
-    problem = TRIGGER_FIRED_AFTER(td->tg_event) ? "fired AFTER" : "fired INSTEAD OF";
-  } else if (!TRIGGER_FIRED_FOR_ROW(td->tg_event)) {
-    problem = "fired FOR EACH STATEMENT";
-  } else if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
+  if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
     problem = "fired by INSERT";
   } else if (TRIGGER_FIRED_BY_DELETE(td->tg_event)) {
     problem = "fired by DELETE";
   } else if (!TRIGGER_FIRED_BY_UPDATE(td->tg_event)) {
     problem = "fired by TRUNCATE";
+  } else if (!TRIGGER_FIRED_BEFORE(td->tg_event)) {
+    problem = TRIGGER_FIRED_AFTER(td->tg_event) ? "fired AFTER" : "fired INSTEAD OF";
+  } else if (!TRIGGER_FIRED_FOR_ROW(td->tg_event)) {
+    problem = "fired FOR EACH STATEMENT";
   }
   if (problem != nullptr) {
     ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),

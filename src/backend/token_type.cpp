@@ -15,7 +15,7 @@ namespace {
 
 [[noreturn]] void ReportOutOfRange(const char *what_was_given) {
   ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-                  errmsg("value %s is out of range for type fencing_token", what_was_given),
+                  errmsg("value \"%s\" is out of range for type fencing_token", what_was_given),
                   errhint("Fencing tokens are integers from 0 to 9223372036854775807.")));
   pg_unreachable();
 }
@@ -45,7 +45,7 @@ Datum fencing_token_in(PG_FUNCTION_ARGS) {
     case ParseStatus::kOk:
       break;
     case ParseStatus::kOutOfRange:
-      ReportOutOfRange(quote_literal_cstr(text));
+      ReportOutOfRange(text);
     case ParseStatus::kInvalidSyntax:
       ereport(ERROR, (errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
                       errmsg("invalid input syntax for type fencing_token: \"%s\"", text),

@@ -1,0 +1,55 @@
+# Shared steps of scripts/demo.sh and scripts/test.sh.  Sourced, not run.
+#
+# Everything the project needs is installed here, from Debian's packages, so
+# that a fresh Debian 12 machine (as root) needs nothing else.
+
+PROJECT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_MAJOR=15
+
+# Debian packages, one concern a line.
+PACKAGES=(
+  postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-common  # server, PGXS, pg_virtualenv
+  g++ make cmake pkg-config                                               # build
+  googletest libgtest-dev                                                 # unit tests
+  libpqxx-dev libpq-dev                                                   # client library and demo
+  libipc-run-perl                                                         # PostgreSQL::Test::Cluster TAP tests
+  pgbouncer                                                               # transaction-pooling tests
+)
+
+log() { printf '\n==> %s\n' "$*"; }
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+  # Debian's postgresql package creates a "main" cluster; we never use it.
+  # Each run makes its own throwaway cluster on a port of its own.
+}
+
+build_and_install() {
+  log "building and installing the extension (PGXS)"
+  make -C "$PROJECT_ROOT" -j2 >/dev/null
+  make -C "$PROJECT_ROOT" install >/dev/null
+  log "building the unit tests, client library and demo (CMake)"
+  cmake -S "$PROJECT_ROOT" -B "$PROJECT_ROOT/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$PROJECT_ROOT/build" -j2 >/dev/null
+}
+
+# PostgreSQL refuses to run as root, and pg_regress writes into the tree, so
+# server-side suites run as the unprivileged "postgres" user in a copy of the
+# tree that it owns.  Prints the copy's path.
+make_test_copy() {
+  local dir
+  dir=$(mktemp -d /tmp/pg_fencing.XXXXXX)
+  cp -a "$PROJECT_ROOT" "$dir/src"
+  chown -R postgres: "$dir"
+  echo "$dir/src"
+}
+
+as_postgres() { runuser -u postgres -- "$@"; }

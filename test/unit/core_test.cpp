@@ -1,0 +1,710 @@
+// Unit tests of the PostgreSQL-free core (include/pg_fencing/core.hpp).
+#include "pg_fencing/core.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pg_fencing {
+
+// Readable names in assertion failures.
+std::ostream &operator<<(std::ostream &os, ParseStatus status) {
+  switch (status) {
+    case ParseStatus::kOk:
+      return os << "kOk";
+    case ParseStatus::kInvalidSyntax:
+      return os << "kInvalidSyntax";
+    case ParseStatus::kOutOfRange:
+      return os << "kOutOfRange";
+  }
+  return os << "ParseStatus(" << static_cast<int>(status) << ")";
+}
+
+std::ostream &operator<<(std::ostream &os, OptionStatus status) {
+  switch (status) {
+    case OptionStatus::kOk:
+      return os << "kOk";
+    case OptionStatus::kUnknown:
+      return os << "kUnknown";
+  }
+  return os << "OptionStatus(" << static_cast<int>(status) << ")";
+}
+
+std::ostream &operator<<(std::ostream &os, GuardVerdict verdict) {
+  switch (verdict) {
+    case GuardVerdict::kAccept:
+      return os << "kAccept";
+    case GuardVerdict::kSkip:
+      return os << "kSkip";
+    case GuardVerdict::kRejectStale:
+      return os << "kRejectStale";
+    case GuardVerdict::kRejectMissing:
+      return os << "kRejectMissing";
+  }
+  return os << "GuardVerdict(" << static_cast<int>(verdict) << ")";
+}
+
+namespace {
+
+// Shows control characters and NULs of a test input in failure messages.
+std::string Printable(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
+      out += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    }
+  }
+  out += "\" (size " + std::to_string(text.size()) + ")";
+  return out;
+}
+
+// ---- ParseToken: accepted inputs --------------------------------------------
+
+struct ParseOkCase {
+  std::string_view text;
+  Token expected;
+};
+
+TEST(ParseTokenTest, AcceptsPlainDecimalNumbers) {
+  const ParseOkCase cases[] = {
+      {"0", 0},
+      {"1", 1},
+      {"7", 7},
+      {"42", 42},
+      {"1000", 1000},
+      {"2147483647", 2147483647},
+      {"2147483648", 2147483648LL},
+      {"4294967296", 4294967296LL},
+      {"1234567890123456789", 1234567890123456789LL},
+      {"9223372036854775806", kMaxToken - 1},
+      {"9223372036854775807", kMaxToken},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(Printable(c.text));
+    const ParseResult r = ParseToken(c.text);
+    EXPECT_EQ(r.status, ParseStatus::kOk);
+    EXPECT_EQ(r.value, c.expected);
+  }
+}
+
+TEST(ParseTokenTest, AcceptsLeadingZeros) {
+  const ParseOkCase cases[] = {
+      {"007", 7},
+      {"00", 0},
+      {"0000000000000000000000000000", 0},
+      {"010", 10},
+      // More than 19 characters, but the value still fits.
+      {"00000000000000000000042", 42},
+      {"0009223372036854775807", kMaxToken},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(Printable(c.text));
+    const ParseResult r = ParseToken(c.text);
+    EXPECT_EQ(r.status, ParseStatus::kOk);
+    EXPECT_EQ(r.value, c.expected);
+  }
+}
+
+TEST(ParseTokenTest, AcceptsSurroundingWhiteSpace) {
+  // PostgreSQL's integer input skips the isspace() set on both sides.
+  const ParseOkCase cases[] = {
+      {"  42  ", 42},
+      {" 42", 42},
+      {"42 ", 42},
+      {"\t42\n", 42},
+      {"\r\n42\r\n", 42},
+      {"\v\f 42 \f\v", 42},
+      {" \t\n\v\f\r0 \t\n\v\f\r", 0},
+      {"   9223372036854775807   ", kMaxToken},
+      {"  007  ", 7},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(Printable(c.text));
+    const ParseResult r = ParseToken(c.text);
+    EXPECT_EQ(r.status, ParseStatus::kOk);
+    EXPECT_EQ(r.value, c.expected);
+  }
+}
+
+TEST(ParseTokenTest, ReadsOnlyTheGivenLength) {
+  // The view ends before the buffer does: the bytes after it must not count.
+  const char buffer[] = "12345xyz";
+  const ParseResult r = ParseToken(std::string_view(buffer, 3));
+  EXPECT_EQ(r.status, ParseStatus::kOk);
+  EXPECT_EQ(r.value, 123);
+
+  const ParseResult whole_digits = ParseToken(std::string_view(buffer, 5));
+  EXPECT_EQ(whole_digits.status, ParseStatus::kOk);
+  EXPECT_EQ(whole_digits.value, 12345);
+
+  const ParseResult with_letter = ParseToken(std::string_view(buffer, 6));
+  EXPECT_EQ(with_letter.status, ParseStatus::kInvalidSyntax);
+}
+
+// ---- ParseToken: rejected inputs --------------------------------------------
+
+TEST(ParseTokenTest, RejectsAboveMaxAsOutOfRange) {
+  const std::string_view cases[] = {
+      "9223372036854775808",  // kMaxToken + 1
+      "9223372036854775809",
+      "9999999999999999999",             // 19 digits, above kMaxToken
+      "10000000000000000000",            // 20 digits
+      "18446744073709551615",            // UINT64_MAX
+      "18446744073709551616",            // UINT64_MAX + 1
+      "123456789012345678901234567890",  // 30 digits
+      "  9223372036854775808  ",         // white space does not change the class
+      "0009223372036854775808",          // nor do leading zeros
+  };
+  for (const auto text : cases) {
+    SCOPED_TRACE(Printable(text));
+    EXPECT_EQ(ParseToken(text).status, ParseStatus::kOutOfRange);
+  }
+}
+
+TEST(ParseTokenTest, RejectsNonNumbersAsInvalidSyntax) {
+  using std::string_view_literals::operator""sv;
+  const std::string_view cases[] = {
+      "",
+      "   ",
+      " \t\n\v\f\r",
+      "-1",
+      "-0",
+      "+1",
+      "+0",
+      "1.5",
+      "1.",
+      ".5",
+      "1e3",
+      "1E3",
+      "0x10",
+      "0X10",
+      "abc",
+      "12a",
+      "a12",
+      "1 2",
+      "1\t2",
+      "1,000",
+      "1_000",
+      "- 1",
+      "\xc2\xa0"
+      "42",        // U+00A0 NO-BREAK SPACE is not ASCII white space
+      "\xd9\xa1",  // U+0661 ARABIC-INDIC DIGIT ONE
+      // Invalid characters win over an out-of-range magnitude.
+      "-9223372036854775808",
+      "99999999999999999999x",
+      // Embedded NULs: the size, not a terminator, delimits the text.
+      "42\0"sv,
+      "\0"
+      "42"sv,
+      "4\0"
+      "2"sv,
+      " 42 \0"sv,
+      "\0"sv,
+  };
+  for (const auto text : cases) {
+    SCOPED_TRACE(Printable(text));
+    EXPECT_EQ(ParseToken(text).status, ParseStatus::kInvalidSyntax);
+  }
+}
+
+TEST(ParseTokenTest, EmbeddedNulIsNotATerminator) {
+  // Spelled out once without a literal operator: a 3-byte view "42\0".
+  const char bytes[] = {'4', '2', '\0'};
+  const std::string_view text(bytes, sizeof bytes);
+  ASSERT_EQ(text.size(), 3u);
+  EXPECT_EQ(ParseToken(text).status, ParseStatus::kInvalidSyntax);
+  EXPECT_EQ(ParseToken(text.substr(0, 2)).status, ParseStatus::kOk);
+  EXPECT_EQ(ParseToken(text.substr(0, 2)).value, 42);
+}
+
+TEST(ParseTokenTest, DefaultConstructedViewIsInvalid) {
+  EXPECT_EQ(ParseToken(std::string_view()).status, ParseStatus::kInvalidSyntax);
+}
+
+// ---- FormatToken -------------------------------------------------------------
+
+// Formats into a buffer larger than required, filled with a sentinel, and
+// checks that nothing at or past kTokenTextBufferSize was written.
+std::string FormatChecked(Token token) {
+  constexpr char kSentinel = '#';
+  char buf[kTokenTextBufferSize + 16];
+  std::memset(buf, kSentinel, sizeof buf);
+  const std::size_t len = FormatToken(token, buf);
+  EXPECT_LT(len, kTokenTextBufferSize) << "token " << token;
+  if (len >= kTokenTextBufferSize) return std::string();
+  EXPECT_EQ(buf[len], '\0') << "token " << token;
+  EXPECT_EQ(std::strlen(buf), len) << "token " << token;
+  for (std::size_t i = kTokenTextBufferSize; i < sizeof buf; ++i) {
+    EXPECT_EQ(buf[i], kSentinel) << "byte " << i << " written for token " << token;
+  }
+  return std::string(buf, len);
+}
+
+TEST(FormatTokenTest, Zero) {
+  char buf[kTokenTextBufferSize];
+  std::memset(buf, 'x', sizeof buf);
+  const std::size_t len = FormatToken(0, buf);
+  EXPECT_EQ(len, 1u);
+  EXPECT_STREQ(buf, "0");
+  EXPECT_EQ(FormatChecked(0), "0");
+}
+
+TEST(FormatTokenTest, MaxTokenFillsTheBufferExactly) {
+  char buf[kTokenTextBufferSize];
+  std::memset(buf, 'x', sizeof buf);
+  const std::size_t len = FormatToken(kMaxToken, buf);
+  EXPECT_EQ(len, 19u);
+  EXPECT_EQ(len + 1, kTokenTextBufferSize);
+  EXPECT_EQ(buf[19], '\0');
+  EXPECT_STREQ(buf, "9223372036854775807");
+  EXPECT_EQ(FormatChecked(kMaxToken), "9223372036854775807");
+}
+
+TEST(FormatTokenTest, ExactStrings) {
+  EXPECT_EQ(FormatChecked(1), "1");
+  EXPECT_EQ(FormatChecked(9), "9");
+  EXPECT_EQ(FormatChecked(10), "10");
+  EXPECT_EQ(FormatChecked(42), "42");
+  EXPECT_EQ(FormatChecked(100), "100");
+  EXPECT_EQ(FormatChecked(1000000007), "1000000007");
+  EXPECT_EQ(FormatChecked(1000000000000000000LL), "1000000000000000000");
+  EXPECT_EQ(FormatChecked(kMaxToken - 1), "9223372036854775806");
+}
+
+TEST(FormatTokenTest, NeverOverrunsTheBufferForNonTokens) {
+  // Negative values are not tokens; whatever FormatToken writes for them, it
+  // must stay inside kTokenTextBufferSize bytes and stay NUL-terminated.
+  // INT64_MIN needs 20 characters plus a NUL, which does not fit.
+  FormatChecked(-1);
+  FormatChecked(std::numeric_limits<std::int64_t>::min() + 1);
+  FormatChecked(std::numeric_limits<std::int64_t>::min());
+}
+
+// ---- Round trip ----------------------------------------------------------------
+
+// Deterministic 64-bit generator (SplitMix64), so failures are reproducible.
+std::uint64_t SplitMix64(std::uint64_t &state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::vector<Token> RoundTripValues() {
+  std::vector<Token> values = {0, 1, 2, kMaxToken - 1, kMaxToken};
+  for (int bit = 0; bit < 63; ++bit) {
+    const Token p = Token{1} << bit;
+    values.push_back(p - 1);
+    values.push_back(p);
+    if (p < kMaxToken) values.push_back(p + 1);
+  }
+  for (Token p = 1;; p *= 10) {
+    values.push_back(p - 1);
+    values.push_back(p);
+    values.push_back(p + 1);
+    if (p > kMaxToken / 10) break;
+  }
+  std::uint64_t state = 0x5eed'f00d'cafe'd00dULL;
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint64_t r = SplitMix64(state);
+    // Vary the magnitude too, so short numbers are not rare.
+    const int shift = static_cast<int>(r % 63);
+    values.push_back(static_cast<Token>((SplitMix64(state) >> 1) >> shift));
+  }
+  return values;
+}
+
+TEST(RoundTripTest, FormatThenParseGivesTheSameToken) {
+  for (const Token value : RoundTripValues()) {
+    ASSERT_TRUE(IsValidToken(value)) << value;
+    char buf[kTokenTextBufferSize];
+    const std::size_t len = FormatToken(value, buf);
+    const std::string_view text(buf, len);
+
+    // Independent oracle for the text form.
+    ASSERT_EQ(text, std::to_string(value)) << "token " << value;
+    ASSERT_EQ(buf[len], '\0') << "token " << value;
+
+    const ParseResult parsed = ParseToken(text);
+    ASSERT_EQ(parsed.status, ParseStatus::kOk) << Printable(text);
+    ASSERT_EQ(parsed.value, value) << Printable(text);
+
+    // The text form also survives the white space PostgreSQL allows.
+    const std::string padded = " \t" + std::string(text) + "\n ";
+    const ParseResult parsed_padded = ParseToken(padded);
+    ASSERT_EQ(parsed_padded.status, ParseStatus::kOk) << Printable(padded);
+    ASSERT_EQ(parsed_padded.value, value) << Printable(padded);
+  }
+}
+
+TEST(RoundTripTest, ParseThenFormatCanonicalises) {
+  const struct {
+    std::string_view text;
+    std::string_view canonical;
+  } cases[] = {
+      {"007", "7"},
+      {"  42  ", "42"},
+      {"000", "0"},
+      {"\t0009223372036854775807\n", "9223372036854775807"},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE(Printable(c.text));
+    const ParseResult r = ParseToken(c.text);
+    ASSERT_EQ(r.status, ParseStatus::kOk);
+    EXPECT_EQ(FormatChecked(r.value), c.canonical);
+  }
+}
+
+// ---- IsValidToken --------------------------------------------------------------
+
+static_assert(IsValidToken(0));
+static_assert(IsValidToken(kMaxToken));
+static_assert(!IsValidToken(-1));
+static_assert(kMaxToken == std::numeric_limits<std::int64_t>::max());
+static_assert(kTokenTextBufferSize == 20);
+
+TEST(IsValidTokenTest, NonNegativeValuesAreTokens) {
+  EXPECT_TRUE(IsValidToken(0));
+  EXPECT_TRUE(IsValidToken(1));
+  EXPECT_TRUE(IsValidToken(42));
+  EXPECT_TRUE(IsValidToken(std::numeric_limits<std::int32_t>::max()));
+  EXPECT_TRUE(IsValidToken(std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1));
+  EXPECT_TRUE(IsValidToken(kMaxToken - 1));
+  EXPECT_TRUE(IsValidToken(kMaxToken));
+}
+
+TEST(IsValidTokenTest, NegativeValuesAreNotTokens) {
+  EXPECT_FALSE(IsValidToken(-1));
+  EXPECT_FALSE(IsValidToken(-42));
+  EXPECT_FALSE(IsValidToken(std::numeric_limits<std::int32_t>::min()));
+  EXPECT_FALSE(IsValidToken(std::numeric_limits<std::int64_t>::min() + 1));
+  EXPECT_FALSE(IsValidToken(std::numeric_limits<std::int64_t>::min()));
+}
+
+// ---- ApplyGuardOption ------------------------------------------------------------
+
+TEST(GuardOptionsTest, DefaultsAreOff) {
+  const GuardOptions options;
+  EXPECT_FALSE(options.allow_unset);
+  EXPECT_FALSE(options.skip);
+}
+
+TEST(ApplyGuardOptionTest, AllowUnsetSetsOnlyItsFlag) {
+  GuardOptions options;
+  EXPECT_EQ(ApplyGuardOption("allow_unset", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.allow_unset);
+  EXPECT_FALSE(options.skip);
+}
+
+TEST(ApplyGuardOptionTest, SkipSetsOnlyItsFlag) {
+  GuardOptions options;
+  EXPECT_EQ(ApplyGuardOption("skip", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.skip);
+  EXPECT_FALSE(options.allow_unset);
+}
+
+TEST(ApplyGuardOptionTest, OptionsAccumulateAndRepeatHarmlessly) {
+  GuardOptions options;
+  EXPECT_EQ(ApplyGuardOption("skip", options), OptionStatus::kOk);
+  EXPECT_EQ(ApplyGuardOption("allow_unset", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.allow_unset);
+  EXPECT_TRUE(options.skip);
+  EXPECT_EQ(ApplyGuardOption("skip", options), OptionStatus::kOk);
+  EXPECT_EQ(ApplyGuardOption("allow_unset", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.allow_unset);
+  EXPECT_TRUE(options.skip);
+}
+
+TEST(ApplyGuardOptionTest, UnknownWordsAreRejectedAndChangeNothing) {
+  using std::string_view_literals::operator""sv;
+  const std::string_view words[] = {
+      "ALLOW_UNSET",
+      "",
+      "skip ",
+      "foo",
+      "SKIP",
+      "Skip",
+      " skip",
+      "skip\n",
+      "ski",
+      "skipp",
+      "allow_unse",
+      "allow_unset ",
+      "allow-unset",
+      "allowunset",
+      "allow_unset,skip",
+      "skip\0"sv,
+      "allow_unset\0"sv,
+      "\0"sv,
+  };
+  const GuardOptions starts[] = {
+      {false, false},
+      {true, false},
+      {false, true},
+      {true, true},
+  };
+  for (const auto word : words) {
+    for (const auto &start : starts) {
+      SCOPED_TRACE(Printable(word));
+      SCOPED_TRACE(::testing::Message()
+                   << "start allow_unset=" << start.allow_unset << " skip=" << start.skip);
+      GuardOptions options = start;
+      EXPECT_EQ(ApplyGuardOption(word, options), OptionStatus::kUnknown);
+      EXPECT_EQ(options.allow_unset, start.allow_unset);
+      EXPECT_EQ(options.skip, start.skip);
+    }
+  }
+}
+
+TEST(ApplyGuardOptionTest, KnownWordsNeverClearAFlag) {
+  GuardOptions options{true, true};
+  EXPECT_EQ(ApplyGuardOption("skip", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.allow_unset);
+  EXPECT_TRUE(options.skip);
+  EXPECT_EQ(ApplyGuardOption("allow_unset", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.allow_unset);
+  EXPECT_TRUE(options.skip);
+}
+
+TEST(ApplyGuardOptionTest, ReadsOnlyTheGivenLength) {
+  // "skipper" cut to four characters is exactly "skip".
+  const char buffer[] = "skipper";
+  GuardOptions options;
+  EXPECT_EQ(ApplyGuardOption(std::string_view(buffer, 4), options), OptionStatus::kOk);
+  EXPECT_TRUE(options.skip);
+  EXPECT_FALSE(options.allow_unset);
+}
+
+// ---- DecideGuard -----------------------------------------------------------------
+
+// How the new token compares with the old one when both are present.  When
+// either side is NULL the comparison must not matter; the table still
+// enumerates it so that every combination is exercised.
+enum class Order { kLess, kEqual, kGreater };
+
+const char *OrderName(Order order) {
+  switch (order) {
+    case Order::kLess:
+      return "new<old";
+    case Order::kEqual:
+      return "new==old";
+    case Order::kGreater:
+      return "new>old";
+  }
+  return "?";
+}
+
+constexpr GuardVerdict kAcc = GuardVerdict::kAccept;
+constexpr GuardVerdict kSkp = GuardVerdict::kSkip;
+constexpr GuardVerdict kStale = GuardVerdict::kRejectStale;
+constexpr GuardVerdict kMiss = GuardVerdict::kRejectMissing;
+
+constexpr bool T = true;
+constexpr bool F = false;
+
+struct DecideCase {
+  bool column_assigned;
+  bool old_is_null;
+  bool new_is_null;
+  Order order;
+  bool allow_unset;
+  GuardVerdict expected_without_skip;
+  GuardVerdict expected_with_skip;
+};
+
+// Every combination of the five inputs, each with skip off and on (96 cases).
+// Written by hand from the rule:
+//   not assigned and not allow_unset            -> kRejectMissing
+//   new NULL: not assigned and old NULL          -> kAccept, else kRejectMissing
+//   old NULL                                     -> kAccept
+//   new < old                                    -> skip ? kSkip : kRejectStale
+//   otherwise                                    -> kAccept
+// clang-format off
+const DecideCase kDecideCases[] = {
+    // assigned old_null new_null order            allow_unset  !skip   skip
+    // -- column not assigned, allow_unset off: always missing ----------------------
+    {F, F, F, Order::kLess,    F, kMiss,  kMiss},
+    {F, F, F, Order::kEqual,   F, kMiss,  kMiss},
+    {F, F, F, Order::kGreater, F, kMiss,  kMiss},
+    {F, F, T, Order::kLess,    F, kMiss,  kMiss},
+    {F, F, T, Order::kEqual,   F, kMiss,  kMiss},
+    {F, F, T, Order::kGreater, F, kMiss,  kMiss},
+    {F, T, F, Order::kLess,    F, kMiss,  kMiss},
+    {F, T, F, Order::kEqual,   F, kMiss,  kMiss},
+    {F, T, F, Order::kGreater, F, kMiss,  kMiss},
+    {F, T, T, Order::kLess,    F, kMiss,  kMiss},
+    {F, T, T, Order::kEqual,   F, kMiss,  kMiss},
+    {F, T, T, Order::kGreater, F, kMiss,  kMiss},
+    // -- column not assigned, allow_unset on ------------------------------------------
+    {F, F, F, Order::kLess,    T, kStale, kSkp},
+    {F, F, F, Order::kEqual,   T, kAcc,   kAcc},
+    {F, F, F, Order::kGreater, T, kAcc,   kAcc},
+    {F, F, T, Order::kLess,    T, kMiss,  kMiss},
+    {F, F, T, Order::kEqual,   T, kMiss,  kMiss},
+    {F, F, T, Order::kGreater, T, kMiss,  kMiss},
+    {F, T, F, Order::kLess,    T, kAcc,   kAcc},
+    {F, T, F, Order::kEqual,   T, kAcc,   kAcc},
+    {F, T, F, Order::kGreater, T, kAcc,   kAcc},
+    {F, T, T, Order::kLess,    T, kAcc,   kAcc},
+    {F, T, T, Order::kEqual,   T, kAcc,   kAcc},
+    {F, T, T, Order::kGreater, T, kAcc,   kAcc},
+    // -- column assigned, allow_unset off ---------------------------------------------
+    {T, F, F, Order::kLess,    F, kStale, kSkp},
+    {T, F, F, Order::kEqual,   F, kAcc,   kAcc},
+    {T, F, F, Order::kGreater, F, kAcc,   kAcc},
+    {T, F, T, Order::kLess,    F, kMiss,  kMiss},
+    {T, F, T, Order::kEqual,   F, kMiss,  kMiss},
+    {T, F, T, Order::kGreater, F, kMiss,  kMiss},
+    {T, T, F, Order::kLess,    F, kAcc,   kAcc},
+    {T, T, F, Order::kEqual,   F, kAcc,   kAcc},
+    {T, T, F, Order::kGreater, F, kAcc,   kAcc},
+    {T, T, T, Order::kLess,    F, kMiss,  kMiss},
+    {T, T, T, Order::kEqual,   F, kMiss,  kMiss},
+    {T, T, T, Order::kGreater, F, kMiss,  kMiss},
+    // -- column assigned, allow_unset on (same as off) --------------------------------
+    {T, F, F, Order::kLess,    T, kStale, kSkp},
+    {T, F, F, Order::kEqual,   T, kAcc,   kAcc},
+    {T, F, F, Order::kGreater, T, kAcc,   kAcc},
+    {T, F, T, Order::kLess,    T, kMiss,  kMiss},
+    {T, F, T, Order::kEqual,   T, kMiss,  kMiss},
+    {T, F, T, Order::kGreater, T, kMiss,  kMiss},
+    {T, T, F, Order::kLess,    T, kAcc,   kAcc},
+    {T, T, F, Order::kEqual,   T, kAcc,   kAcc},
+    {T, T, F, Order::kGreater, T, kAcc,   kAcc},
+    {T, T, T, Order::kLess,    T, kMiss,  kMiss},
+    {T, T, T, Order::kEqual,   T, kMiss,  kMiss},
+    {T, T, T, Order::kGreater, T, kMiss,  kMiss},
+};
+// clang-format on
+
+// The token pairs each Order is tried with: small values, values around
+// zero, and values at the top of the range.
+struct TokenPair {
+  Token old_token;
+  Token new_token;
+};
+
+std::vector<TokenPair> PairsFor(Order order) {
+  switch (order) {
+    case Order::kLess:
+      return {{100, 99}, {1, 0}, {kMaxToken, kMaxToken - 1}, {kMaxToken, 0}, {1LL << 32, 1}};
+    case Order::kEqual:
+      return {{100, 100}, {0, 0}, {kMaxToken, kMaxToken}, {1LL << 32, 1LL << 32}};
+    case Order::kGreater:
+      return {{100, 101}, {0, 1}, {kMaxToken - 1, kMaxToken}, {0, kMaxToken}, {1, 1LL << 32}};
+  }
+  return {};
+}
+
+TEST(DecideGuardTest, TableCoversEveryCombinationOnce) {
+  // 2 (assigned) x 2 (old null) x 2 (new null) x 3 (order) x 2 (allow_unset)
+  // rows; skip is the two verdict columns.
+  ASSERT_EQ(std::size(kDecideCases), 48u);
+  bool seen[2][2][2][3][2] = {};
+  for (const auto &c : kDecideCases) {
+    bool &slot = seen[c.column_assigned][c.old_is_null][c.new_is_null][static_cast<int>(c.order)]
+                     [c.allow_unset];
+    EXPECT_FALSE(slot) << "duplicate row";
+    slot = true;
+  }
+}
+
+TEST(DecideGuardTest, EveryCombination) {
+  for (const auto &c : kDecideCases) {
+    for (const bool skip : {false, true}) {
+      for (const TokenPair &pair : PairsFor(c.order)) {
+        GuardInput input{};
+        input.column_assigned = c.column_assigned;
+        input.old_is_null = c.old_is_null;
+        input.old_token = pair.old_token;
+        input.new_is_null = c.new_is_null;
+        input.new_token = pair.new_token;
+        GuardOptions options;
+        options.allow_unset = c.allow_unset;
+        options.skip = skip;
+        const GuardVerdict expected = skip ? c.expected_with_skip : c.expected_without_skip;
+        EXPECT_EQ(DecideGuard(input, options), expected)
+            << "assigned=" << c.column_assigned << " old_null=" << c.old_is_null
+            << " new_null=" << c.new_is_null << " " << OrderName(c.order)
+            << " (old=" << pair.old_token << " new=" << pair.new_token << ")"
+            << " allow_unset=" << c.allow_unset << " skip=" << skip;
+      }
+    }
+  }
+}
+
+TEST(DecideGuardTest, NullSidesIgnoreTheirTokenField) {
+  // The token field of a NULL side holds garbage in practice; it must not
+  // influence the decision, even when it compares "wrongly".
+  const GuardOptions strict;
+  GuardOptions skip;
+  skip.skip = true;
+
+  // Old NULL with a huge old_token: still the first fenced write.
+  const GuardInput first_write{true, true, kMaxToken, false, 0};
+  EXPECT_EQ(DecideGuard(first_write, strict), GuardVerdict::kAccept);
+  EXPECT_EQ(DecideGuard(first_write, skip), GuardVerdict::kAccept);
+
+  // Old NULL with a negative garbage old_token.
+  const GuardInput negative_garbage{true, true, -1, false, 5};
+  EXPECT_EQ(DecideGuard(negative_garbage, strict), GuardVerdict::kAccept);
+
+  // New NULL with a new_token above the old one: still missing, not accepted.
+  const GuardInput null_new{true, false, 5, true, kMaxToken};
+  EXPECT_EQ(DecideGuard(null_new, strict), GuardVerdict::kRejectMissing);
+  EXPECT_EQ(DecideGuard(null_new, skip), GuardVerdict::kRejectMissing);
+
+  // New NULL with a new_token below the old one: missing, never skipped.
+  const GuardInput null_new_low{true, false, 5, true, 0};
+  EXPECT_EQ(DecideGuard(null_new_low, skip), GuardVerdict::kRejectMissing);
+}
+
+TEST(DecideGuardTest, StaleBoundaries) {
+  const GuardOptions strict;
+  GuardOptions skip;
+  skip.skip = true;
+
+  // One below the old token is stale; equal is the holder writing again.
+  EXPECT_EQ(DecideGuard({true, false, 10, false, 9}, strict), GuardVerdict::kRejectStale);
+  EXPECT_EQ(DecideGuard({true, false, 10, false, 9}, skip), GuardVerdict::kSkip);
+  EXPECT_EQ(DecideGuard({true, false, 10, false, 10}, strict), GuardVerdict::kAccept);
+  EXPECT_EQ(DecideGuard({true, false, 10, false, 10}, skip), GuardVerdict::kAccept);
+  EXPECT_EQ(DecideGuard({true, false, 10, false, 11}, strict), GuardVerdict::kAccept);
+
+  // The full 64-bit range is compared, not a truncated part of it.
+  EXPECT_EQ(DecideGuard({true, false, Token{1} << 32, false, 1}, strict),
+            GuardVerdict::kRejectStale);
+  EXPECT_EQ(DecideGuard({true, false, (Token{1} << 32) + 1, false, Token{1} << 32}, strict),
+            GuardVerdict::kRejectStale);
+  EXPECT_EQ(DecideGuard({true, false, 1, false, Token{1} << 32}, strict), GuardVerdict::kAccept);
+  EXPECT_EQ(DecideGuard({true, false, kMaxToken, false, kMaxToken - 1}, strict),
+            GuardVerdict::kRejectStale);
+  EXPECT_EQ(DecideGuard({true, false, kMaxToken, false, kMaxToken}, strict), GuardVerdict::kAccept);
+}
+
+TEST(DecideGuardTest, DoesNotModifyItsArguments) {
+  const GuardInput input{true, false, 10, false, 9};
+  GuardOptions options;
+  options.skip = true;
+  EXPECT_EQ(DecideGuard(input, options), GuardVerdict::kSkip);
+  EXPECT_TRUE(options.skip);
+  EXPECT_FALSE(options.allow_unset);
+  EXPECT_EQ(input.old_token, 10);
+  EXPECT_EQ(input.new_token, 9);
+}
+
+}  // namespace
+}  // namespace pg_fencing
