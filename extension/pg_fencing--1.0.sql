@@ -187,3 +187,225 @@ END
 $$;
 COMMENT ON FUNCTION @extschema@.fencing_protect(regclass, name, text[]) IS
   'installs the fencing_guard trigger on a table (its only fencing_token column unless named)';
+
+-------------------------------------------------------------------------------
+-- Leases
+-------------------------------------------------------------------------------
+-- A lease is a row, not a session lock: it survives connection recycling and
+-- works through transaction-pooling PgBouncer.  Expiry is judged by the
+-- server's clock_timestamp() alone.  A row stays after release or expiry:
+-- its token is the lock's latest grant.
+CREATE TABLE @extschema@.fencing_lease (
+  lock_name text PRIMARY KEY CHECK (lock_name <> ''),
+  holder text NOT NULL,
+  -- The login role that acquired the lease: renew and release must come
+  -- from the same role, an identity the server has verified.
+  holder_role name NOT NULL,
+  token @extschema@.fencing_token NOT NULL,
+  granted_at timestamptz NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+REVOKE ALL ON @extschema@.fencing_lease FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_lease', '');
+COMMENT ON TABLE @extschema@.fencing_lease IS
+  'one row per lock: its latest grant; written only through the fencing_ lease functions';
+
+-- The lock's "waiting room": a transaction-level advisory lock that
+-- acquirers who wait queue on, in arrival order (PostgreSQL's lock manager
+-- grants a contended lock first come, first served).  Its holder is the one
+-- waiter that polls the lease; a caller who does not wait takes a free lock
+-- only when the room is empty, so waiters are never starved by newcomers.
+-- Key: 'FENC' in the high half, the lock name's hash in the low half.
+CREATE FUNCTION @extschema@.fencing_waiting_room(lock_name text) RETURNS bigint
+  LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+  SET search_path = pg_catalog, pg_temp
+  RETURN (x'46454e43'::bigint << 32) | (pg_catalog.hashtext(lock_name)::bigint & 4294967295);
+COMMENT ON FUNCTION @extschema@.fencing_waiting_room(text) IS
+  'advisory lock key (pg_locks: classid 1178947139) of the queue of acquirers waiting for a lock';
+
+-- Argument checks shared by every lease function, so all fail alike.
+CREATE FUNCTION @extschema@.fencing_check_lease_args(
+    lock_name text, holder text, ttl interval, check_holder boolean)
+  RETURNS void LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+  SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF lock_name IS NULL OR lock_name = '' THEN
+    RAISE EXCEPTION 'lock name must not be NULL or empty' USING ERRCODE = '22023';
+  END IF;
+  IF check_holder AND (holder IS NULL OR holder = '') THEN
+    RAISE EXCEPTION 'lease holder must not be NULL or empty (lock "%")', lock_name
+      USING ERRCODE = '22023';
+  END IF;
+  IF ttl IS NULL OR ttl <= interval '0' THEN
+    RAISE EXCEPTION 'lease ttl must be positive, got % (lock "%")', coalesce(ttl::text, 'NULL'),
+      lock_name USING ERRCODE = '22023';
+  END IF;
+END $$;
+
+-- One attempt to take the lock: free, expired, or already the caller's.
+-- On failure no row lock is kept (the attempt runs in a subtransaction), so
+-- a caller that lingers in its transaction never blocks the holder's renew.
+CREATE FUNCTION @extschema@.fencing_try_acquire(p_lock text, p_holder text, p_ttl interval)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  cur @extschema@.fencing_lease;
+  found_row boolean;
+  now timestamptz;
+  granted @extschema@.fencing_token;
+BEGIN
+  -- Cheap look without locks: a lease that is live and not ours is busy.
+  SELECT * INTO cur FROM @extschema@.fencing_lease l WHERE l.lock_name = p_lock;
+  IF FOUND AND cur.expires_at > clock_timestamp()
+     AND NOT (cur.holder = p_holder AND cur.holder_role = session_user) THEN
+    RETURN NULL;
+  END IF;
+
+  BEGIN
+    SELECT * INTO cur FROM @extschema@.fencing_lease l WHERE l.lock_name = p_lock FOR UPDATE;
+    found_row := FOUND;
+    -- Judge liveness once the row lock is ours: a lease that expired while
+    -- we waited for it is free; one granted meanwhile is not.
+    now := clock_timestamp();
+    IF found_row AND cur.expires_at > now THEN
+      IF cur.holder = p_holder AND cur.holder_role = session_user THEN
+        -- The live holder again (say, a retry after a lost reply).
+        UPDATE @extschema@.fencing_lease l SET expires_at = now + p_ttl WHERE l.lock_name = p_lock;
+        RETURN cur.token;
+      END IF;
+      RAISE SQLSTATE 'PFBSY';
+    END IF;
+    IF NOT pg_catalog.pg_try_advisory_xact_lock(@extschema@.fencing_waiting_room(p_lock)) THEN
+      RAISE SQLSTATE 'PFBSY';  -- a waiter is first in line
+    END IF;
+    granted := @extschema@.fencing_grant();
+    IF found_row THEN
+      UPDATE @extschema@.fencing_lease l
+         SET holder = p_holder, holder_role = session_user, token = granted,
+             granted_at = now, expires_at = now + p_ttl
+       WHERE l.lock_name = p_lock;
+    ELSE
+      -- First grant of this lock.  The waiting-room lock serialises first
+      -- grants, so a conflict here means another caller just took it.
+      INSERT INTO @extschema@.fencing_lease
+        VALUES (p_lock, p_holder, session_user, granted, now, now + p_ttl)
+        ON CONFLICT (lock_name) DO NOTHING;
+      IF NOT FOUND THEN
+        RAISE SQLSTATE 'PFBSY';
+      END IF;
+    END IF;
+    RETURN granted;
+  EXCEPTION WHEN SQLSTATE 'PFBSY' THEN
+    RETURN NULL;  -- the subtransaction's rollback drops the row lock
+  END;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_try_acquire(text, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_try_acquire(text, text, interval) IS
+  'one acquire attempt, shared by both forms of fencing_acquire; not for direct use';
+
+CREATE FUNCTION @extschema@.fencing_acquire(lock_name text, holder text, ttl interval)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
+  RETURN @extschema@.fencing_try_acquire(lock_name, holder, ttl);
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_acquire(text, text, interval) IS
+  'takes the lock for ttl and returns a new fencing token, or NULL if another holder has a live lease; the live holder gets its own token back with the lease extended';
+
+CREATE FUNCTION @extschema@.fencing_acquire(lock_name text, holder text, ttl interval, wait interval)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  deadline timestamptz;
+  granted @extschema@.fencing_token;
+  pause double precision := 0.001;  -- seconds; doubles up to max_pause
+  max_pause CONSTANT double precision := 0.02;
+  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
+BEGIN
+  PERFORM @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
+  IF wait IS NULL OR wait < interval '0' THEN
+    RAISE EXCEPTION 'wait must not be NULL or negative, got % (lock "%")',
+      coalesce(wait::text, 'NULL'), lock_name USING ERRCODE = '22023';
+  END IF;
+  -- Waiting means seeing other transactions' commits while we loop.
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'fencing_acquire with a wait needs READ COMMITTED, not %',
+      upper(current_setting('transaction_isolation'))
+      USING ERRCODE = '25000',
+            HINT = 'Call it in its own transaction, or use the form without wait.';
+  END IF;
+  deadline := clock_timestamp() + wait;
+
+  -- Queue in the waiting room, first come first served, for at most wait.
+  BEGIN
+    PERFORM set_config('lock_timeout',
+      greatest(1, ceil(extract(epoch FROM wait) * 1000))::bigint::text, true);
+    PERFORM pg_catalog.pg_advisory_xact_lock(@extschema@.fencing_waiting_room(lock_name));
+    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN NULL;  -- still queued behind others at the deadline
+  END;
+
+  -- First in line: poll the lease until it is free or the wait is over.
+  LOOP
+    granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl);
+    IF granted IS NOT NULL THEN
+      RETURN granted;
+    END IF;
+    EXIT WHEN clock_timestamp() >= deadline;
+    PERFORM pg_catalog.pg_sleep(least(pause, extract(epoch FROM deadline - clock_timestamp())));
+    pause := least(pause * 2, max_pause);
+  END LOOP;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_acquire(text, text, interval, interval) IS
+  'like fencing_acquire(lock_name, holder, ttl), but waits up to wait for the lock, in arrival order; NULL on timeout';
+
+CREATE FUNCTION @extschema@.fencing_renew(lock_name text, token @extschema@.fencing_token, ttl interval)
+  RETURNS boolean LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM @extschema@.fencing_check_lease_args(lock_name, NULL, ttl, false);
+  UPDATE @extschema@.fencing_lease l SET expires_at = clock_timestamp() + ttl
+   WHERE l.lock_name = fencing_renew.lock_name
+     AND l.token OPERATOR(@extschema@.=) fencing_renew.token
+     AND l.holder_role = session_user
+     AND l.expires_at > clock_timestamp();
+  RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_renew(text, @extschema@.fencing_token, interval) IS
+  'extends a live lease to now + ttl; false if token is not the lock''s current token, the lease expired (never revived), or the caller''s role did not acquire it';
+
+CREATE FUNCTION @extschema@.fencing_release(lock_name text, token @extschema@.fencing_token)
+  RETURNS boolean LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF lock_name IS NULL OR lock_name = '' THEN
+    RAISE EXCEPTION 'lock name must not be NULL or empty' USING ERRCODE = '22023';
+  END IF;
+  UPDATE @extschema@.fencing_lease l SET expires_at = clock_timestamp()
+   WHERE l.lock_name = fencing_release.lock_name
+     AND l.token OPERATOR(@extschema@.=) fencing_release.token
+     AND l.holder_role = session_user
+     AND l.expires_at > clock_timestamp();
+  RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_release(text, @extschema@.fencing_token) IS
+  'ends a live lease at once; false if token is not the current token of a live lease acquired by the caller''s role';
+
+CREATE FUNCTION @extschema@.fencing_leader(lock_name text) RETURNS text
+  LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+  BEGIN ATOMIC
+    SELECT l.holder FROM @extschema@.fencing_lease l
+     WHERE l.lock_name = fencing_leader.lock_name AND l.expires_at > clock_timestamp();
+  END;
+COMMENT ON FUNCTION @extschema@.fencing_leader(text) IS 'the live holder of the lock, or NULL';
+
+CREATE VIEW @extschema@.fencing_leases AS
+  SELECT l.lock_name, l.holder, l.token, l.granted_at, l.expires_at,
+         l.expires_at > clock_timestamp() AS live
+    FROM @extschema@.fencing_lease l;
+GRANT SELECT ON @extschema@.fencing_leases TO PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_leases IS
+  'every lock with its latest grant; live is judged by the server clock now';
