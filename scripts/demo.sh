@@ -11,5 +11,5 @@ build_and_install
 
 log "replaying the pause scenario on a throwaway cluster"
 copy=$(make_test_copy)
-as_postgres pg_virtualenv -v "$PG_MAJOR" psql -X -v ON_ERROR_STOP=0 -f "$copy/examples/pause_scenario.sql"
+with_throwaway_cluster psql -X -v ON_ERROR_STOP=0 -f "$copy/examples/pause_scenario.sql"
 rm -rf "$(dirname "$copy")"

@@ -53,3 +53,23 @@ make_test_copy() {
 }
 
 as_postgres() { runuser -u postgres -- "$@"; }
+
+# A free TCP port on loopback with no PostgreSQL socket file, from 54320 up.
+free_port() {
+  perl -MIO::Socket::INET -e '
+    for my $port (54320 .. 54999) {
+      next if -e "/var/run/postgresql/.s.PGSQL.$port";
+      my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $port,
+                                    Proto => "tcp", ReuseAddr => 1, Listen => 1) or next;
+      close $s; print "$port\n"; exit 0;
+    }
+    exit 1;'
+}
+
+# Runs a command as postgres with a throwaway cluster (pg_virtualenv sets
+# PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE), on a port of its own:
+# pg_virtualenv alone picks the first free port from 5432, which two runs
+# started at once can both pick.
+with_throwaway_cluster() {
+  as_postgres pg_virtualenv -v "$PG_MAJOR" -c "-p $(free_port)" "$@"
+}

@@ -8,7 +8,8 @@ cp -a "$src" "$work/src"
 chown -R postgres "$work"
 cd "$work/src"
 status=0
-runuser -u postgres -- pg_virtualenv -v 15 make installcheck "$@" || status=$?
+source "$src/scripts/lib.sh"
+with_throwaway_cluster make installcheck "$@" || status=$?
 for f in results/*.out output_iso/results/*.out; do
   [ -f "$f" ] && mkdir -p "$src/$(dirname "$f")" && cp "$f" "$src/$f"
 done

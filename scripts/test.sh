@@ -39,7 +39,7 @@ sanitized_unit_tests() {
 regress_and_isolation() {
   local copy
   copy=$(make_test_copy)
-  if as_postgres pg_virtualenv -v "$PG_MAJOR" make -C "$copy" installcheck TAP_TESTS=; then
+  if with_throwaway_cluster make -C "$copy" installcheck TAP_TESTS=; then
     rm -rf "$(dirname "$copy")"
   else
     cat "$copy"/regression.diffs "$copy"/output_iso/regression.diffs 2>/dev/null || true

@@ -20,7 +20,8 @@ UPDATE guarded SET token = 35, val = 'by 35' WHERE id = 1;
 RESET ROLE;
 SELECT * FROM guarded;
 
--- Nothing the extension owns is writable by PUBLIC.
+-- Nothing the extension owns is writable by PUBLIC; only the fencing_leases
+-- view is readable.
 SELECT c.relname, c.relkind,
        (SELECT array_agg(a.privilege_type ORDER BY a.privilege_type)
         FROM aclexplode(coalesce(c.relacl, acldefault(
