@@ -169,24 +169,107 @@ COMMENT ON FUNCTION @extschema@.fencing_resolve_token_column(regclass, name, tex
   'the token column fencing_protect() would guard, after checking it and the options';
 
 CREATE FUNCTION @extschema@.fencing_protect(
-    tbl regclass, token_column name DEFAULT NULL, options text[] DEFAULT '{}')
+    tbl regclass, token_column name DEFAULT NULL, options text[] DEFAULT '{}',
+    lock_name text DEFAULT NULL)
   RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  col name := @extschema@.fencing_resolve_token_column(tbl, token_column, options);
+  all_options text[] := coalesce(options, '{}');
+  col name;
   trigger_args text;
 BEGIN
+  IF lock_name IS NOT NULL THEN
+    IF lock_name = '' THEN
+      RAISE EXCEPTION 'lock name must not be empty' USING ERRCODE = '22023';
+    END IF;
+    all_options := all_options OPERATOR(pg_catalog.||) ('lock=' OPERATOR(pg_catalog.||) lock_name);
+  END IF;
+  col := @extschema@.fencing_resolve_token_column(tbl, token_column, all_options);
   SELECT pg_catalog.string_agg(pg_catalog.quote_literal(arg), ', ' ORDER BY ord)
     INTO trigger_args
-    FROM pg_catalog.unnest(ARRAY[col::text] OPERATOR(pg_catalog.||) options)
+    FROM pg_catalog.unnest(ARRAY[col::text] OPERATOR(pg_catalog.||) all_options)
          WITH ORDINALITY AS a(arg, ord);
-  -- OR REPLACE: protecting again changes the column or options in place.
-  EXECUTE pg_catalog.format(
-    'CREATE OR REPLACE TRIGGER fencing_guard BEFORE UPDATE ON %s '
-    'FOR EACH ROW EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
+  -- OR REPLACE: protecting again changes the column, options or lock in place.
+  IF lock_name IS NULL THEN
+    -- A per-row fence guards UPDATE.
+    EXECUTE pg_catalog.format(
+      'CREATE OR REPLACE TRIGGER fencing_guard BEFORE UPDATE ON %s '
+      'FOR EACH ROW EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
+    IF EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                WHERE t.tgrelid OPERATOR(pg_catalog.=) tbl
+                  AND t.tgname OPERATOR(pg_catalog.=) 'fencing_guard_truncate') THEN
+      EXECUTE pg_catalog.format('DROP TRIGGER fencing_guard_truncate ON %s', tbl);
+    END IF;
+  ELSE
+    -- A lock-wide fence guards every way of changing the table's rows.
+    EXECUTE pg_catalog.format(
+      'CREATE OR REPLACE TRIGGER fencing_guard BEFORE INSERT OR UPDATE OR DELETE ON %s '
+      'FOR EACH ROW EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
+    EXECUTE pg_catalog.format(
+      'CREATE OR REPLACE TRIGGER fencing_guard_truncate BEFORE TRUNCATE ON %s '
+      'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
+  END IF;
 END
 $$;
-COMMENT ON FUNCTION @extschema@.fencing_protect(regclass, name, text[]) IS
-  'installs the fencing_guard trigger on a table (its only fencing_token column unless named)';
+COMMENT ON FUNCTION @extschema@.fencing_protect(regclass, name, text[], text) IS
+  'installs the fencing_guard trigger on a table (its only fencing_token column unless named); with lock_name, a lock-wide fence that also guards INSERT, DELETE and TRUNCATE';
+
+-------------------------------------------------------------------------------
+-- Lock-wide fences
+-------------------------------------------------------------------------------
+-- One row per lock: the highest token seen under it, by a lease grant, a
+-- fencing_present() or a write to a table protected under the lock.  Read
+-- and moved only by fencing_fence_advance(), which keeps the row locked to
+-- the end of the transaction: writers under one lock are serialised on it.
+CREATE TABLE @extschema@.fencing_fence (
+  lock_name text PRIMARY KEY CHECK (lock_name <> ''),
+  high_water @extschema@.fencing_token NOT NULL
+);
+REVOKE ALL ON @extschema@.fencing_fence FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_fence', '');
+COMMENT ON TABLE @extschema@.fencing_fence IS
+  'highest fencing token seen per lock; written only through fencing_fence_advance()';
+
+-- Locks the lock's mark (creating it) and moves it up to token if token is
+-- higher.  Returns the mark as it was before (NULL: none); the caller
+-- judges a token below it stale.  The guard calls it once per lock per
+-- transaction, and again only when a higher token comes along.
+CREATE FUNCTION @extschema@.fencing_fence_advance(lock_name text, token @extschema@.fencing_token)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  previous @extschema@.fencing_token;
+BEGIN
+  SELECT f.high_water INTO previous FROM @extschema@.fencing_fence f
+   WHERE f.lock_name = fencing_fence_advance.lock_name FOR NO KEY UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO @extschema@.fencing_fence VALUES (fencing_fence_advance.lock_name, token)
+      ON CONFLICT DO NOTHING;
+    IF FOUND THEN
+      RETURN NULL;
+    END IF;
+    -- Someone created it meanwhile (and has committed): lock theirs.
+    SELECT f.high_water INTO previous FROM @extschema@.fencing_fence f
+     WHERE f.lock_name = fencing_fence_advance.lock_name FOR NO KEY UPDATE;
+  END IF;
+  IF token OPERATOR(@extschema@.>) previous THEN
+    UPDATE @extschema@.fencing_fence f SET high_water = token
+     WHERE f.lock_name = fencing_fence_advance.lock_name;
+  END IF;
+  RETURN previous;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fencing_token) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fencing_token) IS
+  'locks a lock''s high-water mark and raises it to token; internal to the guard, fencing_present and the lease functions';
+
+CREATE FUNCTION @extschema@.fencing_present(lock_name text, token @extschema@.fencing_token)
+  RETURNS void AS 'MODULE_PATHNAME', 'fencing_present' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_present(text, @extschema@.fencing_token) IS
+  'declares the token the current transaction writes under for a lock (until commit or rollback); 55Z01 if the lock has seen a higher one';
+
+CREATE VIEW @extschema@.fencing_fences AS
+  SELECT f.lock_name, f.high_water FROM @extschema@.fencing_fence f;
+GRANT SELECT ON @extschema@.fencing_fences TO PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_fences IS 'the highest fencing token seen per lock';
 
 -------------------------------------------------------------------------------
 -- Leases
@@ -279,6 +362,9 @@ BEGIN
       RAISE SQLSTATE 'PFBSY';  -- a waiter is first in line
     END IF;
     granted := @extschema@.fencing_grant();
+    -- A grant fences out every older token under the lock at once, even
+    -- before the new holder writes anything.
+    PERFORM @extschema@.fencing_fence_advance(p_lock, granted);
     IF found_row THEN
       UPDATE @extschema@.fencing_lease l
          SET holder = p_holder, holder_role = session_user, token = granted,

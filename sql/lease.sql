@@ -1,4 +1,5 @@
 -- Leases: acquire, renew, release, leader, expiry on the server's clock.
+\set SHOW_CONTEXT never
 
 -- A free lock: the first caller gets a new token.
 SELECT fencing_acquire('job', 'worker-a', '10 s') AS a_token \gset
@@ -12,7 +13,7 @@ SELECT expires_at > :'first_expiry' AS extended FROM fencing_leases WHERE lock_n
 SELECT fencing_leader('job');
 SELECT lock_name, holder, token = :'a_token' AS token_is_a, live,
        expires_at - granted_at BETWEEN interval '19 s' AND interval '21 s' AS ttl_applied
-FROM fencing_leases;
+FROM fencing_leases WHERE lock_name = 'job';
 
 -- Renew: only with the current token.
 SELECT fencing_renew('job', :'a_token', '10 s') AS renewed;

@@ -1,4 +1,5 @@
 -- fencing_protect(): installs the guard after checking the table.
+\set SHOW_CONTEXT never
 
 CREATE TABLE one_token (id int PRIMARY KEY, tok fencing_token, val text);
 INSERT INTO one_token VALUES (1, 5, 'a');

@@ -1,4 +1,5 @@
 -- Security: what an ordinary role can and cannot do around a protected table.
+\set SHOW_CONTEXT never
 
 CREATE TABLE guarded (id int PRIMARY KEY, token fencing_token, val text);
 INSERT INTO guarded VALUES (1, 34, 'by 34');

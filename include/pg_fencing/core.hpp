@@ -53,12 +53,24 @@ constexpr bool IsValidToken(std::int64_t value) noexcept { return value >= 0; }
 struct GuardOptions {
   bool allow_unset = false;  // an UPDATE that does not SET the column passes
   bool skip = false;         // a stale row is skipped instead of raising
+  // "lock=NAME": fence against the lock's high-water mark, not only the
+  // row's.  Points into the option word; empty when per-row only.
+  std::string_view lock_name;
 };
 
-enum class OptionStatus { kOk, kUnknown };
+enum class OptionStatus {
+  kOk,
+  kUnknown,           // not an option word
+  kEmptyLockName,     // "lock=" with nothing after it
+  kConflictingLocks,  // two different "lock=" options
+  kUnsetUnderLock,    // allow_unset with lock=: a lock-wide fence has no unfenced writes
+};
 
-// Applies one trigger option word ("allow_unset", "skip") to options.
+// Applies one trigger option word ("allow_unset", "skip", "lock=NAME") to
+// options.  Call FinishGuardOptions after the last word.
 OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noexcept;
+// Checks the combination of options once all words are applied.
+OptionStatus FinishGuardOptions(const GuardOptions &options) noexcept;
 
 // What the guard saw for one row.
 struct GuardInput {
@@ -77,5 +89,82 @@ enum class GuardVerdict {
 };
 
 GuardVerdict DecideGuard(const GuardInput &input, const GuardOptions &options) noexcept;
+
+// ---- Lock-wide fences ------------------------------------------------------
+//
+// Under a lock-wide fence ("lock=NAME"), every write to a protected table --
+// INSERT, UPDATE and DELETE -- carries a token, and is stale if the token is
+// below the highest token seen for that lock anywhere: any row, any table,
+// or a lease grant.  A write may take its token from the row (the token
+// column) or from the transaction (fencing_present).
+
+enum class WriteKind { kInsert, kUpdate, kDelete };
+
+struct LockWriteInput {
+  WriteKind kind;
+  bool column_assigned;  // UPDATE: the SET list names the token column
+  bool new_is_null;      // INSERT/UPDATE: NEW's token column
+  Token new_token;
+  bool old_is_null;  // UPDATE/DELETE: OLD's token column
+  Token old_token;
+  bool presented;  // the transaction presented a token for the lock
+  Token presented_token;
+};
+
+struct LockWriteDecision {
+  GuardVerdict verdict;  // kAccept: still to be judged against the lock
+  Token write_token;     // the token the write is made under
+  bool fill_from_presented;  // store write_token in NEW's token column
+};
+
+// The row-level part of a lock-wide fence: which token the write carries,
+// and whether it is missing or below the row's own token.
+LockWriteDecision DecideLockWrite(const LockWriteInput &input, const GuardOptions &options) noexcept;
+
+// The lock-level part, against the lock's high-water mark as the current
+// transaction holds it (locked).
+enum class HighWaterVerdict {
+  kAccept,  // equal to the mark
+  kRaise,   // above the mark (or no mark yet): the mark must move up first
+  kStale,   // below the mark
+};
+HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark) noexcept;
+
+// What the current transaction has done per lock: the token it presented
+// (fencing_present) and the high-water mark it has locked.  Fixed capacity
+// and no allocation, so the backend can keep it in transaction memory;
+// lock names point to memory the caller owns.  Subtransaction ids increase
+// within a transaction: aborting subtransaction S forgets every entry last
+// touched in S or in the subtransactions it started (a presentation made
+// there is gone; a mark read there is read again on the next write).
+using SubTransactionId = std::uint32_t;
+
+struct LockFence {
+  std::string_view lock_name;
+  bool presented;
+  Token presented_token;
+  SubTransactionId presented_in;
+  bool locked;       // the lock's fence row is locked by this transaction
+  bool mark_known;   // a high-water mark exists (false: none yet)
+  Token mark;        // valid when locked && mark_known
+  SubTransactionId locked_in;
+};
+
+class TransactionFences {
+ public:
+  static constexpr int kCapacity = 64;
+
+  LockFence *Find(std::string_view lock_name) noexcept;
+  // Finds the lock's entry, or adds an empty one; nullptr when full.
+  LockFence *FindOrAdd(std::string_view lock_name) noexcept;
+  void Present(LockFence &fence, Token token, SubTransactionId subxact) noexcept;
+  void Lock(LockFence &fence, bool mark_known, Token mark, SubTransactionId subxact) noexcept;
+  void AbortSubTransaction(SubTransactionId subxact) noexcept;
+  int size() const noexcept { return count_; }
+
+ private:
+  LockFence fences_[kCapacity];
+  int count_ = 0;
+};
 
 }  // namespace pg_fencing

@@ -1,8 +1,12 @@
 // Module entry: the magic block and the boundary's error reporter.
 #include "boundary.hpp"
+#include "fences.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
+
+void _PG_init(void);
+void _PG_init(void) { pg_fencing::RegisterFenceCallbacks(); }
 }
 
 namespace pg_fencing {

@@ -33,6 +33,12 @@ std::ostream &operator<<(std::ostream &os, OptionStatus status) {
       return os << "kOk";
     case OptionStatus::kUnknown:
       return os << "kUnknown";
+    case OptionStatus::kEmptyLockName:
+      return os << "kEmptyLockName";
+    case OptionStatus::kConflictingLocks:
+      return os << "kConflictingLocks";
+    case OptionStatus::kUnsetUnderLock:
+      return os << "kUnsetUnderLock";
   }
   return os << "OptionStatus(" << static_cast<int>(status) << ")";
 }
@@ -451,10 +457,10 @@ TEST(ApplyGuardOptionTest, UnknownWordsAreRejectedAndChangeNothing) {
       "\0"sv,
   };
   const GuardOptions starts[] = {
-      {false, false},
-      {true, false},
-      {false, true},
-      {true, true},
+      {false, false, {}},
+      {true, false, {}},
+      {false, true, {}},
+      {true, true, {}},
   };
   for (const auto word : words) {
     for (const auto &start : starts) {
@@ -470,7 +476,7 @@ TEST(ApplyGuardOptionTest, UnknownWordsAreRejectedAndChangeNothing) {
 }
 
 TEST(ApplyGuardOptionTest, KnownWordsNeverClearAFlag) {
-  GuardOptions options{true, true};
+  GuardOptions options{true, true, {}};
   EXPECT_EQ(ApplyGuardOption("skip", options), OptionStatus::kOk);
   EXPECT_TRUE(options.allow_unset);
   EXPECT_TRUE(options.skip);
@@ -704,6 +710,192 @@ TEST(DecideGuardTest, DoesNotModifyItsArguments) {
   EXPECT_FALSE(options.allow_unset);
   EXPECT_EQ(input.old_token, 10);
   EXPECT_EQ(input.new_token, 9);
+}
+
+// ---- Lock-wide fences ----------------------------------------------------------
+
+TEST(LockOptionTest, LockNameIsTakenFromTheWord) {
+  GuardOptions options;
+  EXPECT_EQ(ApplyGuardOption("lock=tenant-7", options), OptionStatus::kOk);
+  EXPECT_EQ(options.lock_name, "tenant-7");
+  EXPECT_FALSE(options.allow_unset);
+  EXPECT_FALSE(options.skip);
+  // Everything after the first '=' is the name, '=' included.
+  GuardOptions odd;
+  EXPECT_EQ(ApplyGuardOption("lock=a=b", odd), OptionStatus::kOk);
+  EXPECT_EQ(odd.lock_name, "a=b");
+}
+
+TEST(LockOptionTest, EmptyAndConflictingLocksAreErrors) {
+  GuardOptions options;
+  EXPECT_EQ(ApplyGuardOption("lock=", options), OptionStatus::kEmptyLockName);
+  EXPECT_TRUE(options.lock_name.empty());
+  EXPECT_EQ(ApplyGuardOption("lock=a", options), OptionStatus::kOk);
+  EXPECT_EQ(ApplyGuardOption("lock=a", options), OptionStatus::kOk);  // repeating is fine
+  EXPECT_EQ(ApplyGuardOption("lock=b", options), OptionStatus::kConflictingLocks);
+  EXPECT_EQ(options.lock_name, "a");
+  EXPECT_EQ(ApplyGuardOption("LOCK=a", options), OptionStatus::kUnknown);
+  EXPECT_EQ(ApplyGuardOption("lock", options), OptionStatus::kUnknown);
+}
+
+TEST(LockOptionTest, AllowUnsetCannotBeCombinedWithALock) {
+  GuardOptions options;
+  EXPECT_EQ(FinishGuardOptions(options), OptionStatus::kOk);
+  ASSERT_EQ(ApplyGuardOption("allow_unset", options), OptionStatus::kOk);
+  EXPECT_EQ(FinishGuardOptions(options), OptionStatus::kOk);
+  ASSERT_EQ(ApplyGuardOption("lock=x", options), OptionStatus::kOk);
+  EXPECT_EQ(FinishGuardOptions(options), OptionStatus::kUnsetUnderLock);
+  GuardOptions skip_under_lock;
+  ASSERT_EQ(ApplyGuardOption("skip", skip_under_lock), OptionStatus::kOk);
+  ASSERT_EQ(ApplyGuardOption("lock=x", skip_under_lock), OptionStatus::kOk);
+  EXPECT_EQ(FinishGuardOptions(skip_under_lock), OptionStatus::kOk);
+}
+
+LockWriteInput Write(WriteKind kind) {
+  LockWriteInput in{};
+  in.kind = kind;
+  in.new_is_null = true;
+  in.old_is_null = true;
+  return in;
+}
+
+TEST(DecideLockWriteTest, InsertTakesTheRowsTokenOrThePresentedOne) {
+  GuardOptions options;
+  LockWriteInput in = Write(WriteKind::kInsert);
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kRejectMissing);
+
+  in.presented = true;
+  in.presented_token = 40;
+  LockWriteDecision filled = DecideLockWrite(in, options);
+  EXPECT_EQ(filled.verdict, GuardVerdict::kAccept);
+  EXPECT_EQ(filled.write_token, 40);
+  EXPECT_TRUE(filled.fill_from_presented);
+
+  in.new_is_null = false;
+  in.new_token = 41;  // the row's own token wins, even when presented differs
+  LockWriteDecision own = DecideLockWrite(in, options);
+  EXPECT_EQ(own.verdict, GuardVerdict::kAccept);
+  EXPECT_EQ(own.write_token, 41);
+  EXPECT_FALSE(own.fill_from_presented);
+}
+
+TEST(DecideLockWriteTest, UpdateUsesTheAssignedTokenElseThePresentedOne) {
+  GuardOptions options;
+  LockWriteInput in = Write(WriteKind::kUpdate);
+  in.old_is_null = false;
+  in.old_token = 30;
+  in.new_is_null = false;
+  in.new_token = 30;  // unassigned: NEW carries OLD's value
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kRejectMissing);
+
+  in.presented = true;
+  in.presented_token = 35;
+  LockWriteDecision filled = DecideLockWrite(in, options);
+  EXPECT_EQ(filled.verdict, GuardVerdict::kAccept);
+  EXPECT_EQ(filled.write_token, 35);
+  EXPECT_TRUE(filled.fill_from_presented);
+
+  in.column_assigned = true;
+  in.new_token = 36;
+  LockWriteDecision assigned = DecideLockWrite(in, options);
+  EXPECT_EQ(assigned.write_token, 36);
+  EXPECT_FALSE(assigned.fill_from_presented);
+
+  // An explicit NULL is missing even with a presented token.
+  in.new_is_null = true;
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kRejectMissing);
+}
+
+TEST(DecideLockWriteTest, DeleteNeedsThePresentedToken) {
+  GuardOptions options;
+  LockWriteInput in = Write(WriteKind::kDelete);
+  in.old_is_null = false;
+  in.old_token = 30;
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kRejectMissing);
+  in.presented = true;
+  in.presented_token = 30;
+  LockWriteDecision decision = DecideLockWrite(in, options);
+  EXPECT_EQ(decision.verdict, GuardVerdict::kAccept);
+  EXPECT_EQ(decision.write_token, 30);
+  EXPECT_FALSE(decision.fill_from_presented);  // there is no new row to fill
+}
+
+TEST(DecideLockWriteTest, TheRowsOwnMarkStillHolds) {
+  GuardOptions options;
+  GuardOptions skipping;
+  skipping.skip = true;
+  for (WriteKind kind : {WriteKind::kUpdate, WriteKind::kDelete}) {
+    LockWriteInput in = Write(kind);
+    in.old_is_null = false;
+    in.old_token = 50;
+    in.presented = true;
+    in.presented_token = 49;
+    EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kRejectStale);
+    EXPECT_EQ(DecideLockWrite(in, skipping).verdict, GuardVerdict::kSkip);
+    in.presented_token = 50;
+    EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kAccept);
+    in.old_is_null = true;  // never fenced: any token
+    in.presented_token = 0;
+    EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kAccept);
+  }
+  // An INSERT has no old row: its token is judged by the lock alone.
+  LockWriteInput insert = Write(WriteKind::kInsert);
+  insert.old_is_null = false;
+  insert.old_token = 50;
+  insert.new_is_null = false;
+  insert.new_token = 1;
+  EXPECT_EQ(DecideLockWrite(insert, options).verdict, GuardVerdict::kAccept);
+}
+
+TEST(JudgeAgainstHighWaterTest, BelowIsStaleEqualPassesAboveRaises) {
+  EXPECT_EQ(JudgeAgainstHighWater(5, false, 0), HighWaterVerdict::kRaise);
+  EXPECT_EQ(JudgeAgainstHighWater(0, false, 0), HighWaterVerdict::kRaise);
+  EXPECT_EQ(JudgeAgainstHighWater(33, true, 34), HighWaterVerdict::kStale);
+  EXPECT_EQ(JudgeAgainstHighWater(34, true, 34), HighWaterVerdict::kAccept);
+  EXPECT_EQ(JudgeAgainstHighWater(35, true, 34), HighWaterVerdict::kRaise);
+  EXPECT_EQ(JudgeAgainstHighWater(0, true, kMaxToken), HighWaterVerdict::kStale);
+  EXPECT_EQ(JudgeAgainstHighWater(kMaxToken, true, kMaxToken), HighWaterVerdict::kAccept);
+}
+
+TEST(TransactionFencesTest, EntriesAreFoundByNameAndCapacityIsBounded) {
+  TransactionFences fences;
+  EXPECT_EQ(fences.Find("a"), nullptr);
+  LockFence *a = fences.FindOrAdd("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(fences.FindOrAdd("a"), a);
+  EXPECT_EQ(fences.Find("a"), a);
+  EXPECT_FALSE(a->presented);
+  EXPECT_FALSE(a->locked);
+  std::vector<std::string> names;
+  for (int i = 1; i < TransactionFences::kCapacity; ++i) names.push_back("lock-" + std::to_string(i));
+  for (const std::string &name : names) ASSERT_NE(fences.FindOrAdd(name), nullptr) << name;
+  EXPECT_EQ(fences.size(), TransactionFences::kCapacity);
+  EXPECT_EQ(fences.FindOrAdd("one-too-many"), nullptr);
+  EXPECT_EQ(fences.Find("a"), a);  // existing entries still found when full
+}
+
+TEST(TransactionFencesTest, AbortingASubtransactionForgetsWhatItDid) {
+  TransactionFences fences;
+  LockFence &top = *fences.FindOrAdd("top");
+  fences.Present(top, 10, 1);
+  fences.Lock(top, true, 10, 1);
+  LockFence &inner = *fences.FindOrAdd("inner");
+  fences.Present(inner, 20, 3);
+  fences.Lock(inner, false, 0, 3);
+
+  fences.AbortSubTransaction(2);  // subtransaction 2 and its children (3)
+  EXPECT_TRUE(top.presented);
+  EXPECT_TRUE(top.locked);
+  EXPECT_EQ(top.mark, 10);
+  EXPECT_FALSE(inner.presented);
+  EXPECT_FALSE(inner.locked);
+
+  // A raise inside a subtransaction is forgotten with it; the mark is read
+  // again on the next write instead of being trusted.
+  fences.Lock(top, true, 15, 4);
+  fences.AbortSubTransaction(4);
+  EXPECT_FALSE(top.locked);
+  EXPECT_TRUE(top.presented);  // presented at the top level, before 4
 }
 
 }  // namespace

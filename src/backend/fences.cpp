@@ -1,0 +1,181 @@
+// Lock-wide fences: the transaction's presented tokens (fencing_present)
+// and its locked view of each lock's high-water mark.
+//
+// The mark itself lives in the table fencing_fence, one row per lock, and
+// is read and moved only by the SQL function fencing_fence_advance(), which
+// locks the row for the rest of the transaction.  So writers under one lock
+// are serialised on that one row whatever tables they write, and a
+// transaction that has locked the mark can judge every further row against
+// its cached copy without another query.
+#include "fences.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "nodes/makefuncs.h"
+#include "nodes/pg_list.h"
+#include "parser/parse_func.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+#include "catalog/pg_type.h"
+}
+
+#include <new>
+
+namespace pg_fencing {
+namespace {
+
+// The current transaction's fences; nullptr until first used.  Allocated in
+// TopTransactionContext, which is reset at transaction end, when the
+// callback below also forgets the pointer.
+TransactionFences *current_fences = nullptr;
+
+void OnTransactionEnd(XactEvent event, void *) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_PARALLEL_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PREPARE:
+      current_fences = nullptr;
+      break;
+    default:
+      break;
+  }
+}
+
+void OnSubTransactionEvent(SubXactEvent event, SubTransactionId my_subid, SubTransactionId,
+                           void *) {
+  if (event == SUBXACT_EVENT_ABORT_SUB && current_fences != nullptr) {
+    current_fences->AbortSubTransaction(my_subid);
+  }
+}
+
+TransactionFences &Fences() {
+  if (current_fences == nullptr) {
+    void *memory = MemoryContextAllocZero(TopTransactionContext, sizeof(TransactionFences));
+    current_fences = new (memory) TransactionFences();
+  }
+  return *current_fences;
+}
+
+LockFence &FenceFor(const char *lock_name) {
+  TransactionFences &fences = Fences();
+  if (LockFence *found = fences.Find(lock_name)) return *found;
+  // The entry points at a copy that lives as long as the transaction.
+  const char *copy = MemoryContextStrdup(TopTransactionContext, lock_name);
+  LockFence *added = fences.FindOrAdd(copy);
+  if (added == nullptr) {
+    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                    errmsg("a transaction can write under at most %d fencing locks",
+                           TransactionFences::kCapacity),
+                    errdetail("Lock \"%s\" would be one more.", lock_name)));
+  }
+  return *added;
+}
+
+// Calls fencing_fence_advance(lock_name, token): locks the lock's fence row
+// (creating it) and moves the mark up to token if token is higher.  Returns
+// whether a mark existed before, and it in *previous.
+bool CallFenceAdvance(Oid schema, const char *lock_name, Token token, Token *previous) {
+  Oid argtypes[2] = {TEXTOID, InvalidOid};
+  argtypes[1] = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("fencing_token"),
+                                ObjectIdGetDatum(schema));
+  List *name = list_make2(makeString(get_namespace_name(schema)),
+                          makeString(pstrdup("fencing_fence_advance")));
+  const Oid advance = LookupFuncName(name, 2, argtypes, false);
+
+  LOCAL_FCINFO(fcinfo, 2);
+  FmgrInfo flinfo;
+  fmgr_info(advance, &flinfo);
+  InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
+  fcinfo->args[0].value = CStringGetTextDatum(lock_name);
+  fcinfo->args[0].isnull = false;
+  fcinfo->args[1].value = Int64GetDatum(token);
+  fcinfo->args[1].isnull = false;
+  const Datum result = FunctionCallInvoke(fcinfo);
+  if (fcinfo->isnull) return false;
+  *previous = DatumGetInt64(result);
+  return true;
+}
+
+}  // namespace
+
+void RegisterFenceCallbacks() {
+  RegisterXactCallback(OnTransactionEnd, nullptr);
+  RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
+}
+
+LockFence *FindTransactionFence(const char *lock_name) {
+  return current_fences == nullptr ? nullptr : current_fences->Find(lock_name);
+}
+
+bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mark) {
+  LockFence &fence = FenceFor(lock_name);
+  if (fence.locked) {
+    switch (JudgeAgainstHighWater(token, fence.mark_known, fence.mark)) {
+      case HighWaterVerdict::kAccept:
+        *mark = fence.mark;
+        return true;
+      case HighWaterVerdict::kStale:
+        *mark = fence.mark;
+        return false;
+      case HighWaterVerdict::kRaise:
+        break;
+    }
+  }
+  Token previous = 0;
+  const bool had_mark = CallFenceAdvance(schema, lock_name, token, &previous);
+  // The function call may have run arbitrary code; look the entry up again.
+  LockFence &locked = FenceFor(lock_name);
+  if (had_mark && token < previous) {
+    Fences().Lock(locked, true, previous, GetCurrentSubTransactionId());
+    *mark = previous;
+    return false;
+  }
+  Fences().Lock(locked, true, token, GetCurrentSubTransactionId());
+  *mark = token;
+  return true;
+}
+
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_present(lock_name text, token fencing_token) RETURNS void
+PG_FUNCTION_INFO_V1(fencing_present);
+Datum fencing_present(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("lock name must not be NULL or empty")));
+  }
+  const char *lock_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+  if (lock_name[0] == '\0') {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("lock name must not be NULL or empty")));
+  }
+  if (PG_ARGISNULL(1)) {
+    ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                    errmsg("missing fencing token for lock \"%s\": fencing_present() was given NULL",
+                           lock_name)));
+  }
+  const Token token = PG_GETARG_INT64(1);
+  Token mark = 0;
+  if (!AdvanceLockFence(get_func_namespace(fcinfo->flinfo->fn_oid), lock_name, token, &mark)) {
+    ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
+                    errmsg("stale fencing token " INT64_FORMAT " for lock \"%s\": the lock has "
+                           "already seen " INT64_FORMAT,
+                           token, lock_name, mark),
+                    errdetail("A newer holder of the lock has been granted or has written; the "
+                              "lock you held has moved on.")));
+  }
+  TransactionFences &fences = Fences();
+  fences.Present(*fences.Find(lock_name), token, GetCurrentSubTransactionId());
+  PG_RETURN_VOID();
+}
+
+}  // extern "C"

@@ -1,0 +1,23 @@
+// Lock-wide fences: what the current transaction knows about each lock it
+// writes under (see TransactionFences in core.hpp), kept in transaction
+// memory and forgotten at commit, rollback, or the abort of the
+// subtransaction that learned it.
+#pragma once
+
+#include "boundary.hpp"
+
+namespace pg_fencing {
+
+// Registers the transaction callbacks; called from _PG_init.
+void RegisterFenceCallbacks();
+
+// The current transaction's entry for a lock, or nullptr if it has none.
+LockFence *FindTransactionFence(const char *lock_name);
+
+// Makes sure the lock's high-water mark is locked by this transaction and
+// is not above token, moving it up to token if token is higher.  Returns
+// false, leaving the mark as it was, when token is below it; *mark then
+// holds the mark.  extension_schema is where fencing_fence lives.
+bool AdvanceLockFence(Oid extension_schema, const char *lock_name, Token token, Token *mark);
+
+}  // namespace pg_fencing
