@@ -9,7 +9,6 @@ cd "$PROJECT_ROOT"
 install_packages
 build_and_install
 
-log "replaying the pause scenario on a throwaway cluster"
-copy=$(make_test_copy)
-with_throwaway_cluster psql -X -v ON_ERROR_STOP=0 -f "$copy/examples/pause_scenario.sql"
-rm -rf "$(dirname "$copy")"
+log "replaying the pause scenario and a leader election on a throwaway cluster"
+# Options after the command go to the demo, e.g. --fencing on, --json.
+with_throwaway_cluster build/demo/pg_fencing_demo "$@"

@@ -41,9 +41,9 @@ build_and_install() {
   cmake --build "$PROJECT_ROOT/build" -j2 >/dev/null
 }
 
-# PostgreSQL refuses to run as root, and pg_regress writes into the tree, so
-# server-side suites run as the unprivileged "postgres" user in a copy of the
-# tree that it owns.  Prints the copy's path.
+# PostgreSQL::Test::Cluster runs initdb and the server as the calling user,
+# which must not be root, and writes into the tree: the TAP tests run as
+# "postgres" in a copy of the tree that it owns.  Prints the copy's path.
 make_test_copy() {
   local dir
   dir=$(mktemp -d /tmp/pg_fencing.XXXXXX)
@@ -66,10 +66,11 @@ free_port() {
     exit 1;'
 }
 
-# Runs a command as postgres with a throwaway cluster (pg_virtualenv sets
-# PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE), on a port of its own:
-# pg_virtualenv alone picks the first free port from 5432, which two runs
-# started at once can both pick.
+# Runs a command (as root) against a throwaway cluster: pg_virtualenv -t
+# creates it in a temporary directory, runs the server as postgres, sets
+# PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE, and drops it all when
+# the command ends.  The port is our own: pg_virtualenv alone picks the
+# first free port from 5432, which two runs started at once can both pick.
 with_throwaway_cluster() {
-  as_postgres pg_virtualenv -v "$PG_MAJOR" -c "-p $(free_port)" "$@"
+  pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" "$@"
 }

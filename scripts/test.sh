@@ -26,7 +26,7 @@ run_suite() {
   fi
 }
 
-unit_tests() { ctest --test-dir build --output-on-failure; }
+unit_tests() { ctest --test-dir build -LE integration --output-on-failure; }
 
 sanitized_unit_tests() {
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPG_FENCING_SANITIZE=ON >/dev/null &&
@@ -35,16 +35,22 @@ sanitized_unit_tests() {
 }
 
 # pg_regress (sql/, expected/) and pg_isolation_regress (test/isolation/)
-# against a throwaway cluster made by pg_virtualenv.
+# against a throwaway cluster.
 regress_and_isolation() {
-  local copy
-  copy=$(make_test_copy)
-  if with_throwaway_cluster make -C "$copy" installcheck TAP_TESTS=; then
-    rm -rf "$(dirname "$copy")"
-  else
-    cat "$copy"/regression.diffs "$copy"/output_iso/regression.diffs 2>/dev/null || true
+  if ! with_throwaway_cluster make installcheck TAP_TESTS=; then
+    cat regression.diffs output_iso/regression.diffs 2>/dev/null || true
     return 1
   fi
+}
+
+# The client library against a throwaway cluster (ctest label integration).
+client_integration_tests() {
+  with_throwaway_cluster bash test/integration/run-inside.sh build
+}
+
+# The demo, as the README's first command runs it, with its exit status.
+demo_run() {
+  with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
 # PostgreSQL::Test::Cluster TAP tests (test/t/); each makes its own clusters.
@@ -62,6 +68,8 @@ tap_tests() {
 run_suite "unit tests (GoogleTest)" unit_tests
 run_suite "unit tests under ASan and UBSan" sanitized_unit_tests
 run_suite "pg_regress and isolation" regress_and_isolation
+run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
+run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 
 echo

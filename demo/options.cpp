@@ -1,0 +1,251 @@
+// Command-line parsing for pg_fencing_demo (see options.hpp).
+#include "options.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <optional>
+#include <utility>
+
+namespace pg_fencing::demo {
+
+namespace {
+
+constexpr char kWorkerFlag[] = "--worker";
+constexpr char kConninfoVariable[] = "PG_FENCING_DEMO_CONNINFO";
+// Below this, connection round trips eat a visible share of the lease and
+// the timeline stops telling the story.
+constexpr std::chrono::milliseconds kMinimumTtl{100};
+
+struct RoleName {
+  WorkerRole role;
+  const char *name;
+};
+constexpr RoleName kRoleNames[] = {
+    {WorkerRole::kPauseHolder, "pause-holder"},
+    {WorkerRole::kPauseSuccessor, "pause-successor"},
+    {WorkerRole::kLeaderCandidate, "leader-candidate"},
+};
+
+// Walks argv option by option; accepts both "--name value" and "--name=value".
+class ArgumentCursor {
+ public:
+  ArgumentCursor(int argc, char **argv) : arguments_(argv + 1, argv + argc) {}
+
+  bool done() const { return next_ >= arguments_.size(); }
+
+  std::string NextOption() {
+    std::string argument = arguments_[next_++];
+    inline_value_.reset();
+    const std::size_t equals = argument.find('=');
+    if (argument.rfind("--", 0) == 0 && equals != std::string::npos) {
+      inline_value_ = argument.substr(equals + 1);
+      argument.resize(equals);
+    }
+    return argument;
+  }
+
+  std::string ValueOf(const std::string &option) {
+    if (inline_value_) return *std::exchange(inline_value_, std::nullopt);
+    if (done()) throw UsageError("option " + option + " needs a value");
+    return arguments_[next_++];
+  }
+
+  // For flags: "--json=yes" is a mistake, not a value to ignore.
+  void RejectValue(const std::string &option) const {
+    if (inline_value_) throw UsageError("option " + option + " takes no value");
+  }
+
+ private:
+  std::vector<std::string> arguments_;
+  std::size_t next_ = 0;
+  std::optional<std::string> inline_value_;
+};
+
+long long ParseNonNegative(const std::string &option, const std::string &text) {
+  long long value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < 0) {
+    throw UsageError("option " + option + " needs a non-negative whole number, got '" + text + "'");
+  }
+  return value;
+}
+
+std::chrono::milliseconds ParseMilliseconds(const std::string &option, const std::string &text,
+                                            std::chrono::milliseconds minimum) {
+  const std::chrono::milliseconds value{ParseNonNegative(option, text)};
+  if (value < minimum) {
+    throw UsageError("option " + option + " must be at least " + std::to_string(minimum.count()) +
+                     " ms, got " + text);
+  }
+  return value;
+}
+
+WorkerRole ParseRole(const std::string &text) {
+  for (const RoleName &entry : kRoleNames) {
+    if (text == entry.name) return entry.role;
+  }
+  throw UsageError("unknown worker role '" + text + "'");
+}
+
+const char *RoleNameOf(WorkerRole role) {
+  for (const RoleName &entry : kRoleNames) {
+    if (role == entry.role) return entry.name;
+  }
+  return "unknown";
+}
+
+// Fills command_line.demo, or asks for help.
+void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
+  DemoOptions &options = command_line.demo;
+  bool pause_given = false;
+  while (!cursor.done()) {
+    const std::string option = cursor.NextOption();
+    if (option == "-h" || option == "--help") {
+      command_line.action = CommandLine::Action::kShowHelp;
+      return;
+    } else if (option == "--db") {
+      options.conninfo = cursor.ValueOf(option);
+    } else if (option == "--fencing") {
+      const std::string mode = cursor.ValueOf(option);
+      if (mode != "on" && mode != "off" && mode != "both") {
+        throw UsageError("--fencing takes on, off or both, got '" + mode + "'");
+      }
+      options.pause_with_fencing_off = mode != "on";
+      options.pause_with_fencing_on = mode != "off";
+    } else if (option == "--scenario") {
+      const std::string scenario = cursor.ValueOf(option);
+      if (scenario != "pause" && scenario != "leader" && scenario != "all") {
+        throw UsageError("--scenario takes pause, leader or all, got '" + scenario + "'");
+      }
+      options.run_pause_scenario = scenario != "leader";
+      options.run_leader_scenario = scenario != "pause";
+    } else if (option == "--ttl") {
+      options.ttl = ParseMilliseconds(option, cursor.ValueOf(option), kMinimumTtl);
+    } else if (option == "--pause") {
+      options.pause =
+          ParseMilliseconds(option, cursor.ValueOf(option), std::chrono::milliseconds{1});
+      pause_given = true;
+    } else if (option == "--json") {
+      cursor.RejectValue(option);
+      options.json = true;
+    } else if (option == "--no-color") {
+      cursor.RejectValue(option);
+      options.allow_color = false;
+    } else {
+      throw UsageError("unknown option '" + option + "'");
+    }
+  }
+  // Long enough past the ttl for the lease to expire and B to take over and
+  // write, short enough to keep the run brisk.
+  if (!pause_given) options.pause = options.ttl * 5 / 2;
+}
+
+WorkerOptions ParseWorkerOptions(ArgumentCursor &cursor) {
+  WorkerOptions options;
+  options.role = ParseRole(cursor.ValueOf(kWorkerFlag));
+  while (!cursor.done()) {
+    const std::string option = cursor.NextOption();
+    const std::string value = cursor.ValueOf(option);
+    if (option == "--name") {
+      options.name = value;
+    } else if (option == "--lock") {
+      options.lock_name = value;
+    } else if (option == "--table") {
+      options.table = value;
+    } else if (option == "--ttl") {
+      options.ttl = ParseMilliseconds(option, value, std::chrono::milliseconds{1});
+    } else if (option == "--acquire-wait") {
+      options.acquire_wait = ParseMilliseconds(option, value, std::chrono::milliseconds{0});
+    } else if (option == "--event-fd") {
+      options.event_fd = static_cast<int>(ParseNonNegative(option, value));
+    } else if (option == "--command-fd") {
+      options.command_fd = static_cast<int>(ParseNonNegative(option, value));
+    } else {
+      throw UsageError("unknown worker option '" + option + "'");
+    }
+  }
+  if (options.name.empty() || options.lock_name.empty() || options.table.empty() ||
+      options.ttl.count() == 0 || options.event_fd < 0 || options.command_fd < 0) {
+    throw UsageError("incomplete worker command line (workers are started by the demo itself)");
+  }
+  if (const char *conninfo = std::getenv(kConninfoVariable)) options.conninfo = conninfo;
+  return options;
+}
+
+}  // namespace
+
+CommandLine ParseCommandLine(int argc, char **argv) {
+  CommandLine command_line;
+  ArgumentCursor cursor(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == kWorkerFlag) {
+    cursor.NextOption();
+    command_line.action = CommandLine::Action::kRunWorker;
+    command_line.worker = ParseWorkerOptions(cursor);
+  } else {
+    ParseDemoOptions(cursor, command_line);
+  }
+  return command_line;
+}
+
+std::string UsageText() {
+  return R"(Usage: pg_fencing_demo [OPTION]...
+
+Shows, on a real PostgreSQL database and with real processes, why a lease is
+not enough and what fencing tokens add:
+
+  pause   Worker A holds a lease, checks that it still does, and is stopped
+          (SIGSTOP, standing in for a GC pause) just before it writes. Its lease
+          expires; B takes the lock with a newer token and writes. A resumes and
+          writes with its stale token. Run with fencing off (the stale write
+          lands and B's write is lost) and on (fencing_protect rejects it with
+          SQLSTATE 55Z01 and B's value survives).
+  leader  Three workers compete for a leader lease; the leader writes with its
+          token every 100 ms. The leader is killed (kill -9) twice; each time
+          another takes over once the lease expires. The log of accepted
+          writes must show the tokens in order.
+
+Options:
+  --db CONNSTR            libpq connection string (default: empty, so the PG*
+                          environment variables decide)
+  --fencing on|off|both   which pause runs to make (default: both); the leader
+                          run is always fenced
+  --scenario pause|leader|all
+                          which scenarios to run (default: all)
+  --ttl MS                lease time to live, at least 100 (default: 1000)
+  --pause MS              how long A stays stopped (default: 2.5 x ttl)
+  --json                  one JSON object per timeline line, then a summary
+                          object, instead of text
+  --no-color              no colours (they are only used on a terminal, and
+                          never when NO_COLOR is set)
+  -h, --help              this text
+
+The demo runs CREATE EXTENSION IF NOT EXISTS pg_fencing (a superuser's job
+when the extension is not there yet), and recreates the tables
+fencing_demo_pause_off, fencing_demo_pause_on, fencing_demo_leader and
+fencing_demo_leader_log, which it leaves behind for inspection.
+
+Exit status: 0 when every run showed what it should (for fencing off, that the
+stale write lands), 1 when one did not, 2 for a bad command line or database.
+)";
+}
+
+std::vector<std::string> WorkerArguments(const WorkerOptions &options) {
+  return {kWorkerFlag,      RoleNameOf(options.role),
+          "--name",         options.name,
+          "--lock",         options.lock_name,
+          "--table",        options.table,
+          "--ttl",          std::to_string(options.ttl.count()),
+          "--acquire-wait", std::to_string(options.acquire_wait.count()),
+          "--event-fd",     std::to_string(options.event_fd),
+          "--command-fd",   std::to_string(options.command_fd)};
+}
+
+void ExportConninfoToWorkers(const std::string &conninfo) {
+  setenv(kConninfoVariable, conninfo.c_str(), /*overwrite=*/1);
+}
+
+std::string LeaseHolderName(const std::string &worker_name, pid_t pid) {
+  return worker_name + "@pid" + std::to_string(pid);
+}
+
+}  // namespace pg_fencing::demo

@@ -1,0 +1,73 @@
+// Command line of pg_fencing_demo: the options a user gives the demo, and the
+// hidden ones the demo gives the copies of itself it starts as workers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pg_fencing::demo {
+
+// A bad command line; what() is the message for the user.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct DemoOptions {
+  std::string conninfo;  // empty: libpq's PG* environment variables
+  bool pause_with_fencing_off = true;
+  bool pause_with_fencing_on = true;
+  bool run_pause_scenario = true;
+  bool run_leader_scenario = true;
+  std::chrono::milliseconds ttl{1000};
+  std::chrono::milliseconds pause{2500};
+  bool json = false;
+  bool allow_color = true;  // --no-color turns it off; colour also needs a terminal
+};
+
+enum class WorkerRole {
+  kPauseHolder,      // A: holds the lease, is paused between its check and its write
+  kPauseSuccessor,   // B: waits for the lock while A is paused, then writes
+  kLeaderCandidate,  // competes for the leader lease and logs writes while it leads
+};
+
+struct WorkerOptions {
+  WorkerRole role = WorkerRole::kLeaderCandidate;
+  std::string name;      // who in the timeline: "A", "B", "L1", ...
+  std::string conninfo;  // from the environment, see ExportConninfoToWorkers
+  std::string lock_name;
+  std::string table;
+  std::chrono::milliseconds ttl{0};
+  std::chrono::milliseconds acquire_wait{0};  // the wait of fencing_acquire's waiting form
+  int event_fd = -1;                          // write end of the orchestrator's event pipe
+  int command_fd = -1;                        // read end of this worker's command pipe
+};
+
+struct CommandLine {
+  enum class Action { kRunDemo, kRunWorker, kShowHelp };
+  Action action = Action::kRunDemo;
+  DemoOptions demo;      // for kRunDemo
+  WorkerOptions worker;  // for kRunWorker
+};
+
+// Throws UsageError.
+CommandLine ParseCommandLine(int argc, char **argv);
+
+std::string UsageText();
+
+// The arguments that make this program run as the worker `options` describes
+// (everything but the program name).  The connection string is not among
+// them: command lines are visible to every local user and it may hold a
+// password, so it travels in the environment (ExportConninfoToWorkers).
+std::vector<std::string> WorkerArguments(const WorkerOptions &options);
+void ExportConninfoToWorkers(const std::string &conninfo);
+
+// The holder name a worker acquires leases with: unique per process, and
+// recognisable in fencing_leader() and the fencing_leases view.
+std::string LeaseHolderName(const std::string &worker_name, pid_t pid);
+
+}  // namespace pg_fencing::demo

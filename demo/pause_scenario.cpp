@@ -1,0 +1,185 @@
+// The pause scenario (see scenarios.hpp):
+//   A takes the lease (token n), checks held(), writes, checks held() again
+//   and is stopped right there; its lease expires on the server; B takes the
+//   lock (token n+1) and writes; A resumes and writes with token n at once.
+#include <algorithm>
+
+#include "demo_tables.hpp"
+#include "events.hpp"
+#include "run.hpp"
+#include "scenarios.hpp"
+
+namespace pg_fencing::demo {
+
+namespace {
+
+constexpr char kHolder[] = "A";
+constexpr char kSuccessor[] = "B";
+
+// What the verdict is drawn from.
+struct PauseFacts {
+  Token holder_token = 0;
+  std::optional<Event> successor_write;  // B's outcome, if it came before A resumed
+  std::optional<Event> stale_write;      // A's outcome after the pause
+  PauseRow final_row;
+};
+
+WorkerOptions PauseWorkerOptions(const DemoOptions &options, WorkerRole role, const char *name,
+                                 const std::string &lock_name, const std::string &table) {
+  WorkerOptions worker;
+  worker.role = role;
+  worker.name = name;
+  worker.lock_name = lock_name;
+  worker.table = table;
+  worker.ttl = options.ttl;
+  // Enough for B to outlast A's lease, and for A to outlast one left live by
+  // an interrupted earlier run.
+  worker.acquire_wait = options.ttl * 2 + std::chrono::seconds(1);
+  return worker;
+}
+
+// A write's outcome as its worker reports it (or its failure).
+EventMatcher WriteOutcomeOf(const char *who) {
+  return EventFrom(who, {EventKind::kWriteAccepted, EventKind::kWriteRejected, EventKind::kError});
+}
+
+std::string RowText(const PauseRow &row) {
+  return "token " + (row.token ? std::to_string(*row.token) : std::string("NULL")) + ", val '" +
+         row.value + "'";
+}
+
+std::string OutcomeText(const std::optional<Event> &write) {
+  if (!write) return "no outcome was reported";
+  switch (write->kind) {
+    case EventKind::kWriteAccepted:
+      return "it was accepted";
+    case EventKind::kWriteRejected:
+      return "it was rejected";
+    default:
+      return "it failed: " + write->detail;
+  }
+}
+
+Verdict JudgePause(const DemoOptions &options, bool fencing_on, const PauseFacts &facts) {
+  if (!facts.successor_write || facts.successor_write->kind != EventKind::kWriteAccepted) {
+    return {false, "B had not written when A resumed (pause " + MillisecondsText(options.pause) +
+                       ", ttl " + MillisecondsText(options.ttl) +
+                       "), so there was no newer write to protect; try a longer --pause"};
+  }
+  const std::string holder_token = std::to_string(facts.holder_token);
+  const std::string successor_token = std::to_string(*facts.successor_write->token);
+  const std::string what_happened = "A's write with token " + holder_token + ": " +
+                                    OutcomeText(facts.stale_write) + "; the row holds " +
+                                    RowText(facts.final_row);
+  const bool stale_accepted =
+      facts.stale_write && facts.stale_write->kind == EventKind::kWriteAccepted;
+  const bool stale_rejected =
+      facts.stale_write && facts.stale_write->kind == EventKind::kWriteRejected;
+
+  if (!fencing_on) {
+    if (stale_accepted && facts.final_row.token == facts.holder_token &&
+        facts.final_row.value == kHolderStaleValue) {
+      return {true, "fencing OFF: A's stale write (token " + holder_token +
+                        ") landed on top of B's (token " + successor_token +
+                        ") and B's write is lost: the failure fencing exists to prevent, shown "
+                        "as expected"};
+    }
+    return {false, "fencing OFF: expected A's stale write to land, but " + what_happened};
+  }
+  if (stale_rejected && facts.final_row.token == facts.successor_write->token &&
+      facts.final_row.value == kSuccessorValue) {
+    return {true, "fencing ON: A's stale write (token " + holder_token +
+                      ") was rejected with 55Z01 and B's value (token " + successor_token +
+                      ") survives"};
+  }
+  const std::string expected =
+      "fencing ON: expected A's stale write to be rejected and B's value to survive";
+  return {false, expected + ", but " + what_happened};
+}
+
+}  // namespace
+
+Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
+                         bool fencing_on) {
+  const std::string mode = fencing_on ? "on" : "off";
+  const std::string table = "fencing_demo_pause_" + mode;
+  const std::string lock_name = "fencing_demo:pause:" + mode;
+  Run run(timeline, "pause/" + mode,
+          std::string("pause scenario, fencing ") + (fencing_on ? "ON" : "OFF") + ": table " +
+              table + (fencing_on ? " with fencing_protect" : " without guard") + ", lock " +
+              lock_name + ", ttl " + MillisecondsText(options.ttl) + ", pause " +
+              MillisecondsText(options.pause));
+  CreatePauseTable(db, table, fencing_on);
+
+  // An accepted write with a token below one accepted before is exactly the
+  // failure fencing prevents: flag it wherever it shows up.
+  std::optional<Token> highest_accepted;
+  run.SetObserver([&highest_accepted](const Event &event) {
+    EventDisplay display;
+    if (event.kind != EventKind::kWriteAccepted || !event.token) return display;
+    if (highest_accepted && *event.token < *highest_accepted) {
+      display.alarm = "STALE: token " + std::to_string(*event.token) + " < " +
+                      std::to_string(*highest_accepted) + ", and nothing checked it";
+    }
+    highest_accepted = std::max(highest_accepted.value_or(*event.token), *event.token);
+    return display;
+  });
+  const auto report_row = [&](std::optional<Token> token_to_keep) {
+    const PauseRow row = ReadPauseRow(db, table);
+    std::string alarm;
+    if (token_to_keep && row.token != token_to_keep) {
+      alarm = "B's write (token " + std::to_string(*token_to_keep) + ") is lost";
+    }
+    run.Report(EventKind::kRowState, table, row.token, RowText(row), alarm);
+    return row;
+  };
+
+  PauseFacts facts;
+  WorkerProcess &holder = run.StartWorker(
+      PauseWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table),
+      "takes the lease and writes");
+  const std::optional<Event> about_to_write =
+      run.AwaitEvent(EventFrom(kHolder, {EventKind::kAboutToWrite, EventKind::kError}),
+                     Clock::now() + StepTimeout(options));
+  if (!about_to_write) return {false, "A never got as far as its second write"};
+  if (about_to_write->kind == EventKind::kError) {
+    return {false, "A failed before its second write: " + about_to_write->detail};
+  }
+  facts.holder_token = *about_to_write->token;
+
+  holder.Pause();
+  const Clock::time_point paused_at = Clock::now();
+  run.Report(EventKind::kPaused, kHolder, facts.holder_token,
+             "between its held() check and its write, for " + MillisecondsText(options.pause) +
+                 " (think GC pause, VM migration)");
+  holder.SendGo();  // A reads it the moment it runs again
+
+  run.StartWorker(
+      PauseWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name, table),
+      "waits for the lock");
+  const Clock::time_point resume_at = paused_at + options.pause;
+  facts.successor_write = run.AwaitEvent(WriteOutcomeOf(kSuccessor), resume_at);
+  std::optional<Token> successor_token;
+  if (facts.successor_write && facts.successor_write->kind == EventKind::kWriteAccepted) {
+    successor_token = facts.successor_write->token;
+    report_row(std::nullopt);
+  }
+  run.ShowEventsUntil(resume_at);
+
+  holder.Resume();
+  run.Report(EventKind::kResumed, kHolder, facts.holder_token,
+             "after " + MillisecondsText(Clock::now() - paused_at) +
+                 "; it has already checked its lease, so it writes at once");
+  facts.stale_write = run.AwaitEvent(WriteOutcomeOf(kHolder), Clock::now() + StepTimeout(options));
+  facts.final_row = report_row(successor_token);
+
+  const bool stopped_cleanly = run.StopWorkers(StepTimeout(options));
+  Verdict verdict = JudgePause(options, fencing_on, facts);
+  if (!stopped_cleanly) {
+    verdict.ok = false;
+    verdict.text += "; and the workers did not stop cleanly";
+  }
+  return verdict;
+}
+
+}  // namespace pg_fencing::demo

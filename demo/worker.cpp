@@ -1,0 +1,180 @@
+// Worker processes (see worker.hpp).  Each is an ordinary client of
+// pg_fencing_client: it takes a Lease, checks held(), and sends its token with
+// every write.  Everything it does, it reports to the orchestrator.
+#include "worker.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
+
+#include "demo_tables.hpp"
+#include "events.hpp"
+#include "pg_fencing/client.hpp"
+
+namespace pg_fencing::demo {
+
+namespace {
+
+enum class Command { kGo, kStop, kNone };
+
+// Waits for the orchestrator's next command, at most `timeout` (forever if
+// nullopt).  A stop stays pending: end of file reads again and again.
+Command AwaitCommand(int command_fd, std::optional<std::chrono::milliseconds> timeout) {
+  pollfd readable{command_fd, POLLIN, 0};
+  int ready;
+  do {
+    ready = poll(&readable, 1, timeout ? static_cast<int>(timeout->count()) : -1);
+  } while (ready < 0 && errno == EINTR);
+  if (ready == 0) return Command::kNone;
+  char command;
+  ssize_t got;
+  do {
+    got = read(command_fd, &command, 1);
+  } while (got < 0 && errno == EINTR);
+  return got == 1 && command == kGoCommand ? Command::kGo : Command::kStop;
+}
+
+// The server's words without libpq's "ERROR:  " and anything after the
+// first line.
+std::string ServerMessage(std::string message) {
+  constexpr std::string_view kSeverityPrefix = "ERROR:";
+  if (message.rfind(kSeverityPrefix, 0) == 0) message.erase(0, kSeverityPrefix.size());
+  message.erase(0, message.find_first_not_of(' '));
+  message.erase(std::min(message.find('\n'), message.size()));
+  return message;
+}
+
+client::LeaseOptions LeaseOptionsFor(const WorkerOptions &options, const EventWriter &events) {
+  client::LeaseOptions lease;
+  lease.conninfo = options.conninfo;
+  lease.lock_name = options.lock_name;
+  lease.holder = LeaseHolderName(options.name, getpid());
+  lease.ttl = options.ttl;
+  lease.wait = options.acquire_wait;
+  lease.on_lost = [&events](const std::string &reason) {
+    events.Emit(EventKind::kLeaseLost, std::nullopt, reason);
+  };
+  return lease;
+}
+
+// Runs a fenced write and reports its fate; false if the guard rejected it.
+template <typename Write>
+bool ReportFencedWrite(const EventWriter &events, Token token, const std::string &detail,
+                       Write &&write) {
+  try {
+    write();
+  } catch (const client::StaleTokenError &error) {
+    events.Emit(EventKind::kWriteRejected, token, ServerMessage(error.what()));
+    return false;
+  }
+  events.Emit(EventKind::kWriteAccepted, token, detail);
+  return true;
+}
+
+void WritePauseValue(pqxx::connection &db, const WorkerOptions &options, const EventWriter &events,
+                     Token token, const std::string &value) {
+  ReportFencedWrite(events, token, "val = '" + value + "'",
+                    [&] { WritePauseRow(db, options.table, token, value); });
+}
+
+// A: checks its lease before each write, like a careful client, and still
+// writes after its lease is gone, because the pause falls after the check.
+void RunPauseHolder(const WorkerOptions &options, const EventWriter &events) {
+  pqxx::connection db(options.conninfo);
+  client::Lease lease(LeaseOptionsFor(options, events));
+  const Token token = lease.token();
+  events.Emit(EventKind::kAcquired, token);
+
+  lease.CheckHeld();
+  WritePauseValue(db, options, events, token, kHolderFirstValue);
+
+  lease.CheckHeld();
+  events.Emit(EventKind::kAboutToWrite, token);
+  // The orchestrator stops this process while it waits here and sends the
+  // go-ahead only once it is stopped, so the pause lands exactly between the
+  // check above and the write below, a window no client-side check can close.
+  if (AwaitCommand(options.command_fd, std::nullopt) != Command::kGo) return;
+  WritePauseValue(db, options, events, token, kHolderStaleValue);
+
+  // The client library does know by now (its on_lost may even have fired
+  // first), but A checked before the pause and has no reason to look again.
+  if (!lease.held()) {
+    events.Emit(EventKind::kNote, token, "held() = false now: too late, the write has been sent");
+  }
+}
+
+// B: waits for the lock while A is paused, writes, and holds the lease, as a
+// live holder would, until the run is over.
+void RunPauseSuccessor(const WorkerOptions &options, const EventWriter &events) {
+  pqxx::connection db(options.conninfo);
+  const Clock::time_point asked = Clock::now();
+  client::Lease lease(LeaseOptionsFor(options, events));
+  const Token token = lease.token();
+  events.Emit(EventKind::kAcquired, token,
+              "after waiting " + std::to_string(ToMilliseconds(Clock::now() - asked)) + " ms");
+
+  lease.CheckHeld();
+  WritePauseValue(db, options, events, token, kSuccessorValue);
+
+  AwaitCommand(options.command_fd, std::nullopt);
+  lease.Release();
+  events.Emit(EventKind::kReleased, token);
+}
+
+// Competes for the leader lease until told to stop; while it leads, writes
+// to the protected row every kLeaderWritePeriod.
+void RunLeaderCandidate(const WorkerOptions &options, const EventWriter &events) {
+  pqxx::connection db(options.conninfo);
+  const std::string holder = LeaseHolderName(options.name, getpid());
+  while (AwaitCommand(options.command_fd, std::chrono::milliseconds{0}) != Command::kStop) {
+    std::optional<client::Lease> lease;
+    try {
+      lease.emplace(LeaseOptionsFor(options, events));
+    } catch (const client::LeaseUnavailableError &) {
+      continue;  // someone else leads; the wait is short so a stop is seen soon
+    }
+    const Token token = lease->token();
+    events.Emit(EventKind::kAcquired, token);
+
+    while (lease->held()) {
+      if (!ReportFencedWrite(events, token, {},
+                             [&] { WriteLeaderRow(db, options.table, token, holder); })) {
+        break;  // a newer leader has written: this one is stale
+      }
+      if (AwaitCommand(options.command_fd, kLeaderWritePeriod) == Command::kStop) {
+        lease->Release();
+        events.Emit(EventKind::kReleased, token);
+        return;
+      }
+    }
+    events.Emit(EventKind::kNote, token, "stepped down: no longer the leader");
+  }
+}
+
+}  // namespace
+
+int RunWorker(const WorkerOptions &options) {
+  // Outlives the leases: their on_lost callbacks report through it.
+  const EventWriter events(options.event_fd, options.name);
+  try {
+    switch (options.role) {
+      case WorkerRole::kPauseHolder:
+        RunPauseHolder(options, events);
+        break;
+      case WorkerRole::kPauseSuccessor:
+        RunPauseSuccessor(options, events);
+        break;
+      case WorkerRole::kLeaderCandidate:
+        RunLeaderCandidate(options, events);
+        break;
+    }
+    return 0;
+  } catch (const std::exception &error) {
+    events.Emit(EventKind::kError, std::nullopt, ServerMessage(error.what()));
+    return 1;
+  }
+}
+
+}  // namespace pg_fencing::demo

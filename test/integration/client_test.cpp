@@ -1,0 +1,735 @@
+// Integration tests of pg_fencing_client (include/pg_fencing/client.hpp)
+// against a live server with the extension created.
+//
+// The connection string comes from PG_FENCING_TEST_DSN (an empty value means
+// "libpq's environment": PGHOST, PGPORT, ...).  Without it, the tests that
+// need a server skip; test/integration/run.sh provides one.  Some tests
+// tamper with the extension's lease table, which needs a superuser; they skip
+// otherwise.  Every test uses lock and table names of its own.
+#include "pg_fencing/client.hpp"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace pg_fencing::client {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const char *Dsn() { return std::getenv("PG_FENCING_TEST_DSN"); }
+
+// Whole milliseconds, as plain numbers so that assertion messages print them.
+long long Ms(Clock::duration duration) {
+  return std::chrono::duration_cast<milliseconds>(duration).count();
+}
+long long Since(Clock::time_point start) { return Ms(Clock::now() - start); }
+
+// Records on_lost calls; must outlive the Lease it is given to.
+class LostProbe {
+ public:
+  std::function<void(const std::string &)> Callback() {
+    return [this](const std::string &reason) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++calls_;
+      reason_ = reason;
+      at_ = Clock::now();
+      thread_ = std::this_thread::get_id();
+      cv_.notify_all();
+    };
+  }
+  // Waits up to timeout for the first call; true if there was one.
+  bool WaitFor(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [this] { return calls_ > 0; });
+  }
+  int calls() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
+  }
+  std::string reason() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reason_;
+  }
+  Clock::time_point at() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return at_;
+  }
+  std::thread::id thread() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return thread_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  int calls_ = 0;
+  std::string reason_;
+  Clock::time_point at_;
+  std::thread::id thread_;
+};
+
+// A forked child; killed and reaped on destruction if the test left early.
+class Child {
+ public:
+  // Runs body in a child process, which exits with body's return value.
+  // body gets the write end of a pipe to the parent.
+  template <typename Body>
+  explicit Child(Body body) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      close(fds[0]);
+      int code = 99;
+      try {
+        code = body(fds[1]);
+      } catch (const std::exception &error) {
+        WriteLine(fds[1], std::string("child error: ") + error.what());
+      } catch (...) {
+        WriteLine(fds[1], "child error: unknown exception");
+      }
+      // No atexit handlers, no destructors of the parent's objects.
+      _exit(code);
+    }
+    close(fds[1]);
+    read_fd_ = fds[0];
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status;
+      waitpid(pid_, &status, 0);
+    }
+    if (read_fd_ >= 0) close(read_fd_);
+  }
+  Child(const Child &) = delete;
+  Child &operator=(const Child &) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  static void WriteLine(int fd, const std::string &line) {
+    const std::string text = line + "\n";
+    std::size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  // The next line from the child, or nullopt on EOF or timeout.
+  std::optional<std::string> ReadLine(milliseconds timeout) {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    std::string line;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (left <= 0ms) return std::nullopt;
+      pollfd pfd{read_fd_, POLLIN, 0};
+      const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) return std::nullopt;
+      char c;
+      const ssize_t n = read(read_fd_, &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return std::nullopt;
+      if (c == '\n') return line;
+      line += c;
+    }
+  }
+
+  // All remaining output, until EOF.
+  std::string ReadRest(milliseconds timeout) {
+    std::string all;
+    while (std::optional<std::string> line = ReadLine(timeout)) all += *line + "\n";
+    return all;
+  }
+
+  void Signal(int sig) { ASSERT_EQ(kill(pid_, sig), 0) << std::strerror(errno); }
+
+  // Waits for the child to stop (after SIGSTOP).
+  void WaitStopped() {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid_, &status, WUNTRACED), pid_);
+    ASSERT_TRUE(WIFSTOPPED(status));
+  }
+
+  // Reaps the child; returns its wait status.
+  int Wait() {
+    int status = 0;
+    const pid_t reaped = waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return reaped < 0 ? -1 : status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int read_fd_ = -1;
+};
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (Dsn() == nullptr)
+      GTEST_SKIP() << "PG_FENCING_TEST_DSN is not set (see test/integration/run.sh)";
+    conn_ = std::make_unique<pqxx::connection>(Dsn());
+  }
+
+  // A name for this test's lock or table, unique across tests and processes.
+  std::string Name(const std::string &what) const {
+    const ::testing::TestInfo *info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name =
+        std::string("ct_") + info->name() + "_" + what + "_" + std::to_string(getpid());
+    for (char &c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return name;
+  }
+
+  LeaseOptions Options(const std::string &lock, const std::string &holder, milliseconds ttl) const {
+    LeaseOptions options;
+    options.conninfo = Dsn();
+    options.lock_name = lock;
+    options.holder = holder;
+    options.ttl = ttl;
+    return options;
+  }
+
+  bool IsSuperuser() {
+    pqxx::nontransaction tx(*conn_);
+    return tx.exec1("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0].as<bool>();
+  }
+
+  std::optional<std::string> Leader(const std::string &lock) {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::row row = tx.exec_params1("SELECT fencing_leader($1)", lock);
+    if (row[0].is_null()) return std::nullopt;
+    return row[0].as<std::string>();
+  }
+
+  struct LeaseRow {
+    Token token;
+    bool live;
+    double expires_epoch;
+  };
+  LeaseRow Row(const std::string &lock) {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::row row = tx.exec_params1(
+        "SELECT token::bigint, live, extract(epoch FROM expires_at)::float8 "
+        "FROM fencing_leases WHERE lock_name = $1",
+        lock);
+    return {row[0].as<Token>(), row[1].as<bool>(), row[2].as<double>()};
+  }
+
+  // A protected table (id int, token fencing_token, val text) with row 1.
+  std::string MakeProtectedTable(const std::string &what) {
+    const std::string table = Name(what);
+    pqxx::work tx(*conn_);
+    const std::string quoted = tx.quote_name(table);
+    tx.exec0("CREATE TABLE " + quoted + " (id int PRIMARY KEY, token fencing_token, val text)");
+    tx.exec_params("SELECT fencing_protect($1::regclass)", quoted);
+    tx.exec0("INSERT INTO " + quoted + " VALUES (1, NULL, 'initial')");
+    tx.commit();
+    return quoted;
+  }
+
+  std::unique_ptr<pqxx::connection> conn_;
+};
+
+// ---- Acquire ------------------------------------------------------------------
+
+TEST_F(ClientTest, AcquireReturnsIncreasingTokens) {
+  const std::string lock = Name("lock");
+  Token previous = 0;
+  for (int i = 0; i < 3; ++i) {
+    Lease lease(Options(lock, "holder", 5s));
+    EXPECT_GT(lease.token(), previous);
+    EXPECT_TRUE(lease.held());
+    EXPECT_EQ(lease.lost_reason(), "");
+    EXPECT_EQ(lease.lock_name(), lock);
+    EXPECT_EQ(Leader(lock), std::optional<std::string>("holder"));
+    EXPECT_EQ(Row(lock).token, lease.token());
+    previous = lease.token();
+  }
+  Lease other(Options(Name("other"), "holder", 5s));
+  EXPECT_GT(other.token(), previous);
+}
+
+TEST_F(ClientTest, SecondLeaseOnSameLockIsUnavailable) {
+  const std::string lock = Name("lock");
+  Lease first(Options(lock, "first", 5s));
+  EXPECT_THROW(Lease{Options(lock, "second", 5s)}, LeaseUnavailableError);
+
+  LeaseOptions waiting = Options(lock, "second", 5s);
+  waiting.wait = 300ms;
+  const Clock::time_point start = Clock::now();
+  EXPECT_THROW(Lease{waiting}, LeaseUnavailableError);
+  EXPECT_GE(Since(start), 250);
+
+  EXPECT_TRUE(first.held());
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("first"));
+  EXPECT_EQ(Row(lock).token, first.token());
+}
+
+TEST_F(ClientTest, WaitingAcquireGetsLockAfterReleaseOrDestruction) {
+  const std::string lock = Name("lock");
+  for (const bool destroy : {false, true}) {
+    SCOPED_TRACE(destroy ? "first lease destroyed" : "first lease released");
+    auto first = std::make_unique<Lease>(Options(lock, "first", 10s));
+    const Token first_token = first->token();
+    std::thread letter_go([&] {
+      std::this_thread::sleep_for(300ms);
+      if (destroy) {
+        first.reset();
+      } else {
+        first->Release();
+      }
+    });
+    LeaseOptions options = Options(lock, "second", 5s);
+    options.wait = 5s;
+    const Clock::time_point start = Clock::now();
+    std::unique_ptr<Lease> second;
+    EXPECT_NO_THROW(second = std::make_unique<Lease>(options));
+    const long long waited = Since(start);
+    letter_go.join();
+    ASSERT_NE(second, nullptr);
+    EXPECT_GT(second->token(), first_token);
+    EXPECT_TRUE(second->held());
+    // Granted when the first let go, long before its 10 s ttl.
+    EXPECT_GE(waited, 250);
+    EXPECT_LT(waited, 3000);
+    EXPECT_EQ(Leader(lock), std::optional<std::string>("second"));
+  }
+}
+
+// The server starts the ttl when it grants, after the wait: a lease granted
+// after waiting longer than its ttl is held, not born expired.
+TEST_F(ClientTest, LeaseGrantedAfterWaitingLongerThanItsTtlIsHeld) {
+  const std::string lock = Name("lock");
+  auto first = std::make_unique<Lease>(Options(lock, "first", 10s));
+  std::thread letter_go([&] {
+    std::this_thread::sleep_for(1000ms);
+    first.reset();
+  });
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "second", 400ms);
+  options.wait = 5s;
+  options.on_lost = lost.Callback();
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<Lease> second;
+  EXPECT_NO_THROW(second = std::make_unique<Lease>(options));
+  letter_go.join();
+  ASSERT_NE(second, nullptr);
+  EXPECT_GE(Since(start), 900);
+  EXPECT_TRUE(second->held()) << second->lost_reason();
+  std::this_thread::sleep_for(600ms);
+  EXPECT_TRUE(second->held()) << second->lost_reason();
+  EXPECT_TRUE(Row(lock).live);
+  EXPECT_EQ(lost.calls(), 0) << lost.reason();
+}
+
+// ---- Heartbeat ------------------------------------------------------------------
+
+TEST_F(ClientTest, HeartbeatKeepsLeaseAliveAcrossSeveralTtls) {
+  const std::string lock = Name("lock");
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "steady", 600ms);
+  options.on_lost = lost.Callback();
+  Lease lease(options);
+  const LeaseRow initial = Row(lock);
+  EXPECT_EQ(initial.token, lease.token());
+
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 2000) {
+    std::this_thread::sleep_for(100ms);
+    const LeaseRow now = Row(lock);
+    ASSERT_TRUE(now.live) << "after " << Since(start) << " ms";
+    ASSERT_EQ(now.token, lease.token());
+    ASSERT_TRUE(lease.held()) << lease.lost_reason();
+  }
+  // Renewed, not just granted for long: the expiry moved with the heartbeat.
+  EXPECT_GT(Row(lock).expires_epoch, initial.expires_epoch + 1.4);
+  EXPECT_EQ(lost.calls(), 0) << lost.reason();
+  EXPECT_NO_THROW(lease.CheckHeld());
+}
+
+TEST(LeaseOptionsTest, InvalidHeartbeatIsRefusedBeforeConnecting) {
+  LeaseOptions options;
+  options.conninfo = "host=/nonexistent";  // never reached
+  options.lock_name = "l";
+  options.holder = "h";
+  options.ttl = 600ms;
+  options.heartbeat = 600ms;  // would let the lease lapse between renewals
+  EXPECT_THROW(Lease{options}, std::invalid_argument);
+  options.heartbeat = 0ms;
+  options.ttl = 0ms;
+  EXPECT_THROW(Lease{options}, std::invalid_argument);
+}
+
+// A holder whose whole process is paused past its ttl (SIGSTOP) wakes up not
+// holding the lease, is told so, and cannot write with its old token.
+TEST_F(ClientTest, PausedHolderLosesLeaseAndIsFenced) {
+  const std::string lock = Name("lock");
+  const std::string table = MakeProtectedTable("tbl");
+  const milliseconds ttl = 600ms;
+  const std::string dsn = Dsn();
+
+  Child child([&](int out) -> int {
+    std::atomic<bool> lost{false};
+    std::atomic<bool> lost_on_other_thread{false};
+    const std::thread::id main_thread = std::this_thread::get_id();
+    LeaseOptions options = Options(lock, "paused-child", ttl);
+    options.on_lost = [&](const std::string &) {
+      lost_on_other_thread = std::this_thread::get_id() != main_thread;
+      lost = true;
+    };
+    Lease lease(options);
+    Child::WriteLine(out, "token " + std::to_string(lease.token()));
+    // The parent stops us about now.  held() turns false by the clock alone,
+    // as soon as we run again.
+    const Clock::time_point start = Clock::now();
+    while (lease.held() && Since(start) < 10000) std::this_thread::sleep_for(2ms);
+    if (lease.held()) {
+      Child::WriteLine(out, "still held after 10 s");
+      return 10;
+    }
+    const Clock::time_point noticed = Clock::now();
+    while (!lost && Since(noticed) < 2000) std::this_thread::sleep_for(1ms);
+    if (!lost) {
+      Child::WriteLine(out, "on_lost not called within 2 s of held() turning false");
+      return 11;
+    }
+    Child::WriteLine(out, "on_lost " + std::to_string(Since(noticed)) +
+                              " ms after held() turned false: " + lease.lost_reason());
+    if (Since(noticed) > 500) return 12;
+    if (!lost_on_other_thread) return 13;
+    try {
+      lease.CheckHeld();
+      return 14;
+    } catch (const LeaseLostError &) {
+    }
+    // Acting anyway, with the old token: the database refuses.
+    pqxx::connection conn(dsn);
+    try {
+      ExecFenced(conn, "UPDATE " + table + " SET token = $1, val = $2 WHERE id = 1", lease.token(),
+                 "child");
+      Child::WriteLine(out, "stale write accepted");
+      return 15;
+    } catch (const StaleTokenError &error) {
+      Child::WriteLine(out, std::string("stale write refused: ") + error.what());
+    }
+    return 0;
+  });
+
+  const std::optional<std::string> first = child.ReadLine(10s);
+  ASSERT_TRUE(first && first->rfind("token ", 0) == 0) << first.value_or("<nothing>");
+  const Token child_token = std::stoll(first->substr(6));
+
+  child.Signal(SIGSTOP);
+  child.WaitStopped();
+  const Clock::time_point stopped = Clock::now();
+
+  // The lock frees up once the paused child's lease lapses on the server.
+  LeaseOptions options = Options(lock, "parent", 10s);
+  options.wait = 5s;
+  Lease newer(options);
+  EXPECT_GT(newer.token(), child_token);
+  EXPECT_GE(Since(stopped), 250) << "the lock was free before the child's lease lapsed";
+  const pqxx::result written =
+      ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = $2 WHERE id = 1 RETURNING val",
+                 newer.token(), "parent");
+  ASSERT_EQ(written.size(), 1u);
+
+  // Paused for longer than the ttl in all.
+  std::this_thread::sleep_until(stopped + ttl + 200ms);
+  child.Signal(SIGCONT);
+  const std::string output = child.ReadRest(10s);
+  const int status = child.Wait();
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(output.find("stale write refused"), std::string::npos) << output;
+
+  pqxx::nontransaction tx(*conn_);
+  const pqxx::row row = tx.exec1("SELECT token::bigint, val FROM " + table + " WHERE id = 1");
+  EXPECT_EQ(row[0].as<Token>(), newer.token());
+  EXPECT_EQ(row[1].as<std::string>(), "parent");
+}
+
+TEST_F(ClientTest, KilledHolderFreesLockAfterTtl) {
+  const std::string lock = Name("lock");
+  const milliseconds ttl = 600ms;
+  Child child([&](int out) -> int {
+    Lease lease(Options(lock, "doomed", ttl));
+    Child::WriteLine(out, "token " + std::to_string(lease.token()));
+    std::this_thread::sleep_for(60s);
+    return 0;
+  });
+  const std::optional<std::string> first = child.ReadLine(10s);
+  ASSERT_TRUE(first && first->rfind("token ", 0) == 0) << first.value_or("<nothing>");
+  const Token child_token = std::stoll(first->substr(6));
+
+  child.Signal(SIGKILL);
+  const int status = child.Wait();
+  ASSERT_TRUE(WIFSIGNALED(status));
+  const Clock::time_point killed = Clock::now();
+
+  // The lease outlives its holder, for at most a ttl.
+  EXPECT_THROW(Lease{Options(lock, "heir", 5s)}, LeaseUnavailableError);
+  LeaseOptions options = Options(lock, "heir", 5s);
+  options.wait = 5s;
+  Lease heir(options);
+  EXPECT_GT(heir.token(), child_token);
+  EXPECT_LT(Since(killed), ttl.count() + 400);
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("heir"));
+}
+
+// ---- on_lost ------------------------------------------------------------------
+
+TEST_F(ClientTest, OnLostFiresWhenLeaseExpiredBehindItsBack) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to write fencing_lease";
+  const std::string lock = Name("lock");
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "victim", 3s);
+  options.heartbeat = 300ms;
+  options.on_lost = lost.Callback();
+  Lease lease(options);
+  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(lease.held());
+
+  const Clock::time_point expired = Clock::now();
+  {
+    pqxx::work tx(*conn_);
+    tx.exec_params0("UPDATE fencing_lease SET expires_at = now() WHERE lock_name = $1", lock);
+    tx.commit();
+  }
+  ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
+  EXPECT_LT(Ms(lost.at() - expired), 300 + 300) << "later than about one heartbeat";
+  EXPECT_NE(lost.thread(), std::this_thread::get_id());
+  EXPECT_FALSE(lease.held());
+  EXPECT_NE(lost.reason().find("refused"), std::string::npos) << lost.reason();
+  EXPECT_EQ(lease.lost_reason(), lost.reason());
+  EXPECT_THROW(lease.CheckHeld(), LeaseLostError);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(lost.calls(), 1);
+  EXPECT_FALSE(lease.Release());  // the server no longer had it
+}
+
+TEST_F(ClientTest, OnLostFiresWhenReleasedFromAnotherConnection) {
+  const std::string lock = Name("lock");
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "victim", 3s);
+  options.heartbeat = 300ms;
+  options.on_lost = lost.Callback();
+  Lease lease(options);
+  ASSERT_TRUE(lease.held());
+
+  const Clock::time_point released = Clock::now();
+  {
+    pqxx::nontransaction tx(*conn_);
+    ASSERT_TRUE(
+        tx.exec_params1("SELECT fencing_release($1, $2)", lock, lease.token())[0].as<bool>());
+  }
+  ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
+  EXPECT_LT(Ms(lost.at() - released), 300 + 300) << "later than about one heartbeat";
+  EXPECT_FALSE(lease.held());
+  EXPECT_THROW(lease.CheckHeld(), LeaseLostError);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(lost.calls(), 1);
+}
+
+TEST_F(ClientTest, OnLostFiresWhenHeartbeatConnectionDies) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to terminate another role's backend";
+  const std::string lock = Name("lock");
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "cut-off", 3s);
+  options.heartbeat = 300ms;
+  options.on_lost = lost.Callback();
+  Lease lease(options);
+  std::this_thread::sleep_for(400ms);  // at least one renewal on the heartbeat connection
+
+  const Clock::time_point cut = Clock::now();
+  {
+    pqxx::nontransaction tx(*conn_);
+    ASSERT_EQ(tx.exec_params1("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE pid <> pg_backend_pid() "
+                              "AND query LIKE 'SELECT fencing_renew(%' || $1 || '%'",
+                              lock)[0]
+                  .as<int>(),
+              1);
+  }
+  ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
+  EXPECT_LT(Ms(lost.at() - cut), 300 + 300) << "later than about one heartbeat";
+  EXPECT_FALSE(lease.held());
+  EXPECT_NE(lost.reason().find("failed"), std::string::npos) << lost.reason();
+  // The server still has the lease: the holder can give it back on a new
+  // connection rather than leave it to expire.
+  EXPECT_TRUE(lease.Release());
+  EXPECT_EQ(Leader(lock), std::nullopt);
+}
+
+// A renewal that cannot complete (here: the lease row is locked by another
+// transaction) must not delay on_lost past the lease's safe deadline.
+TEST_F(ClientTest, OnLostFiresWhileRenewalIsStuck) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to lock fencing_lease";
+  const std::string lock = Name("lock");
+  const milliseconds ttl = 600ms;
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "stuck", ttl);
+  options.on_lost = lost.Callback();
+  auto lease = std::make_unique<Lease>(options);
+
+  pqxx::connection blocker_conn(Dsn());
+  pqxx::work blocker(blocker_conn);
+  blocker.exec_params1("SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE", lock);
+  const Clock::time_point blocked = Clock::now();
+
+  // The next renewal queues behind the row lock.
+  const std::string waiting_renewals =
+      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+      "AND query LIKE 'SELECT fencing_renew(%' AND query LIKE '%' || $1 || '%'";
+  auto count_waiting = [&] {
+    pqxx::nontransaction tx(*conn_);
+    return tx.exec_params1(waiting_renewals, lock)[0].as<int>();
+  };
+  const Clock::time_point look = Clock::now();
+  while (count_waiting() == 0 && Since(look) < 1000) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(count_waiting(), 1) << "no renewal is waiting for the row lock";
+
+  ASSERT_TRUE(lost.WaitFor(3s)) << "on_lost not called while the renewal hung";
+  // The last renewal that got through was sent before the row was locked.
+  EXPECT_LT(Ms(lost.at() - blocked), (ttl - Lease::SafetyMargin(ttl)).count() + 150);
+  EXPECT_FALSE(lease->held());
+  EXPECT_NE(lost.reason().find("no answer"), std::string::npos) << lost.reason();
+  // The abandoned renewal is cancelled, not left queued behind the lock.
+  const Clock::time_point cancel = Clock::now();
+  while (count_waiting() != 0 && Since(cancel) < 2000) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(count_waiting(), 0) << "the stuck renewal was not cancelled";
+  blocker.abort();
+  const Clock::time_point start = Clock::now();
+  lease.reset();  // must not hang, must not throw
+  EXPECT_LT(Since(start), 2000);
+}
+
+// ---- Release and destruction ----------------------------------------------------
+
+TEST_F(ClientTest, ReleaseIsIdempotent) {
+  const std::string lock = Name("lock");
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "holder", 10s);
+  options.on_lost = lost.Callback();
+  Lease lease(options);
+  EXPECT_TRUE(lease.Release());
+  EXPECT_FALSE(lease.held());
+  EXPECT_EQ(Leader(lock), std::nullopt);
+  EXPECT_FALSE(lease.Release());
+  EXPECT_FALSE(lease.Release());
+  EXPECT_FALSE(lease.held());
+  EXPECT_EQ(lease.lost_reason(), "released by its holder");
+  EXPECT_THROW(lease.CheckHeld(), LeaseLostError);
+  EXPECT_EQ(lost.calls(), 0) << "releasing is not losing";
+  // Free at once for the next holder.
+  Lease next(Options(lock, "next", 5s));
+  EXPECT_GT(next.token(), lease.token());
+}
+
+TEST_F(ClientTest, DestructorReleasesImmediately) {
+  const std::string lock = Name("lock");
+  Token token = 0;
+  {
+    Lease lease(Options(lock, "scoped", 30s));
+    token = lease.token();
+    EXPECT_EQ(Leader(lock), std::optional<std::string>("scoped"));
+  }
+  EXPECT_EQ(Leader(lock), std::nullopt);
+  EXPECT_FALSE(Row(lock).live);
+  Lease next(Options(lock, "next", 5s));  // no wait needed
+  EXPECT_GT(next.token(), token);
+}
+
+// ---- Fenced writes --------------------------------------------------------------
+
+TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
+  const std::string table = MakeProtectedTable("tbl");
+  const std::string update =
+      "UPDATE " + table + " SET token = $1, val = $2 WHERE id = $3 RETURNING id, val";
+
+  const pqxx::result ok = ExecFenced(*conn_, update, Token{10}, "ten", 1);
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_EQ(ok[0][0].as<int>(), 1);
+  EXPECT_EQ(ok[0][1].as<std::string>(), "ten");
+
+  EXPECT_THROW(ExecFenced(*conn_, update, Token{9}, "nine", 1), StaleTokenError);
+  // Forgot the token column: the guard calls that missing.
+  EXPECT_THROW(
+      ExecFenced(*conn_,
+                 "UPDATE " + table + " SET val = $2 WHERE id = $3 AND $1::bigint IS NOT NULL",
+                 Token{11}, "eleven", 1),
+      MissingTokenError);
+  // Other errors pass unchanged, with their own type.
+  EXPECT_THROW(
+      ExecFenced(*conn_, "INSERT INTO " + table + " (id, token) VALUES ($2, $1)", Token{12}, 1),
+      pqxx::unique_violation);
+
+  // Nothing of the failed writes stuck; the connection is still usable.
+  const pqxx::result equal = ExecFenced(*conn_, update, Token{10}, "ten again", 1);
+  ASSERT_EQ(equal.size(), 1u);
+  pqxx::nontransaction tx(*conn_);
+  const pqxx::row row = tx.exec1("SELECT token::bigint, val FROM " + table + " WHERE id = 1");
+  EXPECT_EQ(row[0].as<Token>(), 10);
+  EXPECT_EQ(row[1].as<std::string>(), "ten again");
+}
+
+// ---- RethrowMapped without a server ---------------------------------------------
+
+TEST(RethrowMappedTest, MapsGuardStatesOutsideAHandler) {
+  EXPECT_THROW(RethrowMapped(pqxx::sql_error("stale", "UPDATE", "55Z01")), StaleTokenError);
+  EXPECT_THROW(RethrowMapped(pqxx::sql_error("missing", "UPDATE", "55Z02")), MissingTokenError);
+  // Not being handled: a copy of the sql_error, not a terminate().
+  EXPECT_THROW(RethrowMapped(pqxx::unique_violation("dup", "INSERT", "23505")), pqxx::sql_error);
+}
+
+TEST(RethrowMappedTest, RethrowsTheHandledObjectUnchanged) {
+  try {
+    try {
+      throw pqxx::unique_violation("dup", "INSERT", "23505");
+    } catch (const pqxx::sql_error &error) {
+      RethrowMapped(error);
+    }
+    FAIL() << "nothing thrown";
+  } catch (const pqxx::unique_violation &error) {
+    EXPECT_EQ(error.sqlstate(), "23505");
+  }
+  // Handling one exception, mapping another: the other is thrown.
+  try {
+    try {
+      throw std::runtime_error("unrelated");
+    } catch (const std::exception &) {
+      RethrowMapped(pqxx::sql_error("other", "SELECT", "42P01"));
+    }
+    FAIL() << "nothing thrown";
+  } catch (const pqxx::sql_error &error) {
+    EXPECT_EQ(error.sqlstate(), "42P01");
+  }
+}
+
+}  // namespace
+}  // namespace pg_fencing::client
