@@ -50,6 +50,73 @@ RESET search_path;
 SELECT encode(tgargs, 'escape') AS args FROM pg_trigger WHERE tgrelid = 'guarded'::regclass;
 DROP SCHEMA evil CASCADE;
 
+-- The same against every extension function that runs SQL: look-alikes of
+-- what they call, in a schema put first on the path (ahead of pg_catalog),
+-- and of the extension's own operators.  Each raises if it is ever called.
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.raise_hijack(what text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'hijacked: %', what; END $$;
+CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('clock_timestamp'); RETURN NULL; END $$;
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('now'); RETURN NULL; END $$;
+CREATE FUNCTION evil.hashtext(text) RETURNS int LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('hashtext'); RETURN 0; END $$;
+CREATE FUNCTION evil.pg_try_advisory_xact_lock(bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('pg_try_advisory_xact_lock'); RETURN true; END $$;
+CREATE FUNCTION evil.pg_advisory_xact_lock(bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('pg_advisory_xact_lock'); END $$;
+CREATE FUNCTION evil.set_config(text, text, boolean) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('set_config'); RETURN NULL; END $$;
+CREATE FUNCTION evil.current_setting(text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('current_setting'); RETURN NULL; END $$;
+CREATE FUNCTION evil.pg_sleep(double precision) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('pg_sleep'); END $$;
+CREATE FUNCTION evil.fencing_grant() RETURNS fencing_token LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('fencing_grant'); RETURN NULL; END $$;
+CREATE FUNCTION evil.text_eq(text, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('text ='); RETURN true; END $$;
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.text_eq);
+CREATE FUNCTION evil.token_cmp(fencing_token, fencing_token) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('fencing_token comparison'); RETURN true; END $$;
+CREATE OPERATOR evil.= (LEFTARG = fencing_token, RIGHTARG = fencing_token, FUNCTION = evil.token_cmp);
+CREATE OPERATOR evil.> (LEFTARG = fencing_token, RIGHTARG = fencing_token, FUNCTION = evil.token_cmp);
+CREATE FUNCTION evil.ts_gt(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('timestamptz >'); RETURN true; END $$;
+CREATE OPERATOR evil.> (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = evil.ts_gt);
+CREATE FUNCTION evil.ts_plus(timestamptz, interval) RETURNS timestamptz LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('timestamptz + interval'); RETURN NULL; END $$;
+CREATE OPERATOR evil.+ (LEFTARG = timestamptz, RIGHTARG = interval, FUNCTION = evil.ts_plus);
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+
+CREATE TABLE hijack_target (id int PRIMARY KEY, token fencing_token, val text);
+INSERT INTO hijack_target VALUES (1, NULL, 'a');
+SET search_path = evil, pg_catalog, public;
+SELECT fencing_protect('hijack_target', lock_name => 'hijack-lock') IS NOT NULL AS protected;
+SELECT fencing_acquire('hijack-lock', 'h', '1 minute') AS hijack_token \gset
+SELECT fencing_acquire('hijack-lock', 'other', '1 minute', '10 ms') IS NULL AS waited;
+SELECT fencing_renew('hijack-lock', :'hijack_token', '1 minute') AS renewed;
+SELECT fencing_leader('hijack-lock') AS leader;
+BEGIN;
+SELECT fencing_present('hijack-lock', :'hijack_token') IS NOT NULL AS presented;
+UPDATE hijack_target SET val = 'b';
+COMMIT;
+SELECT fencing_release('hijack-lock', :'hijack_token') AS released;
+-- (Unpinned SQL is hijacked: this very query calls evil.= for text.)
+SELECT count(*) FROM fencing_leases WHERE lock_name = 'hijack-lock';
+RESET search_path;
+SELECT count(*) AS lease_rows FROM fencing_leases WHERE lock_name = 'hijack-lock';
+SELECT high_water = :'hijack_token' AS fence_at_token FROM fencing_fences WHERE lock_name = 'hijack-lock';
+SELECT val, token = :'hijack_token' AS by_holder FROM hijack_target;
+DROP SCHEMA evil CASCADE;
+
+-- The role with UPDATE cannot write the extension's tables either.
+SET ROLE fencing_writer;
+UPDATE fencing_lease SET expires_at = 'infinity';
+UPDATE fencing_fence SET high_water = '0';
+SELECT setval('fencing_token_seq', 1);
+RESET ROLE;
+
 -- Every SQL-language or PL/pgSQL function of the extension pins search_path.
 SELECT p.proname, l.lanname,
        p.proconfig IS NOT NULL AND
