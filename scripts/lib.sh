@@ -14,6 +14,7 @@ PACKAGES=(
   libpqxx-dev libpq-dev                                                   # client library and demo
   libipc-run-perl                                                         # PostgreSQL::Test::Cluster TAP tests
   pgbouncer                                                               # transaction-pooling tests
+  gnuplot-nox valgrind                                                    # benchmark chart, callgrind
 )
 
 log() { printf '\n==> %s\n' "$*"; }

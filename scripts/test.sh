@@ -53,6 +53,12 @@ demo_run() {
   with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
+# The benchmark command at tiny size: it must produce every figure and the
+# chart; no timing is asserted.
+bench_smoke() {
+  QUICK=1 bash bench/run.sh >/dev/null
+}
+
 # PostgreSQL::Test::Cluster TAP tests (test/t/); each makes its own clusters.
 tap_tests() {
   local copy
@@ -71,6 +77,7 @@ run_suite "pg_regress and isolation" regress_and_isolation
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
+run_suite "benchmark smoke run (bench/run.sh, QUICK=1)" bench_smoke
 
 echo
 ((failed == 0)) || echo "failed suites: ${failures[*]}"

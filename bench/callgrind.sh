@@ -1,0 +1,47 @@
+#!/bin/bash
+# Instructions per row of a bulk UPDATE, per variant, counted by valgrind's
+# callgrind in a single-user backend (no other process, same binary, same
+# input: the counts repeat exactly, whatever else the machine is doing).
+# Per-row cost = (instructions with the variant - without a trigger) / rows.
+# Usage (as root): bench/callgrind.sh OUT_DIR [rows]
+set -euo pipefail
+source "$(dirname "$0")/../scripts/lib.sh"
+out=$(cd "$1" && pwd)
+rows=${2:-100000}
+bindir=/usr/lib/postgresql/$PG_MAJOR/bin
+work=$(mktemp -d /tmp/pg_fencing_callgrind.XXXXXX)
+chown postgres: "$work"
+trap 'rm -rf "$work"' EXIT
+as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
+
+single() { # runs SQL from stdin in a single-user backend
+  as_postgres "$bindir/postgres" --single -D "$work/data" -c jit=off -j postgres >/dev/null
+}
+# Load the tables through the same setup the timed benchmark uses.  In
+# single-user mode each statement is its own line, so feed it a server
+# instead: start one briefly.
+port=$(free_port)
+as_postgres "$bindir/pg_ctl" -D "$work/data" -o "-p $port -k $work -c listen_addresses=" -w start >/dev/null
+PGHOST=$work PGPORT=$port PGUSER=postgres PGOPTIONS="-c bench.rows=$rows" \
+  psql -X -q -d postgres -f "$(dirname "$0")/setup.sql" >/dev/null
+as_postgres "$bindir/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null
+
+{
+  echo "variant,instructions,per_row_over_no_trigger"
+} >"$out/callgrind.csv"
+declare -A total
+for v in none guard lockwide plpgsql; do
+  log_file="$work/callgrind.$v.out"
+  echo "UPDATE bench_$v SET tok = 5, val = val + 1;" |
+    as_postgres valgrind --tool=callgrind --callgrind-out-file="$log_file" \
+      "$bindir/postgres" --single -D "$work/data" -c jit=off -j postgres >/dev/null 2>"$work/valgrind.$v.log"
+  total[$v]=$(awk '/^summary:/ {print $2}' "$log_file")
+  cp "$log_file" "$out/callgrind.$v.out"
+done
+for v in none guard lockwide plpgsql; do
+  per_row=$(( (total[$v] - total[none]) / rows ))
+  echo "$v,${total[$v]},$per_row" >>"$out/callgrind.csv"
+done
+# Where a guarded row's instructions go: the top of the inclusive profile.
+callgrind_annotate --inclusive=yes "$out/callgrind.guard.out" 2>/dev/null | head -60 >"$out/callgrind.guard.top.txt" || true
+cat "$out/callgrind.csv"
