@@ -11,8 +11,15 @@ constexpr int kRowId = 1;
 
 std::string LogTableOf(const std::string &table) { return table + "_log"; }
 
-void Protect(pqxx::work &tx, const std::string &table) {
-  tx.exec_params("SELECT fencing_protect($1::regclass)", tx.quote_name(table));
+// A per-row fence, or a lock-wide one under lock_name.
+void Protect(pqxx::work &tx, const std::string &table,
+             const std::optional<std::string> &lock_name = std::nullopt) {
+  if (lock_name) {
+    tx.exec_params("SELECT fencing_protect($1::regclass, lock_name => $2)", tx.quote_name(table),
+                   *lock_name);
+  } else {
+    tx.exec_params("SELECT fencing_protect($1::regclass)", tx.quote_name(table));
+  }
 }
 
 }  // namespace
@@ -84,6 +91,80 @@ std::vector<Token> ReadLeaderLogTokens(pqxx::connection &db, const std::string &
     tokens.push_back(row[0].as<Token>());
   }
   return tokens;
+}
+
+std::vector<int> InterleaveSuccessorRows(int rows) {
+  std::vector<int> chosen;
+  for (int row = rows / 2 + 1; row <= rows; row += 2) chosen.push_back(row);
+  return chosen;
+}
+
+std::vector<int> RowRange(int first, int last) {
+  std::vector<int> range;
+  for (int row = first; row <= last; ++row) range.push_back(row);
+  return range;
+}
+
+std::string RowsText(const std::vector<int> &rows) {
+  std::string text;
+  for (std::size_t start = 0; start < rows.size();) {
+    std::size_t end = start;  // the run of consecutive rows from start
+    while (end + 1 < rows.size() && rows[end + 1] == rows[end] + 1) ++end;
+    if (!text.empty()) text += ", ";
+    text += std::to_string(rows[start]);
+    if (end > start) text += "-" + std::to_string(rows[end]);
+    start = end + 1;
+  }
+  if (text.empty()) return "no rows";
+  return (rows.size() == 1 ? "row " : "rows ") + text;
+}
+
+std::string RowCountText(int count) {
+  return std::to_string(count) + (count == 1 ? " row" : " rows");
+}
+
+void CreateInterleaveTable(pqxx::connection &db, const std::string &table, int rows,
+                           const std::optional<std::string> &lock_name) {
+  pqxx::work tx(db);
+  const std::string name = tx.quote_name(table);
+  tx.exec0("DROP TABLE IF EXISTS " + name);
+  tx.exec0("CREATE TABLE " + name +
+           " (id int PRIMARY KEY, token fencing_token, writer text, written_at timestamptz)");
+  tx.exec_params("INSERT INTO " + name + " (id) SELECT generate_series(1, $1)", rows);
+  Protect(tx, table, lock_name);
+  tx.commit();
+}
+
+void WriteInterleaveRow(pqxx::connection &db, const std::string &table, Token token,
+                        const std::string &writer, int row) {
+  client::ExecFenced(db,
+                     "UPDATE " + db.quote_name(table) +
+                         " SET token = $1, writer = $2, written_at = clock_timestamp()"
+                         " WHERE id = $3",
+                     token, writer, row);
+}
+
+std::vector<InterleaveRow> ReadInterleaveRows(pqxx::connection &db, const std::string &table,
+                                              const std::string &lock_name, Token grant) {
+  pqxx::work tx(db);
+  std::vector<InterleaveRow> rows;
+  for (const pqxx::row &row :
+       tx.exec_params("SELECT t.id, t.token::bigint, t.writer,"
+                      "       coalesce(t.written_at > g.granted_at, false)"
+                      "  FROM " +
+                          tx.quote_name(table) +
+                          " t LEFT JOIN (SELECT granted_at FROM fencing_leases"
+                          "               WHERE lock_name = $1 AND token::bigint = $2) g ON true"
+                          " ORDER BY t.id",
+                      lock_name, grant)) {
+    InterleaveRow result;
+    result.id = row[0].as<int>();
+    if (!row[1].is_null()) result.token = row[1].as<Token>();
+    if (!row[2].is_null()) result.writer = row[2].as<std::string>();
+    result.written_after_grant = row[3].as<bool>();
+    rows.push_back(result);
+  }
+  return rows;
 }
 
 }  // namespace pg_fencing::demo

@@ -47,4 +47,42 @@ void WriteLeaderRow(pqxx::connection &db, const std::string &table, Token token,
 // The tokens of the accepted writes, oldest first.
 std::vector<Token> ReadLeaderLogTokens(pqxx::connection &db, const std::string &table);
 
+// ---- Interleave scenario: rows 1..N under one lock, written row by row ------
+
+// The pause between two row writes of a worker.
+inline constexpr std::chrono::milliseconds kInterleaveWritePeriod{20};
+
+// How many rows A writes before it is stopped: a quarter.
+inline int InterleaveRowsBeforePause(int rows) { return rows / 4; }
+// The rows B writes: every second row of the second half, so that the rows
+// B never touches are spread among its own.
+std::vector<int> InterleaveSuccessorRows(int rows);
+// first..last.
+std::vector<int> RowRange(int first, int last);
+// "row 3", "rows 1-5", "rows 11, 13, 15": row numbers for the timeline.
+std::string RowsText(const std::vector<int> &rows);
+// "1 row", "5 rows".
+std::string RowCountText(int count);
+
+struct InterleaveRow {
+  int id = 0;
+  std::optional<Token> token;
+  std::string writer;  // the worker's name; empty if never written
+  // Written after the grant given to ReadInterleaveRows, by the server's
+  // clock (clock_timestamp() of the write and of the grant).
+  bool written_after_grant = false;
+};
+
+// (Re)creates the table with rows 1..rows, none written yet; protected with
+// a lock-wide fence under lock_name if one is given, a per-row fence if not.
+void CreateInterleaveTable(pqxx::connection &db, const std::string &table, int rows,
+                           const std::optional<std::string> &lock_name);
+// A fenced write of one row; throws pg_fencing::client::StaleTokenError on 55Z01.
+void WriteInterleaveRow(pqxx::connection &db, const std::string &table, Token token,
+                        const std::string &writer, int row);
+// Every row, by id; `grant` is a token that lock_name's lease was granted with
+// (fencing_leases), the moment written_after_grant refers to.
+std::vector<InterleaveRow> ReadInterleaveRows(pqxx::connection &db, const std::string &table,
+                                              const std::string &lock_name, Token grant);
+
 }  // namespace pg_fencing::demo

@@ -28,6 +28,7 @@ constexpr KindNameEntry kKindNames[] = {
     {EventKind::kAboutToWrite, "about_to_write"},
     {EventKind::kWriteAccepted, "write_accepted"},
     {EventKind::kWriteRejected, "write_rejected"},
+    {EventKind::kBatchDone, "batch_done"},
     {EventKind::kLeaseLost, "lease_lost"},
     {EventKind::kReleased, "released"},
     {EventKind::kError, "error"},

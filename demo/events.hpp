@@ -26,6 +26,7 @@ enum class EventKind {
   kAboutToWrite,   // held() was true just now; the write with `token` comes next
   kWriteAccepted,  // a fenced write with `token` committed
   kWriteRejected,  // a fenced write with `token` failed with 55Z01
+  kBatchDone,      // finished a run of row writes with `token`; the detail counts them
   kLeaseLost,      // the client library's on_lost callback fired
   kReleased,       // gave the lease back and is stopping
   kError,          // anything unexpected; the worker exits

@@ -1,6 +1,7 @@
 // pg_fencing_demo: the README's show.  Without arguments it connects to the
-// database, runs the pause scenario with fencing off and on and the leader
-// scenario, prints their timeline and a verdict per run.  Started with
+// database, runs the pause scenario with fencing off and on, the leader
+// scenario, and the interleave scenario with a per-row and a lock-wide fence,
+// prints their timeline and a verdict per run.  Started with
 // --worker, it is one of the worker processes of such a run instead.
 #include <signal.h>
 #include <unistd.h>
@@ -67,12 +68,19 @@ int RunDemo(const DemoOptions &options) {
   Timeline timeline(std::cout, OutputFormat(options));
   if (options.run_pause_scenario) {
     for (const bool fencing_on : {false, true}) {
-      if (!(fencing_on ? options.pause_with_fencing_on : options.pause_with_fencing_off)) continue;
+      if (!(fencing_on ? options.with_fencing_on : options.with_fencing_off)) continue;
       RecordRun(timeline, [&] { return RunPauseScenario(options, *db, timeline, fencing_on); });
     }
   }
   if (options.run_leader_scenario) {
     RecordRun(timeline, [&] { return RunLeaderScenario(options, *db, timeline); });
+  }
+  if (options.run_interleave_scenario) {
+    // --fencing off is the per-row fence, on the lock-wide one.
+    for (const bool lock_wide : {false, true}) {
+      if (!(lock_wide ? options.with_fencing_on : options.with_fencing_off)) continue;
+      RecordRun(timeline, [&] { return RunInterleaveScenario(options, *db, timeline, lock_wide); });
+    }
   }
   timeline.RecordSummary();
   return timeline.all_ok() ? kExitAllAsExpected : kExitRunFailed;

@@ -15,6 +15,10 @@ constexpr char kConninfoVariable[] = "PG_FENCING_DEMO_CONNINFO";
 // Below this, connection round trips eat a visible share of the lease and
 // the timeline stops telling the story.
 constexpr std::chrono::milliseconds kMinimumTtl{100};
+// The interleave scenario needs a quarter of the rows before the pause, and
+// rows after it that B does not write; above the maximum, a run takes minutes.
+constexpr int kMinimumRows = 4;
+constexpr int kMaximumRows = 1000;
 
 struct RoleName {
   WorkerRole role;
@@ -24,6 +28,8 @@ constexpr RoleName kRoleNames[] = {
     {WorkerRole::kPauseHolder, "pause-holder"},
     {WorkerRole::kPauseSuccessor, "pause-successor"},
     {WorkerRole::kLeaderCandidate, "leader-candidate"},
+    {WorkerRole::kInterleaveHolder, "interleave-holder"},
+    {WorkerRole::kInterleaveSuccessor, "interleave-successor"},
 };
 
 // Walks argv option by option; accepts both "--name value" and "--name=value".
@@ -80,6 +86,15 @@ std::chrono::milliseconds ParseMilliseconds(const std::string &option, const std
   return value;
 }
 
+int ParseRows(const std::string &option, const std::string &text) {
+  const long long value = ParseNonNegative(option, text);
+  if (value < kMinimumRows || value > kMaximumRows) {
+    throw UsageError("option " + option + " must be between " + std::to_string(kMinimumRows) +
+                     " and " + std::to_string(kMaximumRows) + ", got " + text);
+  }
+  return static_cast<int>(value);
+}
+
 WorkerRole ParseRole(const std::string &text) {
   for (const RoleName &entry : kRoleNames) {
     if (text == entry.name) return entry.role;
@@ -110,15 +125,20 @@ void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
       if (mode != "on" && mode != "off" && mode != "both") {
         throw UsageError("--fencing takes on, off or both, got '" + mode + "'");
       }
-      options.pause_with_fencing_off = mode != "on";
-      options.pause_with_fencing_on = mode != "off";
+      options.with_fencing_off = mode != "on";
+      options.with_fencing_on = mode != "off";
     } else if (option == "--scenario") {
       const std::string scenario = cursor.ValueOf(option);
-      if (scenario != "pause" && scenario != "leader" && scenario != "all") {
-        throw UsageError("--scenario takes pause, leader or all, got '" + scenario + "'");
+      if (scenario != "pause" && scenario != "leader" && scenario != "interleave" &&
+          scenario != "all") {
+        throw UsageError("--scenario takes pause, leader, interleave or all, got '" + scenario +
+                         "'");
       }
-      options.run_pause_scenario = scenario != "leader";
-      options.run_leader_scenario = scenario != "pause";
+      options.run_pause_scenario = scenario == "pause" || scenario == "all";
+      options.run_leader_scenario = scenario == "leader" || scenario == "all";
+      options.run_interleave_scenario = scenario == "interleave" || scenario == "all";
+    } else if (option == "--rows") {
+      options.rows = ParseRows(option, cursor.ValueOf(option));
     } else if (option == "--ttl") {
       options.ttl = ParseMilliseconds(option, cursor.ValueOf(option), kMinimumTtl);
     } else if (option == "--pause") {
@@ -156,6 +176,8 @@ WorkerOptions ParseWorkerOptions(ArgumentCursor &cursor) {
       options.ttl = ParseMilliseconds(option, value, std::chrono::milliseconds{1});
     } else if (option == "--acquire-wait") {
       options.acquire_wait = ParseMilliseconds(option, value, std::chrono::milliseconds{0});
+    } else if (option == "--rows") {
+      options.rows = static_cast<int>(ParseNonNegative(option, value));
     } else if (option == "--event-fd") {
       options.event_fd = static_cast<int>(ParseNonNegative(option, value));
     } else if (option == "--command-fd") {
@@ -165,7 +187,10 @@ WorkerOptions ParseWorkerOptions(ArgumentCursor &cursor) {
     }
   }
   if (options.name.empty() || options.lock_name.empty() || options.table.empty() ||
-      options.ttl.count() == 0 || options.event_fd < 0 || options.command_fd < 0) {
+      options.ttl.count() == 0 || options.event_fd < 0 || options.command_fd < 0 ||
+      ((options.role == WorkerRole::kInterleaveHolder ||
+        options.role == WorkerRole::kInterleaveSuccessor) &&
+       options.rows < kMinimumRows)) {
     throw UsageError("incomplete worker command line (workers are started by the demo itself)");
   }
   if (const char *conninfo = std::getenv(kConninfoVariable)) options.conninfo = conninfo;
@@ -203,16 +228,33 @@ not enough and what fencing tokens add:
           token every 100 ms. The leader is killed (kill -9) twice; each time
           another takes over once the lease expires. The log of accepted
           writes must show the tokens in order.
+  interleave
+          One lock covers a table of N rows. A holds the lease, checks it once
+          and writes the rows one by one with its token; after a quarter of
+          them it is stopped between two rows. Its lease expires; B takes the
+          lock with a newer token and writes every second row of the second
+          half. A resumes and carries on with the rest of the rows. Run with a
+          per-row fence only (fencing_protect(table): A's stale writes bounce
+          off B's rows but land on every row B did not write) and with a
+          lock-wide fence (fencing_protect(table, lock_name => the lock): every
+          one of them is rejected with SQLSTATE 55Z01).
 
 Options:
   --db CONNSTR            libpq connection string (default: empty, so the PG*
                           environment variables decide)
-  --fencing on|off|both   which pause runs to make (default: both); the leader
-                          run is always fenced
-  --scenario pause|leader|all
+  --fencing on|off|both   which pause and interleave runs to make (default:
+                          both). off: the pause run without a guard and the
+                          interleave run with a per-row fence only; on: the
+                          pause run with fencing_protect and the interleave
+                          run with a lock-wide fence. The leader run is always
+                          fenced
+  --scenario pause|leader|interleave|all
                           which scenarios to run (default: all)
+  --rows N                rows of the interleave table, 4 to 1000 (default: 20)
   --ttl MS                lease time to live, at least 100 (default: 1000)
-  --pause MS              how long A stays stopped (default: 2.5 x ttl)
+  --pause MS              how long A stays stopped (default: 2.5 x ttl); in the
+                          interleave scenario, how long B has to take the
+                          lock: A resumes once B has written its rows
   --json                  one JSON object per timeline line, then a summary
                           object, instead of text
   --no-color              no colours (they are only used on a terminal, and
@@ -221,11 +263,12 @@ Options:
 
 The demo runs CREATE EXTENSION IF NOT EXISTS pg_fencing (a superuser's job
 when the extension is not there yet), and recreates the tables
-fencing_demo_pause_off, fencing_demo_pause_on, fencing_demo_leader and
-fencing_demo_leader_log, which it leaves behind for inspection.
+fencing_demo_pause_off, fencing_demo_pause_on, fencing_demo_leader,
+fencing_demo_leader_log, fencing_demo_interleave_per_row and
+fencing_demo_interleave_lock_wide, which it leaves behind for inspection.
 
-Exit status: 0 when every run showed what it should (for fencing off, that the
-stale write lands), 1 when one did not, 2 for a bad command line or database.
+Exit status: 0 when every run showed what it should (for fencing off, that
+stale writes land), 1 when one did not, 2 for a bad command line or database.
 )";
 }
 
@@ -236,6 +279,7 @@ std::vector<std::string> WorkerArguments(const WorkerOptions &options) {
           "--table",        options.table,
           "--ttl",          std::to_string(options.ttl.count()),
           "--acquire-wait", std::to_string(options.acquire_wait.count()),
+          "--rows",         std::to_string(options.rows),
           "--event-fd",     std::to_string(options.event_fd),
           "--command-fd",   std::to_string(options.command_fd)};
 }

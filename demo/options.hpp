@@ -19,10 +19,15 @@ class UsageError : public std::runtime_error {
 
 struct DemoOptions {
   std::string conninfo;  // empty: libpq's PG* environment variables
-  bool pause_with_fencing_off = true;
-  bool pause_with_fencing_on = true;
+  // --fencing: which runs of the pause and interleave scenarios to make.  Off:
+  // pause without a guard, interleave with a per-row fence only; on: pause
+  // with fencing_protect, interleave with a lock-wide fence.
+  bool with_fencing_off = true;
+  bool with_fencing_on = true;
   bool run_pause_scenario = true;
   bool run_leader_scenario = true;
+  bool run_interleave_scenario = true;
+  int rows = 20;  // the interleave scenario's table
   std::chrono::milliseconds ttl{1000};
   std::chrono::milliseconds pause{2500};
   bool json = false;
@@ -30,9 +35,11 @@ struct DemoOptions {
 };
 
 enum class WorkerRole {
-  kPauseHolder,      // A: holds the lease, is paused between its check and its write
-  kPauseSuccessor,   // B: waits for the lock while A is paused, then writes
-  kLeaderCandidate,  // competes for the leader lease and logs writes while it leads
+  kPauseHolder,          // A: holds the lease, is paused between its check and its write
+  kPauseSuccessor,       // B: waits for the lock while A is paused, then writes
+  kLeaderCandidate,      // competes for the leader lease and logs writes while it leads
+  kInterleaveHolder,     // A: writes every row, is paused between two of them, carries on
+  kInterleaveSuccessor,  // B: waits for the lock while A is paused, then writes some rows
 };
 
 struct WorkerOptions {
@@ -43,6 +50,7 @@ struct WorkerOptions {
   std::string table;
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds acquire_wait{0};  // the wait of fencing_acquire's waiting form
+  int rows = 0;                               // the interleave table's (interleave roles only)
   int event_fd = -1;                          // write end of the orchestrator's event pipe
   int command_fd = -1;                        // read end of this worker's command pipe
 };

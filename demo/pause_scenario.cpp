@@ -2,8 +2,6 @@
 //   A takes the lease (token n), checks held(), writes, checks held() again
 //   and is stopped right there; its lease expires on the server; B takes the
 //   lock (token n+1) and writes; A resumes and writes with token n at once.
-#include <algorithm>
-
 #include "demo_tables.hpp"
 #include "events.hpp"
 #include "run.hpp"
@@ -23,20 +21,6 @@ struct PauseFacts {
   std::optional<Event> stale_write;      // A's outcome after the pause
   PauseRow final_row;
 };
-
-WorkerOptions PauseWorkerOptions(const DemoOptions &options, WorkerRole role, const char *name,
-                                 const std::string &lock_name, const std::string &table) {
-  WorkerOptions worker;
-  worker.role = role;
-  worker.name = name;
-  worker.lock_name = lock_name;
-  worker.table = table;
-  worker.ttl = options.ttl;
-  // Enough for B to outlast A's lease, and for A to outlast one left live by
-  // an interrupted earlier run.
-  worker.acquire_wait = options.ttl * 2 + std::chrono::seconds(1);
-  return worker;
-}
 
 // A write's outcome as its worker reports it (or its failure).
 EventMatcher WriteOutcomeOf(const char *who) {
@@ -111,17 +95,11 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
               MillisecondsText(options.pause));
   CreatePauseTable(db, table, fencing_on);
 
-  // An accepted write with a token below one accepted before is exactly the
-  // failure fencing prevents: flag it wherever it shows up.
-  std::optional<Token> highest_accepted;
-  run.SetObserver([&highest_accepted](const Event &event) {
+  // Flag a stale write wherever it shows up.
+  StaleWriteWatch stale_watch;
+  run.SetObserver([&stale_watch](const Event &event) {
     EventDisplay display;
-    if (event.kind != EventKind::kWriteAccepted || !event.token) return display;
-    if (highest_accepted && *event.token < *highest_accepted) {
-      display.alarm = "STALE: token " + std::to_string(*event.token) + " < " +
-                      std::to_string(*highest_accepted) + ", and nothing checked it";
-    }
-    highest_accepted = std::max(highest_accepted.value_or(*event.token), *event.token);
+    display.alarm = stale_watch.Check(event);
     return display;
   });
   const auto report_row = [&](std::optional<Token> token_to_keep) {
@@ -136,7 +114,7 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
 
   PauseFacts facts;
   WorkerProcess &holder = run.StartWorker(
-      PauseWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table),
+      HolderWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table),
       "takes the lease and writes");
   const std::optional<Event> about_to_write =
       run.AwaitEvent(EventFrom(kHolder, {EventKind::kAboutToWrite, EventKind::kError}),
@@ -155,7 +133,7 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
   holder.SendGo();  // A reads it the moment it runs again
 
   run.StartWorker(
-      PauseWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name, table),
+      HolderWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name, table),
       "waits for the lock");
   const Clock::time_point resume_at = paused_at + options.pause;
   facts.successor_write = run.AwaitEvent(WriteOutcomeOf(kSuccessor), resume_at);

@@ -27,6 +27,17 @@ EventMatcher EventOfKind(EventKind kind) {
   return [kind](const Event &event) { return event.kind == kind; };
 }
 
+std::string StaleWriteWatch::Check(const Event &event) {
+  if (event.kind != EventKind::kWriteAccepted || !event.token) return {};
+  std::string alarm;
+  if (highest_accepted_ && *event.token < *highest_accepted_) {
+    alarm = "STALE: token " + std::to_string(*event.token) + " < " +
+            std::to_string(*highest_accepted_) + ", and nothing checked it";
+  }
+  highest_accepted_ = std::max(highest_accepted_.value_or(*event.token), *event.token);
+  return alarm;
+}
+
 Run::Run(Timeline &timeline, const std::string &run_id, const std::string &title)
     : timeline_(timeline) {
   int event_pipe[2];
@@ -106,7 +117,7 @@ void Run::Report(EventKind kind, const std::string &subject, std::optional<Token
 
 void Run::Show(const Event &event) {
   const EventDisplay display = observer_ ? observer_(event) : EventDisplay{};
-  if (display.show) timeline_.Record(event, display.alarm);
+  if (display.show) timeline_.Record(event, display.alarm, display.json_only);
 }
 
 }  // namespace pg_fencing::demo

@@ -18,7 +18,8 @@ namespace pg_fencing::demo {
 // What the scenario makes of a worker event before it is shown.
 struct EventDisplay {
   bool show = true;
-  std::string alarm;  // see Timeline::Record
+  bool json_only = false;  // see Timeline::Record
+  std::string alarm;       // see Timeline::Record
 };
 using EventObserver = std::function<EventDisplay(const Event &)>;
 using EventMatcher = std::function<bool(const Event &)>;
@@ -27,6 +28,18 @@ using EventMatcher = std::function<bool(const Event &)>;
 EventMatcher EventFrom(std::string who, std::initializer_list<EventKind> kinds);
 // Matches events of `kind` from any worker.
 EventMatcher EventOfKind(EventKind kind);
+
+// Watches a run's accepted writes for one whose token is below a token
+// accepted before: exactly the failure fencing prevents.
+class StaleWriteWatch {
+ public:
+  // The alarm for `event`, empty if it is not such a write; remembers the
+  // highest token accepted so far.
+  std::string Check(const Event &event);
+
+ private:
+  std::optional<Token> highest_accepted_;
+};
 
 class Run {
  public:

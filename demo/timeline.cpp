@@ -35,11 +35,13 @@ std::string Describe(const Event &event) {
     case EventKind::kAcquired:
       return "holds token " + token + (event.detail.empty() ? "" : " (" + event.detail + ")");
     case EventKind::kAboutToWrite:
-      return "held() = true, about to write with token " + token;
+      return "held() = true, about to write with token " + token + detail_suffix;
     case EventKind::kWriteAccepted:
       return "write accepted (token " + token + ")" + detail_suffix;
     case EventKind::kWriteRejected:
       return "write REJECTED 55Z01 (token " + token + ")" + detail_suffix;
+    case EventKind::kBatchDone:
+      return "batch done (token " + token + ")" + detail_suffix;
     case EventKind::kLeaseLost:
       return "lease lost" + detail_suffix;
     case EventKind::kReleased:
@@ -81,6 +83,7 @@ std::string_view StyleOfKind(EventKind kind) {
     case EventKind::kTakeover:
     case EventKind::kRowState:
     case EventKind::kAcquired:
+    case EventKind::kBatchDone:
       return kBold;
     default:
       return {};
@@ -131,7 +134,8 @@ void Timeline::BeginRun(const std::string &run_id, const std::string &title) {
   out_ << '\n' << Paint("== " + title + " ==", kBold) << std::endl;
 }
 
-void Timeline::Record(const Event &event, std::string_view alarm) {
+void Timeline::Record(const Event &event, std::string_view alarm, bool json_only) {
+  if (json_only && format_ != Format::kJson) return;
   const long long elapsed_ms = ToMilliseconds(event.at - run_start_);
   const std::string text = Describe(event);
   if (format_ == Format::kJson) {

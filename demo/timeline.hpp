@@ -27,8 +27,9 @@ class Timeline {
   // Starts a run; its events are timed from now.
   void BeginRun(const std::string &run_id, const std::string &title);
   // One timeline line.  A non-empty alarm marks what went wrong, such as a
-  // stale write that got through.
-  void Record(const Event &event, std::string_view alarm = {});
+  // stale write that got through.  A json_only event is left out of the
+  // text, where a summary line stands for it.
+  void Record(const Event &event, std::string_view alarm = {}, bool json_only = false);
   void RecordVerdict(const Verdict &verdict);
   void RecordSummary();
 

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <optional>
+#include <vector>
 
 #include "demo_tables.hpp"
 #include "events.hpp"
@@ -60,13 +61,15 @@ client::LeaseOptions LeaseOptionsFor(const WorkerOptions &options, const EventWr
 }
 
 // Runs a fenced write and reports its fate; false if the guard rejected it.
+// An acceptance is reported with `detail`, a rejection with the server's
+// message after `rejected_prefix`.
 template <typename Write>
 bool ReportFencedWrite(const EventWriter &events, Token token, const std::string &detail,
-                       Write &&write) {
+                       Write &&write, const std::string &rejected_prefix = {}) {
   try {
     write();
   } catch (const client::StaleTokenError &error) {
-    events.Emit(EventKind::kWriteRejected, token, ServerMessage(error.what()));
+    events.Emit(EventKind::kWriteRejected, token, rejected_prefix + ServerMessage(error.what()));
     return false;
   }
   events.Emit(EventKind::kWriteAccepted, token, detail);
@@ -77,6 +80,30 @@ void WritePauseValue(pqxx::connection &db, const WorkerOptions &options, const E
                      Token token, const std::string &value) {
   ReportFencedWrite(events, token, "val = '" + value + "'",
                     [&] { WritePauseRow(db, options.table, token, value); });
+}
+
+// Writes `rows` of the interleave table with the token, one every
+// kInterleaveWritePeriod, going on after a rejection as a batch job goes on
+// after a failed item; reports each write, then the counts.  False if told
+// to stop meanwhile.
+bool WriteInterleaveRows(pqxx::connection &db, const WorkerOptions &options,
+                         const EventWriter &events, Token token, const std::vector<int> &rows) {
+  int accepted = 0;
+  int rejected = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (i > 0 && AwaitCommand(options.command_fd, kInterleaveWritePeriod) == Command::kStop) {
+      return false;
+    }
+    const std::string row = "row " + std::to_string(rows[i]);
+    const bool written = ReportFencedWrite(
+        events, token, row,
+        [&] { WriteInterleaveRow(db, options.table, token, options.name, rows[i]); }, row + ": ");
+    ++(written ? accepted : rejected);
+  }
+  std::string counts = RowsText(rows) + ": " + std::to_string(accepted) + " accepted";
+  if (rejected > 0) counts += ", " + std::to_string(rejected) + " rejected with 55Z01";
+  events.Emit(EventKind::kBatchDone, token, counts);
+  return true;
 }
 
 // A: checks its lease before each write, like a careful client, and still
@@ -105,9 +132,41 @@ void RunPauseHolder(const WorkerOptions &options, const EventWriter &events) {
   }
 }
 
-// B: waits for the lock while A is paused, writes, and holds the lease, as a
-// live holder would, until the run is over.
-void RunPauseSuccessor(const WorkerOptions &options, const EventWriter &events) {
+// A of the interleave scenario: checks its lease once, before it starts on
+// the rows, like a batch job (a check before each row would only narrow the
+// window, as the pause scenario shows), and is stopped between two rows.
+// Resumed, it carries on with the rest of them.
+void RunInterleaveHolder(const WorkerOptions &options, const EventWriter &events) {
+  pqxx::connection db(options.conninfo);
+  client::Lease lease(LeaseOptionsFor(options, events));
+  const Token token = lease.token();
+  events.Emit(EventKind::kAcquired, token);
+
+  lease.CheckHeld();
+  events.Emit(EventKind::kAboutToWrite, token,
+              RowsText(RowRange(1, options.rows)) + ", one every " +
+                  std::to_string(kInterleaveWritePeriod.count()) +
+                  " ms, without looking at the lease again");
+  const int before_pause = InterleaveRowsBeforePause(options.rows);
+  if (!WriteInterleaveRows(db, options, events, token, RowRange(1, before_pause))) return;
+  // The orchestrator stops this process here, between two rows, and sends
+  // the go-ahead once it is stopped.  (Stopped inside a write's transaction,
+  // A would hold the row, and under a lock-wide fence the fence, until it
+  // resumed: the README's "a paused writer holds the fence".)
+  if (AwaitCommand(options.command_fd, std::nullopt) != Command::kGo) return;
+  if (!WriteInterleaveRows(db, options, events, token, RowRange(before_pause + 1, options.rows))) {
+    return;
+  }
+  if (!lease.held()) {
+    events.Emit(EventKind::kNote, token,
+                "held() = false now: it never looked again, and sent every write regardless");
+  }
+}
+
+// B: waits for the lock while A is paused, makes its writes, and holds the
+// lease, as a live holder would, until the run is over.
+template <typename Writes>
+void RunSuccessor(const WorkerOptions &options, const EventWriter &events, Writes &&writes) {
   pqxx::connection db(options.conninfo);
   const Clock::time_point asked = Clock::now();
   client::Lease lease(LeaseOptionsFor(options, events));
@@ -116,11 +175,24 @@ void RunPauseSuccessor(const WorkerOptions &options, const EventWriter &events) 
               "after waiting " + std::to_string(ToMilliseconds(Clock::now() - asked)) + " ms");
 
   lease.CheckHeld();
-  WritePauseValue(db, options, events, token, kSuccessorValue);
+  writes(db, token);
 
   AwaitCommand(options.command_fd, std::nullopt);
   lease.Release();
   events.Emit(EventKind::kReleased, token);
+}
+
+void RunPauseSuccessor(const WorkerOptions &options, const EventWriter &events) {
+  RunSuccessor(options, events, [&](pqxx::connection &db, Token token) {
+    WritePauseValue(db, options, events, token, kSuccessorValue);
+  });
+}
+
+// B of the interleave scenario: every second row of the second half.
+void RunInterleaveSuccessor(const WorkerOptions &options, const EventWriter &events) {
+  RunSuccessor(options, events, [&](pqxx::connection &db, Token token) {
+    WriteInterleaveRows(db, options, events, token, InterleaveSuccessorRows(options.rows));
+  });
 }
 
 // Competes for the leader lease until told to stop; while it leads, writes
@@ -168,6 +240,12 @@ int RunWorker(const WorkerOptions &options) {
         break;
       case WorkerRole::kLeaderCandidate:
         RunLeaderCandidate(options, events);
+        break;
+      case WorkerRole::kInterleaveHolder:
+        RunInterleaveHolder(options, events);
+        break;
+      case WorkerRole::kInterleaveSuccessor:
+        RunInterleaveSuccessor(options, events);
         break;
     }
     return 0;
