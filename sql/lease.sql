@@ -112,8 +112,9 @@ RESET SESSION AUTHORIZATION;
 DROP ROLE lease_user_1;
 DROP ROLE lease_user_2;
 
--- Every function that writes the lease table is SECURITY DEFINER with a
--- pinned search_path.
+-- Every function PUBLIC may call that writes the lease table is SECURITY
+-- DEFINER with a pinned search_path (fencing_try_acquire runs inside
+-- fencing_acquire's context and PUBLIC may not call it).
 SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer,
        array_to_string(p.proconfig, ',') AS config
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass

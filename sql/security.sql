@@ -117,10 +117,14 @@ UPDATE fencing_fence SET high_water = '0';
 SELECT setval('fencing_token_seq', 1);
 RESET ROLE;
 
--- Every SQL-language or PL/pgSQL function of the extension pins search_path.
-SELECT p.proname, l.lanname,
+-- Every SQL-language or PL/pgSQL function of the extension pins search_path,
+-- except those that cannot be hijacked through it: SQL-standard bodies
+-- (bound to their objects at creation) and fencing_try_acquire, which runs
+-- only inside fencing_acquire's pinned context and which PUBLIC cannot call.
+SELECT p.proname, l.lanname, p.prosqlbody IS NOT NULL AS sql_standard_body,
        p.proconfig IS NOT NULL AND
-       EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%') AS pins_search_path
+       EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%') AS pins_search_path,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_call
 FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
 JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_fencing'
