@@ -176,6 +176,7 @@ DECLARE
   all_options text[] := coalesce(options, '{}');
   col name;
   trigger_args text;
+  part regclass;
 BEGIN
   IF lock_name IS NOT NULL THEN
     IF lock_name = '' THEN
@@ -194,20 +195,28 @@ BEGIN
     EXECUTE pg_catalog.format(
       'CREATE OR REPLACE TRIGGER fencing_guard BEFORE UPDATE ON %s '
       'FOR EACH ROW EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
-    IF EXISTS (SELECT FROM pg_catalog.pg_trigger t
-                WHERE t.tgrelid OPERATOR(pg_catalog.=) tbl
-                  AND t.tgname OPERATOR(pg_catalog.=) 'fencing_guard_truncate') THEN
-      EXECUTE pg_catalog.format('DROP TRIGGER fencing_guard_truncate ON %s', tbl);
-    END IF;
   ELSE
     -- A lock-wide fence guards every way of changing the table's rows.
     EXECUTE pg_catalog.format(
       'CREATE OR REPLACE TRIGGER fencing_guard BEFORE INSERT OR UPDATE OR DELETE ON %s '
       'FOR EACH ROW EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
-    EXECUTE pg_catalog.format(
-      'CREATE OR REPLACE TRIGGER fencing_guard_truncate BEFORE TRUNCATE ON %s '
-      'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.fencing_guard(%s)', tbl, trigger_args);
   END IF;
+  -- TRUNCATE fires no row triggers, and a statement trigger on a partitioned
+  -- table does not fire for a TRUNCATE of one of its partitions: under a
+  -- lock, every table of the partition tree gets its own (partitions
+  -- attached later need fencing_protect again).  Without a lock, none.
+  -- (pg_partition_tree lists nothing for a table that is not partitioned.)
+  FOR part IN SELECT tbl UNION SELECT t.relid FROM pg_catalog.pg_partition_tree(tbl) t LOOP
+    IF lock_name IS NOT NULL THEN
+      EXECUTE pg_catalog.format(
+        'CREATE OR REPLACE TRIGGER fencing_guard_truncate BEFORE TRUNCATE ON %s '
+        'FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.fencing_guard(%s)', part, trigger_args);
+    ELSIF EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                   WHERE t.tgrelid OPERATOR(pg_catalog.=) part
+                     AND t.tgname OPERATOR(pg_catalog.=) 'fencing_guard_truncate') THEN
+      EXECUTE pg_catalog.format('DROP TRIGGER fencing_guard_truncate ON %s', part);
+    END IF;
+  END LOOP;
 END
 $$;
 COMMENT ON FUNCTION @extschema@.fencing_protect(regclass, name, text[], text) IS
