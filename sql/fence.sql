@@ -143,21 +143,21 @@ CREATE TRIGGER t AFTER UPDATE ON bad_lock FOR EACH ROW EXECUTE FUNCTION fencing_
 UPDATE bad_lock SET token = 2;
 DROP TRIGGER t ON bad_lock;
 -- Partitioned tables: TRUNCATE of a single partition is guarded too.
-CREATE TABLE parted (id int, token fencing_token) PARTITION BY RANGE (id);
-CREATE TABLE parted_a PARTITION OF parted FOR VALUES FROM (0) TO (10);
-CREATE TABLE parted_b PARTITION OF parted FOR VALUES FROM (10) TO (20) PARTITION BY RANGE (id);
-CREATE TABLE parted_b1 PARTITION OF parted_b FOR VALUES FROM (10) TO (20);
-SELECT fencing_protect('parted', lock_name => 'parted-lock');
-INSERT INTO parted VALUES (1, 5), (11, 5);
-TRUNCATE parted_a;
-TRUNCATE parted_b1;
-SELECT count(*) FROM parted;
+CREATE TABLE lockparted (id int, token fencing_token) PARTITION BY RANGE (id);
+CREATE TABLE lockparted_a PARTITION OF lockparted FOR VALUES FROM (0) TO (10);
+CREATE TABLE lockparted_b PARTITION OF lockparted FOR VALUES FROM (10) TO (20) PARTITION BY RANGE (id);
+CREATE TABLE lockparted_b1 PARTITION OF lockparted_b FOR VALUES FROM (10) TO (20);
+SELECT fencing_protect('lockparted', lock_name => 'lockparted-lock');
+INSERT INTO lockparted VALUES (1, 5), (11, 5);
+TRUNCATE lockparted_a;
+TRUNCATE lockparted_b1;
+SELECT count(*) FROM lockparted;
 SELECT tgrelid::regclass, tgname FROM pg_trigger
-WHERE tgname LIKE 'fencing_guard%' AND tgrelid::regclass::text LIKE 'parted%' ORDER BY 1, 2;
+WHERE tgname LIKE 'fencing_guard%' AND tgrelid::regclass::text LIKE 'lockparted%' ORDER BY 1, 2;
 -- Back to a per-row fence: the TRUNCATE triggers go.
-SELECT fencing_protect('parted');
+SELECT fencing_protect('lockparted');
 SELECT tgrelid::regclass, tgname FROM pg_trigger
-WHERE tgname LIKE 'fencing_guard%' AND tgrelid::regclass::text LIKE 'parted%' ORDER BY 1, 2;
+WHERE tgname LIKE 'fencing_guard%' AND tgrelid::regclass::text LIKE 'lockparted%' ORDER BY 1, 2;
 
 -- Re-protecting without a lock drops the TRUNCATE trigger.
 SELECT fencing_protect('ledger');
