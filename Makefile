@@ -25,6 +25,10 @@ PG_CPPFLAGS = -Iinclude -Isrc/backend
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -fno-omit-frame-pointer
 SHLIB_LINK = -lstdc++
 
+# PGXS does not track header dependencies: rebuild every object when a
+# header changes (the headers are few and shared by most files).
+HEADERS = $(wildcard include/pg_fencing/*.hpp src/backend/*.hpp)
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -32,6 +36,8 @@ include $(PGXS)
 # PGXS passes PG_CXXFLAGS to g++ but not to clang's bitcode rule for JIT
 # inlining; give it the same language level.
 BITCODE_CXXFLAGS += -std=c++17 -Wno-register
+
+$(OBJS) $(OBJS:.o=.bc): $(HEADERS)
 
 # PostgreSQL's headers use "register" (gone in C++17) and trip a few of
 # -Wextra's warnings in macros that are not ours.

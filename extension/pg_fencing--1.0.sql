@@ -270,10 +270,31 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fenci
 COMMENT ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fencing_token) IS
   'locks a lock''s high-water mark and raises it to token; internal to the guard, fencing_present and the lease functions';
 
+-- Locks the lock's mark (creating it at 0) without moving it, and returns
+-- it.  fencing_present() uses it: a presentation is checked against the
+-- mark and takes the fence, but only a write (or a grant) moves the mark --
+-- so a role that may call fencing_present() but write nothing cannot push
+-- a lock's mark up and lock its holders out.
+CREATE FUNCTION @extschema@.fencing_fence_lock(lock_name text)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  mark @extschema@.fencing_token;
+BEGIN
+  INSERT INTO @extschema@.fencing_fence VALUES (fencing_fence_lock.lock_name, '0')
+    ON CONFLICT DO NOTHING;
+  SELECT f.high_water INTO mark FROM @extschema@.fencing_fence f
+   WHERE f.lock_name = fencing_fence_lock.lock_name FOR NO KEY UPDATE;
+  RETURN mark;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_fence_lock(text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_fence_lock(text) IS
+  'locks a lock''s high-water mark without moving it; internal to fencing_present';
+
 CREATE FUNCTION @extschema@.fencing_present(lock_name text, token @extschema@.fencing_token)
   RETURNS void AS 'MODULE_PATHNAME', 'fencing_present' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_present(text, @extschema@.fencing_token) IS
-  'declares the token the current transaction writes under for a lock (until commit or rollback); 55Z01 if the lock has seen a higher one';
+  'declares the token the current transaction writes under for a lock (until commit or rollback); 55Z01 if the lock has seen a higher one; takes the lock''s fence but does not move its mark';
 
 CREATE VIEW @extschema@.fencing_fences AS
   SELECT f.lock_name, f.high_water FROM @extschema@.fencing_fence f;

@@ -114,6 +114,16 @@ SELECT fencing_present('skip-lock', '11');
 ROLLBACK TO SAVEPOINT s;
 UPDATE skipped SET val = 'after rollback to savepoint' WHERE id = 1;
 ROLLBACK;
+-- Presenting again inside a savepoint and rolling it back brings the outer
+-- presentation back.
+BEGIN;
+SELECT fencing_present('skip-lock', '11');
+SAVEPOINT s;
+SELECT fencing_present('skip-lock', '11');
+ROLLBACK TO SAVEPOINT s;
+UPDATE skipped SET val = 'outer presentation kept' WHERE id = 1;
+SELECT token, val FROM skipped WHERE id = 1;
+ROLLBACK;
 -- One made before the savepoint survives it.
 BEGIN;
 SELECT fencing_present('skip-lock', '11');
@@ -162,6 +172,23 @@ WHERE tgname LIKE 'fencing_guard%' AND tgrelid::regclass::text LIKE 'lockparted%
 -- Re-protecting without a lock drops the TRUNCATE trigger.
 SELECT fencing_protect('ledger');
 SELECT tgname FROM pg_trigger WHERE tgrelid = 'ledger'::regclass;
+
+-- fencing_present takes the fence and checks the token, but does not move
+-- the mark: only writes and grants do.  So a role that may write nothing
+-- cannot lock a lock's holders out by presenting a huge token.
+CREATE ROLE present_only;
+SET ROLE present_only;
+BEGIN;
+SELECT fencing_present('tenant-7', '9223372036854775807');
+COMMIT;
+RESET ROLE;
+DROP ROLE present_only;
+SELECT high_water = :'granted' AS mark_unmoved FROM fencing_fences WHERE lock_name = 'tenant-7';
+-- A presentation for a lock with no mark yet creates it at 0.
+BEGIN;
+SELECT fencing_present('fresh-lock', '3');
+COMMIT;
+SELECT high_water FROM fencing_fences WHERE lock_name = 'fresh-lock';
 
 -- Privileges: the mark is readable through the view, not writable.
 CREATE ROLE fence_user;

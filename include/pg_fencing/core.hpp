@@ -139,8 +139,22 @@ HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark)
 // there is gone; a mark read there is read again on the next write).
 using SubTransactionId = std::uint32_t;
 
+// A presentation and the subtransaction that made it.
+struct Presentation {
+  Token token;
+  SubTransactionId subxact;
+};
+
 struct LockFence {
   std::string_view lock_name;
+  // The presentations still in force, innermost last: a savepoint may
+  // present again, and rolling it back brings the outer one back.  Deeper
+  // than kMaxNesting, the outermost are dropped (a rollback past them then
+  // leaves nothing presented: refused writes, never wrongly accepted ones).
+  static constexpr int kMaxNesting = 8;
+  Presentation presentations[kMaxNesting];
+  int presentation_depth;
+  // The one in force: presentations[presentation_depth - 1].
   bool presented;
   Token presented_token;
   SubTransactionId presented_in;

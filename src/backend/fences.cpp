@@ -76,29 +76,48 @@ LockFence &FenceFor(const char *lock_name) {
   return *added;
 }
 
-// Calls fencing_fence_advance(lock_name, token): locks the lock's fence row
-// (creating it) and moves the mark up to token if token is higher.  Returns
-// whether a mark existed before, and it in *previous.
-bool CallFenceAdvance(Oid schema, const char *lock_name, Token token, Token *previous) {
+// Calls the SQL function schema.name(lock_name [, token]) and returns its
+// fencing_token result; false when it returned NULL.
+bool CallFenceFunction(Oid schema, const char *name, const char *lock_name, const Token *token,
+                       Token *result) {
   Oid argtypes[2] = {TEXTOID, InvalidOid};
-  argtypes[1] = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("fencing_token"),
-                                ObjectIdGetDatum(schema));
-  List *name = list_make2(makeString(get_namespace_name(schema)),
-                          makeString(pstrdup("fencing_fence_advance")));
-  const Oid advance = LookupFuncName(name, 2, argtypes, false);
+  const int nargs = token != nullptr ? 2 : 1;
+  if (token != nullptr) {
+    argtypes[1] = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+                                  CStringGetDatum("fencing_token"), ObjectIdGetDatum(schema));
+  }
+  List *qualified = list_make2(makeString(get_namespace_name(schema)), makeString(pstrdup(name)));
+  const Oid function = LookupFuncName(qualified, nargs, argtypes, false);
 
   LOCAL_FCINFO(fcinfo, 2);
   FmgrInfo flinfo;
-  fmgr_info(advance, &flinfo);
-  InitFunctionCallInfoData(*fcinfo, &flinfo, 2, InvalidOid, nullptr, nullptr);
+  fmgr_info(function, &flinfo);
+  InitFunctionCallInfoData(*fcinfo, &flinfo, nargs, InvalidOid, nullptr, nullptr);
   fcinfo->args[0].value = CStringGetTextDatum(lock_name);
   fcinfo->args[0].isnull = false;
-  fcinfo->args[1].value = Int64GetDatum(token);
-  fcinfo->args[1].isnull = false;
-  const Datum result = FunctionCallInvoke(fcinfo);
+  if (token != nullptr) {
+    fcinfo->args[1].value = Int64GetDatum(*token);
+    fcinfo->args[1].isnull = false;
+  }
+  const Datum value = FunctionCallInvoke(fcinfo);
   if (fcinfo->isnull) return false;
-  *previous = DatumGetInt64(result);
+  *result = DatumGetInt64(value);
   return true;
+}
+
+// fencing_fence_advance(lock_name, token): locks the lock's fence row
+// (creating it) and moves the mark up to token if token is higher.  Returns
+// whether a mark existed before, and it in *previous.
+bool CallFenceAdvance(Oid schema, const char *lock_name, Token token, Token *previous) {
+  return CallFenceFunction(schema, "fencing_fence_advance", lock_name, &token, previous);
+}
+
+// fencing_fence_lock(lock_name): locks the lock's fence row (creating it at
+// 0) without moving the mark, and returns the mark.
+Token CallFenceLock(Oid schema, const char *lock_name) {
+  Token mark = 0;
+  CallFenceFunction(schema, "fencing_fence_lock", lock_name, nullptr, &mark);
+  return mark;
 }
 
 }  // namespace
@@ -140,6 +159,17 @@ bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mar
   return true;
 }
 
+bool CheckLockFence(Oid schema, const char *lock_name, Token token, Token *mark) {
+  LockFence *fence = &FenceFor(lock_name);
+  if (!fence->locked) {
+    const Token locked_mark = CallFenceLock(schema, lock_name);
+    fence = &FenceFor(lock_name);  // the call may have run arbitrary code
+    Fences().Lock(*fence, true, locked_mark, GetCurrentSubTransactionId());
+  }
+  *mark = fence->mark;
+  return JudgeAgainstHighWater(token, fence->mark_known, fence->mark) != HighWaterVerdict::kStale;
+}
+
 }  // namespace pg_fencing
 
 using namespace pg_fencing;
@@ -165,7 +195,7 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   }
   const Token token = PG_GETARG_INT64(1);
   Token mark = 0;
-  if (!AdvanceLockFence(get_func_namespace(fcinfo->flinfo->fn_oid), lock_name, token, &mark)) {
+  if (!CheckLockFence(get_func_namespace(fcinfo->flinfo->fn_oid), lock_name, token, &mark)) {
     ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                     errmsg("stale fencing token " INT64_FORMAT " for lock \"%s\": the lock has "
                            "already seen " INT64_FORMAT,

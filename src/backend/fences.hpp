@@ -20,4 +20,7 @@ LockFence *FindTransactionFence(const char *lock_name);
 // holds the mark.  extension_schema is where fencing_fence lives.
 bool AdvanceLockFence(Oid extension_schema, const char *lock_name, Token token, Token *mark);
 
+// The same check, without moving the mark (fencing_present).
+bool CheckLockFence(Oid extension_schema, const char *lock_name, Token token, Token *mark);
+
 }  // namespace pg_fencing

@@ -99,10 +99,31 @@ LockFence *TransactionFences::FindOrAdd(std::string_view lock_name) noexcept {
   return &fence;
 }
 
+namespace {
+
+void SyncPresented(LockFence &fence) noexcept {
+  fence.presented = fence.presentation_depth > 0;
+  if (fence.presented) {
+    const Presentation &top = fence.presentations[fence.presentation_depth - 1];
+    fence.presented_token = top.token;
+    fence.presented_in = top.subxact;
+  }
+}
+
+}  // namespace
+
 void TransactionFences::Present(LockFence &fence, Token token, SubTransactionId subxact) noexcept {
-  fence.presented = true;
-  fence.presented_token = token;
-  fence.presented_in = subxact;
+  int &depth = fence.presentation_depth;
+  if (depth > 0 && fence.presentations[depth - 1].subxact == subxact) {
+    fence.presentations[depth - 1].token = token;  // again in the same (sub)transaction
+  } else {
+    if (depth == LockFence::kMaxNesting) {
+      for (int i = 1; i < depth; ++i) fence.presentations[i - 1] = fence.presentations[i];
+      --depth;
+    }
+    fence.presentations[depth++] = Presentation{token, subxact};
+  }
+  SyncPresented(fence);
 }
 
 void TransactionFences::Lock(LockFence &fence, bool mark_known, Token mark,
@@ -120,7 +141,11 @@ void TransactionFences::Lock(LockFence &fence, bool mark_known, Token mark,
 void TransactionFences::AbortSubTransaction(SubTransactionId subxact) noexcept {
   for (int i = 0; i < count_; ++i) {
     LockFence &fence = fences_[i];
-    if (fence.presented && fence.presented_in >= subxact) fence.presented = false;
+    while (fence.presentation_depth > 0 &&
+           fence.presentations[fence.presentation_depth - 1].subxact >= subxact) {
+      --fence.presentation_depth;
+    }
+    SyncPresented(fence);
     if (fence.locked && fence.locked_in >= subxact) fence.locked = false;
   }
 }

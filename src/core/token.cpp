@@ -37,7 +37,8 @@ ParseResult ParseToken(std::string_view text) noexcept {
 
 std::size_t FormatToken(Token token, char *buf) noexcept {
   // 19 digits always fit: kMaxToken has 19.  A negative value is not a token
-  // and never reaches here from the backend; print it rather than misbehave.
+  // and never reaches here from the backend: it is printed if it fits, and
+  // gives an empty string if it does not (below -10^18), never an overrun.
   const auto [end, error] = std::to_chars(buf, buf + kTokenTextBufferSize - 1, token);
   if (error != std::errc()) {
     buf[0] = '\0';

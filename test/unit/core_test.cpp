@@ -898,5 +898,40 @@ TEST(TransactionFencesTest, AbortingASubtransactionForgetsWhatItDid) {
   EXPECT_TRUE(top.presented);  // presented at the top level, before 4
 }
 
+TEST(TransactionFencesTest, RollingBackASavepointBringsTheOuterPresentationBack) {
+  TransactionFences fences;
+  LockFence &fence = *fences.FindOrAdd("tenant");
+  fences.Present(fence, 5, 1);  // top level
+  fences.Present(fence, 5, 2);  // SAVEPOINT a; the same token again
+  fences.AbortSubTransaction(2);
+  ASSERT_TRUE(fence.presented);
+  EXPECT_EQ(fence.presented_token, 5);
+
+  fences.Present(fence, 7, 3);  // SAVEPOINT b; another token
+  EXPECT_EQ(fence.presented_token, 7);
+  fences.Present(fence, 8, 3);  // again in b: replaces, does not stack
+  fences.AbortSubTransaction(3);
+  ASSERT_TRUE(fence.presented);
+  EXPECT_EQ(fence.presented_token, 5);
+  EXPECT_EQ(fence.presented_in, 1u);
+
+  fences.AbortSubTransaction(1);
+  EXPECT_FALSE(fence.presented);
+}
+
+TEST(TransactionFencesTest, NestingDeeperThanTheLimitDropsTheOutermost) {
+  TransactionFences fences;
+  LockFence &fence = *fences.FindOrAdd("deep");
+  for (SubTransactionId s = 1; s <= LockFence::kMaxNesting + 2; ++s) {
+    fences.Present(fence, static_cast<Token>(s), s);
+  }
+  EXPECT_EQ(fence.presentation_depth, LockFence::kMaxNesting);
+  fences.AbortSubTransaction(5);  // back to presentation 4
+  ASSERT_TRUE(fence.presented);
+  EXPECT_EQ(fence.presented_token, 4);
+  fences.AbortSubTransaction(3);  // presentations 1 and 2 were dropped: none left
+  EXPECT_FALSE(fence.presented);
+}
+
 }  // namespace
 }  // namespace pg_fencing
