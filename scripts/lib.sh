@@ -15,6 +15,7 @@ PACKAGES=(
   libipc-run-perl                                                         # PostgreSQL::Test::Cluster TAP tests
   pgbouncer                                                               # transaction-pooling tests
   gnuplot-nox valgrind                                                    # benchmark chart, callgrind
+  clang-14 libclang-rt-14-dev sqlsmith                                    # libFuzzer, random SQL
 )
 
 log() { printf '\n==> %s\n' "$*"; }

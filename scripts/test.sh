@@ -53,6 +53,16 @@ demo_run() {
   with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
+# libFuzzer over the PostgreSQL-free core, bounded in time.
+fuzz_core() {
+  FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash test/fuzz/run.sh build-fuzz
+}
+
+# Random SQL (sqlsmith) as an unprivileged role; fails on a server crash.
+sqlsmith_run() {
+  with_throwaway_cluster bash test/sqlsmith/run.sh
+}
+
 # The benchmark command at tiny size: it must produce every figure and the
 # chart; no timing is asserted.
 bench_smoke() {
@@ -74,6 +84,8 @@ tap_tests() {
 run_suite "unit tests (GoogleTest)" unit_tests
 run_suite "unit tests under ASan and UBSan" sanitized_unit_tests
 run_suite "pg_regress and isolation" regress_and_isolation
+run_suite "fuzzing the core (libFuzzer, ${FUZZ_SECONDS:-30} s)" fuzz_core
+run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
