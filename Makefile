@@ -26,8 +26,10 @@ PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -fno-omit-frame-pointer
 SHLIB_LINK = -lstdc++
 
 # PGXS does not track header dependencies: rebuild every object when a
-# header changes (the headers are few and shared by most files).
-HEADERS = $(wildcard include/pg_fencing/*.hpp src/backend/*.hpp)
+# header changes (the headers are few and shared by most files).  Not named
+# HEADERS: PGXS installs the files that variable lists into the server's
+# include directory.
+OWN_HEADERS = $(wildcard include/pg_fencing/*.hpp src/backend/*.hpp)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -37,7 +39,7 @@ include $(PGXS)
 # inlining; give it the same language level.
 BITCODE_CXXFLAGS += -std=c++17 -Wno-register
 
-$(OBJS) $(OBJS:.o=.bc): $(HEADERS)
+$(OBJS) $(OBJS:.o=.bc): $(OWN_HEADERS)
 
 # PostgreSQL's headers use "register" (gone in C++17) and trip a few of
 # -Wextra's warnings in macros that are not ours.

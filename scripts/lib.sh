@@ -16,6 +16,7 @@ PACKAGES=(
   pgbouncer                                                               # transaction-pooling tests
   gnuplot-nox valgrind                                                    # benchmark chart, callgrind
   clang-14 libclang-rt-14-dev sqlsmith                                    # libFuzzer, random SQL
+  dpkg-dev build-essential debhelper postgresql-server-dev-all            # Debian package (test/packaging/deb.sh)
 )
 
 log() { printf '\n==> %s\n' "$*"; }

@@ -63,6 +63,10 @@ sqlsmith_run() {
   with_throwaway_cluster bash test/sqlsmith/run.sh
 }
 
+# The Debian package: built from a copy of the tree, installed, checked on a
+# throwaway cluster, then purged; the tree's own build is installed again.
+debian_package() { bash test/packaging/deb.sh; }
+
 # The benchmark command at tiny size: it must produce every figure and the
 # chart; no timing is asserted.
 bench_smoke() {
@@ -89,6 +93,7 @@ run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
+run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "benchmark smoke run (bench/run.sh, QUICK=1)" bench_smoke
 
 echo

@@ -132,7 +132,8 @@ WHERE l.lanname IN ('sql', 'plpgsql') ORDER BY p.proname;
 
 -- CREATE EXTENSION needs a superuser: the extension loads C code.
 SELECT extname, extrelocatable FROM pg_extension WHERE extname = 'pg_fencing';
-SELECT name, trusted, superuser FROM pg_available_extension_versions WHERE name = 'pg_fencing';
+SELECT name, version, trusted, superuser FROM pg_available_extension_versions
+WHERE name = 'pg_fencing' ORDER BY version;
 CREATE ROLE fencing_db_owner CREATEDB;
 CREATE DATABASE fencing_security_probe OWNER fencing_db_owner;
 \c fencing_security_probe

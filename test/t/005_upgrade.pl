@@ -1,0 +1,420 @@
+# Upgrading from 1.0 must give exactly what a fresh install of the current
+# version gives, and must keep the data of a database that used 1.0.
+#
+#  - database "upgraded": CREATE EXTENSION pg_fencing VERSION '1.0', used a
+#    little (token grants, a lease, a per-row and a lock-wide protected
+#    table), then ALTER EXTENSION pg_fencing UPDATE;
+#  - database "fresh": CREATE EXTENSION pg_fencing.
+#
+# Every object the extension owns (pg_depend deptype 'e'), with its
+# definition, properties, privileges and comments, and the extension's own
+# row (version, dumped tables and their conditions), must be the same in
+# both.  A fresh install of 1.1 runs pg_fencing--1.0.sql and then
+# pg_fencing--1.0--1.1.sql (there is no pg_fencing--1.1.sql), so this
+# comparison guards the day someone adds a full install script for a later
+# version: it catches any drift between it and the upgrade path.  Because
+# an omission in the upgrade script would then be in both databases alike,
+# the test also checks, in both, the rules every version must keep (each
+# user-facing object has a comment; fencing_unprotect is there, pinned and
+# documented).  The extension lives in a schema of its own here, so a
+# missing @extschema@ would show.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->start;
+
+# psql with the extension's schema on the path, stopping at the first error.
+sub sql
+{
+	my ($db, $query) = @_;
+	return $node->safe_psql($db, "SET search_path = public, fencing;\n$query");
+}
+
+# Runs $query, which must fail; returns its error message, with SQLSTATE.
+sub sql_error
+{
+	my ($db, $query) = @_;
+	my ($ret, $out, $err) = $node->psql($db,
+		"\\set VERBOSITY verbose\nSET search_path = public, fencing;\n$query");
+	isnt($ret, 0, "fails: $query");
+	return $err;
+}
+
+my $last_version = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_fencing'"
+);
+is($last_version, '1.1', 'the default version is 1.1');
+
+###############################################################################
+# Database "upgraded": 1.0, in use, then updated.
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE upgraded');
+$node->safe_psql('upgraded',
+	"CREATE SCHEMA fencing; CREATE EXTENSION pg_fencing SCHEMA fencing VERSION '1.0'"
+);
+is( $node->safe_psql(
+		'upgraded',
+		"SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'"),
+	'1.0',
+	'created at 1.0');
+is( $node->safe_psql(
+		'upgraded',
+		"SELECT count(*) FROM pg_proc WHERE proname = 'fencing_unprotect'"),
+	'0',
+	'1.0 has no fencing_unprotect');
+
+sql(
+	'upgraded', q{
+CREATE TABLE resource (id int PRIMARY KEY, token fencing_token, val text);
+INSERT INTO resource VALUES (1, NULL, 'initial');
+SELECT fencing_protect('resource');
+CREATE TABLE ledger (id int PRIMARY KEY, token fencing_token, entry text);
+SELECT fencing_protect('ledger', lock_name => 'tenant-7');
+CREATE TABLE parted (id int, token fencing_token) PARTITION BY RANGE (id);
+CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10);
+SELECT fencing_protect('parted', lock_name => 'tenant-7');
+SELECT fencing_grant() FROM generate_series(1, 5);
+});
+my $lease_token = sql('upgraded',
+	"SELECT fencing_acquire('nightly', 'worker-1', '1 hour')");
+like($lease_token, qr/^\d+$/, "a lease under 1.0 (token $lease_token)");
+my $row_token = sql('upgraded', 'SELECT fencing_grant()');
+sql('upgraded',
+	"UPDATE resource SET token = $row_token, val = 'by $row_token' WHERE id = 1"
+);
+sql('upgraded',
+	"INSERT INTO ledger VALUES (1, $row_token, 'entry by $row_token')");
+like(
+	sql_error(
+		'upgraded',
+		"UPDATE resource SET token = $lease_token, val = 'stale' WHERE id = 1"),
+	qr/55Z01/,
+	'1.0 guard refuses a stale token');
+my $max_token = sql('upgraded', 'SELECT last_value FROM fencing_token_seq');
+
+$node->safe_psql('upgraded', 'ALTER EXTENSION pg_fencing UPDATE');
+is( $node->safe_psql(
+		'upgraded',
+		"SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'"),
+	$last_version,
+	"ALTER EXTENSION pg_fencing UPDATE reaches $last_version");
+
+###############################################################################
+# Database "fresh": the current version, directly.
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh',
+	'CREATE SCHEMA fencing; CREATE EXTENSION pg_fencing SCHEMA fencing');
+is( $node->safe_psql(
+		'fresh',
+		"SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'"),
+	$last_version,
+	"CREATE EXTENSION installs $last_version");
+
+###############################################################################
+# The same catalog objects in both.
+###############################################################################
+# One line per object the extension owns: its identity, its description and
+# whatever defines it, with OIDs spelled as names (they differ between
+# databases).  Plus the extension's own row and initial privileges.
+my $catalog_query = <<'EOSQL';
+WITH ext AS (
+  SELECT e.* FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_fencing'
+), member AS (
+  SELECT d.classid, d.objid, d.objsubid
+    FROM pg_catalog.pg_depend d, ext
+   WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
+     AND d.refobjid = ext.oid AND d.deptype = 'e'
+), described AS (
+  SELECT i.type, i.identity, pg_catalog.pg_describe_object(m.classid, m.objid, m.objsubid) AS description,
+  CASE m.classid
+  WHEN 'pg_catalog.pg_proc'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'kind=' || p.prokind::text, 'lang=' || l.lanname, 'owner=' || p.proowner::regrole,
+      'secdef=' || p.prosecdef, 'volatile=' || p.provolatile::text, 'parallel=' || p.proparallel::text,
+      'leakproof=' || p.proleakproof, 'strict=' || p.proisstrict, 'retset=' || p.proretset,
+      'cost=' || p.procost, 'rows=' || p.prorows,
+      'config=' || coalesce(p.proconfig::text, '-'),
+      'acl=' || coalesce(p.proacl::text, 'default'),
+      'args=' || pg_catalog.pg_get_function_arguments(p.oid),
+      'result=' || pg_catalog.pg_get_function_result(p.oid),
+      CASE WHEN p.prokind = 'a' THEN (
+        SELECT concat_ws(' ; ', 'aggkind=' || a.aggkind::text, 'transfn=' || a.aggtransfn::regprocedure,
+               'finalfn=' || a.aggfinalfn::regprocedure, 'combinefn=' || a.aggcombinefn::regprocedure,
+               'sortop=' || a.aggsortop::regoperator, 'transtype=' || a.aggtranstype::regtype,
+               'initval=' || coalesce(a.agginitval, '-'))
+          FROM pg_catalog.pg_aggregate a WHERE a.aggfnoid = p.oid)
+      ELSE 'def=' || pg_catalog.pg_get_functiondef(p.oid) END)
+      FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+     WHERE p.oid = m.objid)
+  WHEN 'pg_catalog.pg_class'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'kind=' || c.relkind::text, 'persistence=' || c.relpersistence::text, 'owner=' || c.relowner::regrole,
+      'acl=' || coalesce(c.relacl::text, 'default'),
+      'options=' || coalesce(c.reloptions::text, '-'), 'replident=' || c.relreplident::text,
+      'columns=' || (SELECT string_agg(concat_ws(' ', pg_catalog.quote_ident(a.attname),
+                                 pg_catalog.format_type(a.atttypid, a.atttypmod),
+                                 CASE WHEN a.attnotnull THEN 'NOT NULL' END,
+                                 'default ' || pg_catalog.pg_get_expr(ad.adbin, ad.adrelid),
+                                 'collation ' || a.attcollation::regcollation,
+                                 'acl ' || a.attacl::text), ', ' ORDER BY a.attnum)
+                       FROM pg_catalog.pg_attribute a
+                       LEFT JOIN pg_catalog.pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+                      WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+      'constraints=' || (SELECT string_agg(co.conname || ' ' || pg_catalog.pg_get_constraintdef(co.oid), ', '
+                                           ORDER BY co.conname)
+                           FROM pg_catalog.pg_constraint co WHERE co.conrelid = c.oid),
+      'indexes=' || (SELECT string_agg(pg_catalog.pg_get_indexdef(x.indexrelid), ', '
+                                       ORDER BY x.indexrelid::regclass::text)
+                       FROM pg_catalog.pg_index x WHERE x.indrelid = c.oid),
+      'triggers=' || (SELECT string_agg(pg_catalog.pg_get_triggerdef(t.oid), ', ' ORDER BY t.tgname)
+                        FROM pg_catalog.pg_trigger t WHERE t.tgrelid = c.oid),
+      'view=' || CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
+      'sequence=' || (SELECT concat_ws(' ', s.seqtypid::regtype, s.seqstart, s.seqincrement,
+                                       s.seqmax, s.seqmin, s.seqcache, s.seqcycle)
+                        FROM pg_catalog.pg_sequence s WHERE s.seqrelid = c.oid))
+      FROM pg_catalog.pg_class c WHERE c.oid = m.objid)
+  WHEN 'pg_catalog.pg_type'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'typtype=' || t.typtype::text, 'len=' || t.typlen, 'byval=' || t.typbyval, 'align=' || t.typalign::text,
+      'storage=' || t.typstorage::text, 'category=' || t.typcategory::text, 'preferred=' || t.typispreferred,
+      'input=' || t.typinput::regprocedure, 'output=' || t.typoutput::regprocedure,
+      'receive=' || t.typreceive::regprocedure, 'send=' || t.typsend::regprocedure,
+      'modin=' || t.typmodin::regprocedure, 'modout=' || t.typmodout::regprocedure,
+      'analyze=' || t.typanalyze::regprocedure, 'elem=' || t.typelem::regtype,
+      'array=' || t.typarray::regtype, 'basetype=' || t.typbasetype::regtype,
+      'notnull=' || t.typnotnull, 'default=' || coalesce(t.typdefault, '-'),
+      'owner=' || t.typowner::regrole, 'acl=' || coalesce(t.typacl::text, 'default'))
+      FROM pg_catalog.pg_type t WHERE t.oid = m.objid)
+  WHEN 'pg_catalog.pg_operator'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'left=' || o.oprleft::regtype, 'right=' || o.oprright::regtype,
+      'result=' || o.oprresult::regtype, 'code=' || o.oprcode::regprocedure,
+      'commutator=' || o.oprcom::regoperator, 'negator=' || o.oprnegate::regoperator,
+      'restrict=' || o.oprrest::regprocedure, 'join=' || o.oprjoin::regprocedure,
+      'merges=' || o.oprcanmerge, 'hashes=' || o.oprcanhash, 'owner=' || o.oprowner::regrole)
+      FROM pg_catalog.pg_operator o WHERE o.oid = m.objid)
+  WHEN 'pg_catalog.pg_opclass'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'default=' || oc.opcdefault, 'intype=' || oc.opcintype::regtype,
+      'keytype=' || oc.opckeytype::regtype,
+      'family=' || pg_catalog.pg_describe_object('pg_catalog.pg_opfamily'::regclass, oc.opcfamily, 0))
+      FROM pg_catalog.pg_opclass oc WHERE oc.oid = m.objid)
+  WHEN 'pg_catalog.pg_opfamily'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'operators=' || (SELECT string_agg(concat_ws(' ', ao.amopstrategy, ao.amopopr::regoperator,
+                                                   ao.amoplefttype::regtype, ao.amoprighttype::regtype,
+                                                   ao.amoppurpose, ao.amopsortfamily),
+                                         ', ' ORDER BY ao.amopstrategy, ao.amopopr::regoperator::text)
+                         FROM pg_catalog.pg_amop ao WHERE ao.amopfamily = m.objid),
+      'functions=' || (SELECT string_agg(concat_ws(' ', ap.amprocnum, ap.amproc::regprocedure,
+                                                   ap.amproclefttype::regtype, ap.amprocrighttype::regtype),
+                                         ', ' ORDER BY ap.amprocnum, ap.amproc::regprocedure::text)
+                         FROM pg_catalog.pg_amproc ap WHERE ap.amprocfamily = m.objid)))
+  WHEN 'pg_catalog.pg_cast'::regclass THEN (
+    SELECT concat_ws(' ; ',
+      'function=' || coalesce(ca.castfunc::regprocedure::text, '-'),
+      'context=' || ca.castcontext::text, 'method=' || ca.castmethod::text)
+      FROM pg_catalog.pg_cast ca WHERE ca.oid = m.objid)
+  ELSE 'UNCOMPARED CATALOG ' || m.classid::regclass
+  END AS definition,
+  (SELECT string_agg(ds.objsubid || ': ' || ds.description, ' ; ' ORDER BY ds.objsubid)
+     FROM pg_catalog.pg_description ds
+    WHERE ds.classoid = m.classid AND ds.objoid = m.objid) AS comments,
+  (SELECT string_agg(ip.objsubid || ': ' || ip.privtype::text || ' ' || ip.initprivs::text, ' ; '
+                     ORDER BY ip.objsubid)
+     FROM pg_catalog.pg_init_privs ip
+    WHERE ip.classoid = m.classid AND ip.objoid = m.objid) AS init_privs
+  FROM member m, pg_catalog.pg_identify_object(m.classid, m.objid, m.objsubid) i
+)
+SELECT pg_catalog.replace(concat_ws(' | ', type, identity, description, definition,
+                                    'comment: ' || coalesce(comments, '-'),
+                                    'init_privs: ' || coalesce(init_privs, '-')),
+                          E'\n', '\n')
+  FROM described
+UNION ALL
+SELECT concat_ws(' | ', 'extension', e.extname, 'version ' || e.extversion,
+                 'schema ' || e.extnamespace::regnamespace, 'owner ' || e.extowner::regrole,
+                 'relocatable ' || e.extrelocatable,
+                 'config ' || coalesce((SELECT string_agg(cfg.rel::regclass::text || ' WHERE ' || cfg.cond,
+                                                          ', ' ORDER BY cfg.rel::regclass::text)
+                                          FROM unnest(e.extconfig, e.extcondition) AS cfg(rel, cond)), '-'),
+                 'comment ' || coalesce(pg_catalog.obj_description(e.oid, 'pg_extension'), '-'))
+  FROM ext e
+ORDER BY 1;
+EOSQL
+
+my $upgraded = $node->safe_psql('upgraded', $catalog_query);
+my $fresh = $node->safe_psql('fresh', $catalog_query);
+# Kept for reading (diff -u) when the comparison fails.
+append_to_file("$PostgreSQL::Test::Utils::tmp_check/catalog_upgraded.txt", "$upgraded\n");
+append_to_file("$PostgreSQL::Test::Utils::tmp_check/catalog_fresh.txt", "$fresh\n");
+my @upgraded = split /\n/, $upgraded;
+my @fresh = split /\n/, $fresh;
+
+cmp_ok(scalar(@fresh), '>', 50,
+	scalar(@fresh) . ' catalog lines for the fresh install');
+unlike($fresh, qr/UNCOMPARED CATALOG/,
+	'every kind of object the extension owns is compared')
+  or diag join "\n", grep { /UNCOMPARED/ } @fresh;
+
+my %in_fresh = map { $_ => 1 } @fresh;
+my %in_upgraded = map { $_ => 1 } @upgraded;
+my @only_upgraded = grep { !$in_fresh{$_} } @upgraded;
+my @only_fresh = grep { !$in_upgraded{$_} } @fresh;
+is(join("\n", @only_upgraded), '',
+	'nothing in the upgraded database that a fresh install lacks');
+is(join("\n", @only_fresh), '',
+	'nothing in a fresh install that the upgraded database lacks');
+is($upgraded, $fresh, 'the two catalogs are identical, line for line');
+
+###############################################################################
+# Rules every version keeps, checked in both databases.
+###############################################################################
+for my $db ('upgraded', 'fresh')
+{
+	# A user-facing object without a comment: functions other than type I/O,
+	# operator implementations and index or aggregate support; aggregates;
+	# base types; tables, views and sequences.
+	is( $node->safe_psql(
+			$db, q{
+WITH member AS (
+  SELECT d.classid, d.objid FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+   WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND e.extname = 'pg_fencing'
+), internal_fn AS (
+  SELECT typinput AS fn FROM pg_type UNION SELECT typoutput FROM pg_type
+  UNION SELECT typreceive FROM pg_type UNION SELECT typsend FROM pg_type
+  UNION SELECT oprcode FROM pg_operator UNION SELECT amproc FROM pg_amproc
+  UNION SELECT aggtransfn FROM pg_aggregate UNION SELECT aggcombinefn FROM pg_aggregate
+)
+SELECT string_agg(pg_describe_object(m.classid, m.objid, 0), ', '
+                  ORDER BY pg_describe_object(m.classid, m.objid, 0))
+  FROM member m
+ WHERE obj_description(m.objid, m.classid::regclass::text) IS NULL
+   AND CASE m.classid
+       WHEN 'pg_proc'::regclass THEN m.objid NOT IN (SELECT fn FROM internal_fn)
+       WHEN 'pg_type'::regclass THEN (SELECT typtype = 'b' FROM pg_type WHERE oid = m.objid)
+       WHEN 'pg_class'::regclass THEN (SELECT relkind IN ('r', 'v', 'S', 'p', 'm') FROM pg_class WHERE oid = m.objid)
+       ELSE false END
+}),
+		'',
+		"$db: every user-facing object the extension owns has a comment");
+
+	is( $node->safe_psql(
+			$db, q{
+SELECT concat_ws(' | ', p.oid::regprocedure, l.lanname, p.prosecdef, p.proconfig::text,
+                 p.provolatile, obj_description(p.oid, 'pg_proc') IS NOT NULL)
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_fencing'
+ WHERE p.proname = 'fencing_unprotect'
+}),
+		'fencing.fencing_unprotect(regclass) | plpgsql | f | {"search_path=pg_catalog, pg_temp"} | v | t',
+		"$db: fencing_unprotect is the extension's, plpgsql, not SECURITY DEFINER, pinned, commented"
+	);
+}
+
+###############################################################################
+# The upgraded database kept its data, and 1.1 works on it.
+###############################################################################
+is( sql(
+		'upgraded',
+		"SELECT concat_ws(' ', holder, token, live) FROM fencing_leases WHERE lock_name = 'nightly'"
+	),
+	"worker-1 $lease_token t",
+	'the lease survived the upgrade');
+is(sql('upgraded', "SELECT fencing_leader('nightly')"),
+	'worker-1', 'its holder is still the leader');
+is(sql('upgraded', "SELECT fencing_renew('nightly', '$lease_token', '1 hour')"),
+	't', 'and can renew it with its token');
+is( sql(
+		'upgraded',
+		"SELECT high_water FROM fencing_fences WHERE lock_name = 'tenant-7'"),
+	$row_token,
+	'the lock-wide fence kept its mark');
+is(sql('upgraded', 'SELECT last_value FROM fencing_token_seq'),
+	$max_token, 'the token sequence kept its value');
+my $next = sql('upgraded', 'SELECT fencing_grant()');
+cmp_ok($next, '>', $max_token,
+	"the first grant after the upgrade ($next) is above every earlier token ($max_token)"
+);
+is( sql('upgraded', 'SELECT concat_ws(\' \', token, val) FROM resource'),
+	"$row_token by $row_token",
+	'the protected row is as it was');
+is( sql(
+		'upgraded',
+		"SELECT string_agg(tgrelid::regclass || '.' || tgname, ' ' ORDER BY tgrelid::regclass::text, tgname) FROM pg_trigger WHERE tgname LIKE 'fencing_guard%'"
+	),
+	'ledger.fencing_guard ledger.fencing_guard_truncate '
+	  . 'parted.fencing_guard parted.fencing_guard_truncate '
+	  . 'parted_1.fencing_guard parted_1.fencing_guard_truncate '
+	  . 'resource.fencing_guard',
+	'the guard triggers made under 1.0 are still there');
+like(
+	sql_error(
+		'upgraded',
+		"UPDATE resource SET token = $lease_token, val = 'stale' WHERE id = 1"),
+	qr/55Z01/,
+	'and the guard still refuses a stale token');
+
+sql('upgraded', "SELECT fencing_unprotect('resource')");
+is( sql(
+		'upgraded',
+		"SELECT count(*) FROM pg_trigger WHERE tgrelid = 'resource'::regclass"),
+	'0',
+	'fencing_unprotect removed the per-row guard');
+sql('upgraded',
+	"UPDATE resource SET token = $lease_token, val = 'unfenced' WHERE id = 1");
+is(sql('upgraded', 'SELECT val FROM resource'),
+	'unfenced', 'an unprotected table takes any token');
+like(
+	sql_error('upgraded', "SELECT fencing_unprotect('resource')"),
+	qr/ERROR:  55000: table "resource" is not protected by pg_fencing/,
+	'unprotecting again: 55000, naming the table');
+
+sql('upgraded', "SELECT fencing_unprotect('ledger')");
+is( sql(
+		'upgraded',
+		"SELECT count(*) FROM pg_trigger WHERE tgrelid = 'ledger'::regclass"),
+	'0',
+	'fencing_unprotect removed both triggers of a lock-wide fence');
+sql('upgraded', "SELECT fencing_protect('ledger', lock_name => 'tenant-7')");
+like(
+	sql_error('upgraded', "SELECT fencing_unprotect('parted_1')"),
+	qr/55000: table "parted_1" is protected through its partitioned table "parted"/,
+	'a partition alone is not unprotected');
+sql('upgraded', "SELECT fencing_unprotect('parted')");
+is( sql(
+		'upgraded',
+		"SELECT count(*) FROM pg_trigger WHERE tgrelid IN ('parted'::regclass, 'parted_1'::regclass)"
+	),
+	'0',
+	'unprotecting the partitioned table removed the triggers of every partition');
+is( sql(
+		'upgraded',
+		"SELECT count(*) FROM pg_trigger WHERE tgrelid = 'ledger'::regclass"),
+	'2',
+	'and the table can be protected again');
+
+# And in the fresh install.
+sql(
+	'fresh', q{
+CREATE TABLE resource (id int PRIMARY KEY, token fencing_token, val text);
+SELECT fencing_protect('resource');
+SELECT fencing_unprotect('resource');
+});
+is( sql(
+		'fresh',
+		"SELECT count(*) FROM pg_trigger WHERE tgrelid = 'resource'::regclass"),
+	'0',
+	'fencing_unprotect works in a fresh install');
+
+$node->stop;
+done_testing();
