@@ -57,10 +57,13 @@ make_test_copy() {
 
 as_postgres() { runuser -u postgres -- "$@"; }
 
-# A free TCP port on loopback with no PostgreSQL socket file, from 54320 up.
+# A free TCP port on loopback with no PostgreSQL socket file, from a random
+# start in 54320-59999, so that runs started at the same moment rarely try
+# the same one.
 free_port() {
   perl -MIO::Socket::INET -e '
-    for my $port (54320 .. 54999) {
+    my $start = 54320 + int(rand(5680));
+    for my $port ($start .. 59999, 54320 .. $start - 1) {
       next if -e "/var/run/postgresql/.s.PGSQL.$port";
       my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $port,
                                     Proto => "tcp", ReuseAddr => 1, Listen => 1) or next;
