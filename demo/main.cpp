@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 
+#include "lock_service.hpp"
 #include "options.hpp"
 #include "scenarios.hpp"
 #include "timeline.hpp"
@@ -62,6 +63,13 @@ int RunDemo(const DemoOptions &options) {
     PrepareDatabase(*db);
   } catch (const std::exception &error) {
     std::cerr << "pg_fencing_demo: cannot prepare the database: " << error.what() << '\n';
+    return kExitSetupError;
+  }
+  try {
+    CheckLockServiceReachable(options.lock_service, options.lock_service_address);
+  } catch (const std::exception &error) {
+    std::cerr << "pg_fencing_demo: cannot use the " << LockServiceName(options.lock_service)
+              << " lock service: " << error.what() << '\n';
     return kExitSetupError;
   }
 

@@ -19,6 +19,9 @@ constexpr std::chrono::milliseconds kMinimumTtl{100};
 // rows after it that B does not write; above the maximum, a run takes minutes.
 constexpr int kMinimumRows = 4;
 constexpr int kMaximumRows = 1000;
+// Where --redis and --etcd point when not given: the services' own defaults.
+constexpr char kDefaultRedisAddress[] = "127.0.0.1:6379";
+constexpr char kDefaultEtcdUrl[] = "http://127.0.0.1:2379";
 
 struct RoleName {
   WorkerRole role;
@@ -95,6 +98,46 @@ int ParseRows(const std::string &option, const std::string &text) {
   return static_cast<int>(value);
 }
 
+struct LockServiceEntry {
+  LockServiceKind kind;
+  const char *name;
+};
+constexpr LockServiceEntry kLockServiceNames[] = {
+    {LockServiceKind::kPg, "pg"},
+    {LockServiceKind::kRedis, "redis"},
+    {LockServiceKind::kEtcd, "etcd"},
+};
+
+LockServiceKind ParseLockService(const std::string &option, const std::string &text) {
+  for (const LockServiceEntry &entry : kLockServiceNames) {
+    if (text == entry.name) return entry.kind;
+  }
+  throw UsageError(option + " takes pg, redis or etcd, got '" + text + "'");
+}
+
+// --lock, --redis and --etcd, checked together once the whole command line
+// is read, so that their order does not matter.
+void ApplyLockServiceOptions(DemoOptions &options, const std::optional<std::string> &redis,
+                             const std::optional<std::string> &etcd) {
+  const LockServiceKind kind = options.lock_service;
+  if (redis && kind != LockServiceKind::kRedis) throw UsageError("--redis is for --lock redis");
+  if (etcd && kind != LockServiceKind::kEtcd) throw UsageError("--etcd is for --lock etcd");
+  if (kind == LockServiceKind::kPg) return;
+  const std::string lock = std::string("--lock ") + LockServiceName(kind);
+  if (options.run_leader_scenario || options.run_interleave_scenario) {
+    throw UsageError(lock + " applies to the pause scenario only: add --scenario pause");
+  }
+  if (kind == LockServiceKind::kRedis) {
+    options.lock_service_address = redis.value_or(kDefaultRedisAddress);
+  } else {
+    if (options.ttl.count() % 1000 != 0) {
+      throw UsageError(lock + " needs --ttl in whole seconds, as etcd lease TTLs are; got " +
+                       std::to_string(options.ttl.count()) + " ms");
+    }
+    options.lock_service_address = etcd.value_or(kDefaultEtcdUrl);
+  }
+}
+
 WorkerRole ParseRole(const std::string &text) {
   for (const RoleName &entry : kRoleNames) {
     if (text == entry.name) return entry.role;
@@ -113,6 +156,8 @@ const char *RoleNameOf(WorkerRole role) {
 void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
   DemoOptions &options = command_line.demo;
   bool pause_given = false;
+  std::optional<std::string> redis_address;
+  std::optional<std::string> etcd_url;
   while (!cursor.done()) {
     const std::string option = cursor.NextOption();
     if (option == "-h" || option == "--help") {
@@ -137,6 +182,12 @@ void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
       options.run_pause_scenario = scenario == "pause" || scenario == "all";
       options.run_leader_scenario = scenario == "leader" || scenario == "all";
       options.run_interleave_scenario = scenario == "interleave" || scenario == "all";
+    } else if (option == "--lock") {
+      options.lock_service = ParseLockService(option, cursor.ValueOf(option));
+    } else if (option == "--redis") {
+      redis_address = cursor.ValueOf(option);
+    } else if (option == "--etcd") {
+      etcd_url = cursor.ValueOf(option);
     } else if (option == "--rows") {
       options.rows = ParseRows(option, cursor.ValueOf(option));
     } else if (option == "--ttl") {
@@ -155,6 +206,7 @@ void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
       throw UsageError("unknown option '" + option + "'");
     }
   }
+  ApplyLockServiceOptions(options, redis_address, etcd_url);
   // Long enough past the ttl for the lease to expire and B to take over and
   // write, short enough to keep the run brisk.
   if (!pause_given) options.pause = options.ttl * 5 / 2;
@@ -170,6 +222,10 @@ WorkerOptions ParseWorkerOptions(ArgumentCursor &cursor) {
       options.name = value;
     } else if (option == "--lock") {
       options.lock_name = value;
+    } else if (option == "--lock-service") {
+      options.lock_service = ParseLockService(option, value);
+    } else if (option == "--lock-address") {
+      options.lock_service_address = value;
     } else if (option == "--table") {
       options.table = value;
     } else if (option == "--ttl") {
@@ -223,7 +279,8 @@ not enough and what fencing tokens add:
           expires; B takes the lock with a newer token and writes. A resumes and
           writes with its stale token. Run with fencing off (the stale write
           lands and B's write is lost) and on (fencing_protect rejects it with
-          SQLSTATE 55Z01 and B's value survives).
+          SQLSTATE 55Z01 and B's value survives). With --lock redis or etcd,
+          the lock is a Redis or etcd lock instead, and the outcome the same.
   leader  Three workers compete for a leader lease; the leader writes with its
           token every 100 ms. The leader is killed (kill -9) twice; each time
           another takes over once the lease expires. The log of accepted
@@ -250,6 +307,17 @@ Options:
                           fenced
   --scenario pause|leader|interleave|all
                           which scenarios to run (default: all)
+  --lock pg|redis|etcd    where the pause scenario's lock and token come from
+                          (default: pg). pg: the extension's lease
+                          (fencing_acquire). redis: SET lock:NAME ID NX PX ttl
+                          on a running Redis, then a token from
+                          fencing_grant(). etcd: a key put under an etcd lease
+                          if absent; its create_revision is the token, and
+                          --ttl must be whole seconds. redis and etcd need
+                          --scenario pause; the demo does not start them
+  --redis HOST:PORT       the Redis for --lock redis (default: 127.0.0.1:6379)
+  --etcd URL              the etcd for --lock etcd, its client URL (default:
+                          http://127.0.0.1:2379)
   --rows N                rows of the interleave table, 4 to 1000 (default: 20)
   --ttl MS                lease time to live, at least 100 (default: 1000)
   --pause MS              how long A stays stopped (default: 2.5 x ttl); in the
@@ -265,7 +333,9 @@ The demo runs CREATE EXTENSION IF NOT EXISTS pg_fencing (a superuser's job
 when the extension is not there yet), and recreates the tables
 fencing_demo_pause_off, fencing_demo_pause_on, fencing_demo_leader,
 fencing_demo_leader_log, fencing_demo_interleave_per_row and
-fencing_demo_interleave_lock_wide, which it leaves behind for inspection.
+fencing_demo_interleave_lock_wide (with --lock redis or etcd:
+fencing_demo_pause_redis_off and so on), which it leaves behind for
+inspection.
 
 Exit status: 0 when every run showed what it should (for fencing off, that
 stale writes land), 1 when one did not, 2 for a bad command line or database.
@@ -276,12 +346,21 @@ std::vector<std::string> WorkerArguments(const WorkerOptions &options) {
   return {kWorkerFlag,      RoleNameOf(options.role),
           "--name",         options.name,
           "--lock",         options.lock_name,
+          "--lock-service", LockServiceName(options.lock_service),
+          "--lock-address", options.lock_service_address,
           "--table",        options.table,
           "--ttl",          std::to_string(options.ttl.count()),
           "--acquire-wait", std::to_string(options.acquire_wait.count()),
           "--rows",         std::to_string(options.rows),
           "--event-fd",     std::to_string(options.event_fd),
           "--command-fd",   std::to_string(options.command_fd)};
+}
+
+const char *LockServiceName(LockServiceKind kind) {
+  for (const LockServiceEntry &entry : kLockServiceNames) {
+    if (kind == entry.kind) return entry.name;
+  }
+  return "unknown";
 }
 
 void ExportConninfoToWorkers(const std::string &conninfo) {

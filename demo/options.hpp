@@ -17,6 +17,16 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Where the pause scenario's locks and tokens come from (--lock).
+enum class LockServiceKind {
+  kPg,     // the extension's leases: fencing_acquire, token from fencing_grant()
+  kRedis,  // SET key id NX PX ttl, then a token from fencing_grant()
+  kEtcd,   // a key put under an etcd lease; its create_revision is the token
+};
+
+// "pg", "redis", "etcd".
+const char *LockServiceName(LockServiceKind kind);
+
 struct DemoOptions {
   std::string conninfo;  // empty: libpq's PG* environment variables
   // --fencing: which runs of the pause and interleave scenarios to make.  Off:
@@ -28,6 +38,11 @@ struct DemoOptions {
   bool run_leader_scenario = true;
   bool run_interleave_scenario = true;
   int rows = 20;  // the interleave scenario's table
+  // --lock: the pause scenario's lock service; the others always use pg.
+  LockServiceKind lock_service = LockServiceKind::kPg;
+  // --redis HOST:PORT or --etcd URL: a running service of that kind; empty
+  // for pg.
+  std::string lock_service_address;
   std::chrono::milliseconds ttl{1000};
   std::chrono::milliseconds pause{2500};
   bool json = false;
@@ -47,6 +62,8 @@ struct WorkerOptions {
   std::string name;      // who in the timeline: "A", "B", "L1", ...
   std::string conninfo;  // from the environment, see ExportConninfoToWorkers
   std::string lock_name;
+  LockServiceKind lock_service = LockServiceKind::kPg;
+  std::string lock_service_address;  // see DemoOptions
   std::string table;
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds acquire_wait{0};  // the wait of fencing_acquire's waiting form

@@ -2,8 +2,11 @@
 //   A takes the lease (token n), checks held(), writes, checks held() again
 //   and is stopped right there; its lease expires on the server; B takes the
 //   lock (token n+1) and writes; A resumes and writes with token n at once.
+// The lock comes from the lock service of --lock (lock_service.hpp): the
+// extension's leases, Redis or etcd; the rest is the same for all three.
 #include "demo_tables.hpp"
 #include "events.hpp"
+#include "lock_service.hpp"
 #include "run.hpp"
 #include "scenarios.hpp"
 
@@ -81,17 +84,48 @@ Verdict JudgePause(const DemoOptions &options, bool fencing_on, const PauseFacts
   return {false, expected + ", but " + what_happened};
 }
 
+// "redis/" for the run id, "redis_" for the table, "redis:" for the lock
+// name; nothing for pg, whose names are those of the demo before --lock.
+std::string ServicePrefix(const DemoOptions &options, char separator) {
+  if (options.lock_service == LockServiceKind::kPg) return {};
+  return LockServiceName(options.lock_service) + std::string(1, separator);
+}
+
+// The lock, for the run's title.
+std::string LockText(const DemoOptions &options, const std::string &lock_name) {
+  const std::string key = LockKeyOf(options.lock_service, lock_name);
+  switch (options.lock_service) {
+    case LockServiceKind::kRedis:
+      return "lock in Redis at " + options.lock_service_address + ": SET " + key + " <id> NX PX " +
+             std::to_string(options.ttl.count()) + ", token from fencing_grant()";
+    case LockServiceKind::kEtcd:
+      return "lock in etcd at " + options.lock_service_address + ": key " + key +
+             " under a lease, token = its create_revision";
+    case LockServiceKind::kPg:
+      break;
+  }
+  return "lock " + lock_name;
+}
+
+WorkerOptions PauseWorkerOptions(const DemoOptions &options, WorkerRole role, const char *name,
+                                 const std::string &lock_name, const std::string &table) {
+  WorkerOptions worker = HolderWorkerOptions(options, role, name, lock_name, table);
+  worker.lock_service = options.lock_service;
+  worker.lock_service_address = options.lock_service_address;
+  return worker;
+}
+
 }  // namespace
 
 Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
                          bool fencing_on) {
   const std::string mode = fencing_on ? "on" : "off";
-  const std::string table = "fencing_demo_pause_" + mode;
-  const std::string lock_name = "fencing_demo:pause:" + mode;
-  Run run(timeline, "pause/" + mode,
+  const std::string table = "fencing_demo_pause_" + ServicePrefix(options, '_') + mode;
+  const std::string lock_name = "fencing_demo:pause:" + ServicePrefix(options, ':') + mode;
+  Run run(timeline, "pause/" + ServicePrefix(options, '/') + mode,
           std::string("pause scenario, fencing ") + (fencing_on ? "ON" : "OFF") + ": table " +
-              table + (fencing_on ? " with fencing_protect" : " without guard") + ", lock " +
-              lock_name + ", ttl " + MillisecondsText(options.ttl) + ", pause " +
+              table + (fencing_on ? " with fencing_protect" : " without guard") + ", " +
+              LockText(options, lock_name) + ", ttl " + MillisecondsText(options.ttl) + ", pause " +
               MillisecondsText(options.pause));
   CreatePauseTable(db, table, fencing_on);
 
@@ -114,7 +148,7 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
 
   PauseFacts facts;
   WorkerProcess &holder = run.StartWorker(
-      HolderWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table),
+      PauseWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table),
       "takes the lease and writes");
   const std::optional<Event> about_to_write =
       run.AwaitEvent(EventFrom(kHolder, {EventKind::kAboutToWrite, EventKind::kError}),
@@ -133,7 +167,7 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
   holder.SendGo();  // A reads it the moment it runs again
 
   run.StartWorker(
-      HolderWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name, table),
+      PauseWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name, table),
       "waits for the lock");
   const Clock::time_point resume_at = paused_at + options.pause;
   facts.successor_write = run.AwaitEvent(WriteOutcomeOf(kSuccessor), resume_at);

@@ -1,6 +1,7 @@
-// Worker processes (see worker.hpp).  Each is an ordinary client of
-// pg_fencing_client: it takes a Lease, checks held(), and sends its token with
-// every write.  Everything it does, it reports to the orchestrator.
+// Worker processes (see worker.hpp).  Each is an ordinary client of a lock
+// service (by default the extension's leases, through pg_fencing_client): it
+// takes the lock, checks held(), and sends its token with every write.
+// Everything it does, it reports to the orchestrator.
 #include "worker.hpp"
 
 #include <poll.h>
@@ -12,6 +13,7 @@
 
 #include "demo_tables.hpp"
 #include "events.hpp"
+#include "lock_service.hpp"
 #include "pg_fencing/client.hpp"
 
 namespace pg_fencing::demo {
@@ -47,17 +49,26 @@ std::string ServerMessage(std::string message) {
   return message;
 }
 
-client::LeaseOptions LeaseOptionsFor(const WorkerOptions &options, const EventWriter &events) {
-  client::LeaseOptions lease;
-  lease.conninfo = options.conninfo;
-  lease.lock_name = options.lock_name;
-  lease.holder = LeaseHolderName(options.name, getpid());
-  lease.ttl = options.ttl;
-  lease.wait = options.acquire_wait;
-  lease.on_lost = [&events](const std::string &reason) {
+// Takes the worker's lock from its lock service, waiting up to acquire_wait;
+// throws client::LeaseUnavailableError if it stays busy.
+std::unique_ptr<HeldLock> AcquireLock(const WorkerOptions &options, const EventWriter &events) {
+  LockRequest request;
+  request.lock_name = options.lock_name;
+  request.holder = LeaseHolderName(options.name, getpid());
+  request.ttl = options.ttl;
+  request.wait = options.acquire_wait;
+  request.on_lost = [&events](const std::string &reason) {
     events.Emit(EventKind::kLeaseLost, std::nullopt, reason);
   };
-  return lease;
+  return MakeLockService(options.lock_service, options.lock_service_address, options.conninfo)
+      ->Acquire(request);
+}
+
+// The acquired event's detail: the lock in its service's terms, and `more`.
+std::string AcquiredDetail(const HeldLock &lock, const std::string &more = {}) {
+  const std::string lock_text = lock.Describe();
+  if (lock_text.empty() || more.empty()) return lock_text + more;
+  return lock_text + ", " + more;
 }
 
 // Runs a fenced write and reports its fate; false if the guard rejected it.
@@ -110,14 +121,14 @@ bool WriteInterleaveRows(pqxx::connection &db, const WorkerOptions &options,
 // writes after its lease is gone, because the pause falls after the check.
 void RunPauseHolder(const WorkerOptions &options, const EventWriter &events) {
   pqxx::connection db(options.conninfo);
-  client::Lease lease(LeaseOptionsFor(options, events));
-  const Token token = lease.token();
-  events.Emit(EventKind::kAcquired, token);
+  const std::unique_ptr<HeldLock> lock = AcquireLock(options, events);
+  const Token token = lock->token();
+  events.Emit(EventKind::kAcquired, token, AcquiredDetail(*lock));
 
-  lease.CheckHeld();
+  lock->CheckHeld();
   WritePauseValue(db, options, events, token, kHolderFirstValue);
 
-  lease.CheckHeld();
+  lock->CheckHeld();
   events.Emit(EventKind::kAboutToWrite, token);
   // The orchestrator stops this process while it waits here and sends the
   // go-ahead only once it is stopped, so the pause lands exactly between the
@@ -125,9 +136,9 @@ void RunPauseHolder(const WorkerOptions &options, const EventWriter &events) {
   if (AwaitCommand(options.command_fd, std::nullopt) != Command::kGo) return;
   WritePauseValue(db, options, events, token, kHolderStaleValue);
 
-  // The client library does know by now (its on_lost may even have fired
+  // The lock's client does know by now (its on_lost may even have fired
   // first), but A checked before the pause and has no reason to look again.
-  if (!lease.held()) {
+  if (!lock->held()) {
     events.Emit(EventKind::kNote, token, "held() = false now: too late, the write has been sent");
   }
 }
@@ -138,11 +149,11 @@ void RunPauseHolder(const WorkerOptions &options, const EventWriter &events) {
 // Resumed, it carries on with the rest of them.
 void RunInterleaveHolder(const WorkerOptions &options, const EventWriter &events) {
   pqxx::connection db(options.conninfo);
-  client::Lease lease(LeaseOptionsFor(options, events));
-  const Token token = lease.token();
-  events.Emit(EventKind::kAcquired, token);
+  const std::unique_ptr<HeldLock> lock = AcquireLock(options, events);
+  const Token token = lock->token();
+  events.Emit(EventKind::kAcquired, token, AcquiredDetail(*lock));
 
-  lease.CheckHeld();
+  lock->CheckHeld();
   events.Emit(EventKind::kAboutToWrite, token,
               RowsText(RowRange(1, options.rows)) + ", one every " +
                   std::to_string(kInterleaveWritePeriod.count()) +
@@ -157,7 +168,7 @@ void RunInterleaveHolder(const WorkerOptions &options, const EventWriter &events
   if (!WriteInterleaveRows(db, options, events, token, RowRange(before_pause + 1, options.rows))) {
     return;
   }
-  if (!lease.held()) {
+  if (!lock->held()) {
     events.Emit(EventKind::kNote, token,
                 "held() = false now: it never looked again, and sent every write regardless");
   }
@@ -169,16 +180,17 @@ template <typename Writes>
 void RunSuccessor(const WorkerOptions &options, const EventWriter &events, Writes &&writes) {
   pqxx::connection db(options.conninfo);
   const Clock::time_point asked = Clock::now();
-  client::Lease lease(LeaseOptionsFor(options, events));
-  const Token token = lease.token();
-  events.Emit(EventKind::kAcquired, token,
-              "after waiting " + std::to_string(ToMilliseconds(Clock::now() - asked)) + " ms");
+  const std::unique_ptr<HeldLock> lock = AcquireLock(options, events);
+  const Token token = lock->token();
+  const std::string waited =
+      "after waiting " + std::to_string(ToMilliseconds(Clock::now() - asked)) + " ms";
+  events.Emit(EventKind::kAcquired, token, AcquiredDetail(*lock, waited));
 
-  lease.CheckHeld();
+  lock->CheckHeld();
   writes(db, token);
 
   AwaitCommand(options.command_fd, std::nullopt);
-  lease.Release();
+  lock->Release();
   events.Emit(EventKind::kReleased, token);
 }
 
@@ -201,9 +213,9 @@ void RunLeaderCandidate(const WorkerOptions &options, const EventWriter &events)
   pqxx::connection db(options.conninfo);
   const std::string holder = LeaseHolderName(options.name, getpid());
   while (AwaitCommand(options.command_fd, std::chrono::milliseconds{0}) != Command::kStop) {
-    std::optional<client::Lease> lease;
+    std::unique_ptr<HeldLock> lease;
     try {
-      lease.emplace(LeaseOptionsFor(options, events));
+      lease = AcquireLock(options, events);
     } catch (const client::LeaseUnavailableError &) {
       continue;  // someone else leads; the wait is short so a stop is seen soon
     }

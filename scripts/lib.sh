@@ -17,6 +17,8 @@ PACKAGES=(
   gnuplot-nox valgrind                                                    # benchmark chart, callgrind
   clang-14 libclang-rt-14-dev sqlsmith                                    # libFuzzer, random SQL
   dpkg-dev build-essential debhelper postgresql-server-dev-all            # Debian package (test/packaging/deb.sh)
+  libhiredis-dev libcurl4-openssl-dev nlohmann-json3-dev                  # demo: Redis and etcd clients (--lock redis|etcd)
+  redis-server etcd-server                                                # demo/run-with-services.sh: throwaway lock services
 )
 
 log() { printf '\n==> %s\n' "$*"; }

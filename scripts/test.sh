@@ -73,6 +73,11 @@ bench_smoke() {
   QUICK=1 bash bench/run.sh >/dev/null
 }
 
+# The pause scenario with its lock in Redis and in etcd, on throwaway servers.
+demo_lock_services_run() {
+  with_throwaway_cluster bash demo/run-with-services.sh build/demo/pg_fencing_demo --no-color
+}
+
 # PostgreSQL::Test::Cluster TAP tests (test/t/); each makes its own clusters.
 tap_tests() {
   local copy
@@ -92,6 +97,7 @@ run_suite "fuzzing the core (libFuzzer, ${FUZZ_SECONDS:-30} s)" fuzz_core
 run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
+run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock_services_run
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "benchmark smoke run (bench/run.sh, QUICK=1)" bench_smoke
