@@ -19,7 +19,12 @@ PACKAGES=(
   dpkg-dev build-essential debhelper postgresql-server-dev-all            # Debian package (test/packaging/deb.sh)
   libhiredis-dev libcurl4-openssl-dev nlohmann-json3-dev                  # demo: Redis and etcd clients (--lock redis|etcd)
   redis-server etcd-server                                                # demo/run-with-services.sh: throwaway lock services
+  python3 python3-psycopg2                                                # examples/python
 )
+# Node.js and npm for examples/node: the machine's own if it has them (some
+# machines have NodeSource's nodejs, which bundles npm and conflicts with
+# Debian's npm package), else Debian's (Node 18, which the example supports).
+command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 
 log() { printf '\n==> %s\n' "$*"; }
 

@@ -78,6 +78,21 @@ demo_lock_services_run() {
   with_throwaway_cluster bash demo/run-with-services.sh build/demo/pg_fencing_demo --no-color
 }
 
+# The Python example (examples/python, psycopg2) against a throwaway cluster:
+# its unittest suite, then its demo, which exits non-zero unless the stale
+# write was refused.  Debian's python3, which python3-psycopg2 is for (a
+# python3 earlier on PATH, such as pyenv's, may not have it).
+python_example() {
+  with_throwaway_cluster bash -c '/usr/bin/python3 -m unittest discover -s examples/python -v &&
+    /usr/bin/python3 examples/python/example.py'
+}
+
+# The Node.js example (examples/node, node-postgres) against a throwaway
+# cluster: npm ci from its package-lock.json and node's test runner, then its demo.
+node_example() {
+  with_throwaway_cluster bash -c 'bash examples/node/run-tests.sh && node examples/node/example.js'
+}
+
 # PostgreSQL::Test::Cluster TAP tests (test/t/); each makes its own clusters.
 tap_tests() {
   local copy
@@ -98,6 +113,8 @@ run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock_services_run
+run_suite "Python example (psycopg2, unittest)" python_example
+run_suite "Node.js example (node-postgres, node --test)" node_example
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "benchmark smoke run (bench/run.sh, QUICK=1)" bench_smoke

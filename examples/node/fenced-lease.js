@@ -1,0 +1,363 @@
+// pg_fencing leases and fenced writes from Node.js, with node-postgres (pg).
+//
+//   import pg from 'pg';
+//   import { withLease, fencedQuery, StaleTokenError } from './fenced-lease.js';
+//
+//   const db = new pg.Client();                       // PG* variables, or a config
+//   await db.connect();
+//   await withLease({ lockName: 'nightly-report', ttlMs: 10_000, waitMs: 30_000 }, async (lease) => {
+//     lease.on('lost', (why) => { /* stop acting now */ });
+//     await fencedQuery(db, 'UPDATE reports SET token = $1, body = $2 WHERE id = $3',
+//                       [lease.check(), body, 7]);   // StaleTokenError, MissingTokenError
+//   });                                               // released here, also on a throw
+//
+// What each part does, and what it cannot do:
+//
+// - FencedLease takes the lock with fencing_acquire() on a pg.Client of its
+//   own, renews it every ttl/3 from a setInterval heartbeat on that client, and
+//   gives it back with fencing_release().  Renew and release must come from
+//   the role that acquired, which one connection guarantees.
+// - `lost` is judged on the monotonic clock (performance.now()),
+//   conservatively: the lease counts as lost once the send time of the last
+//   successful acquire or renew, plus ttl, minus a safety margin, has passed --
+//   whether or not any timer ran meanwhile (the event loop may have been
+//   blocked).  The server starts the ttl when it runs the request, after the
+//   client sent it, so this deadline is never later than the server's.
+// - A timer set for that deadline emits 'lost' even while a renewal is stuck
+//   behind a lock or a dead network; a renewal that is refused or fails emits
+//   it at once.  'lost' is emitted once, with a reason.
+// - None of this makes the client safe by itself: a pause between check() and
+//   the write is invisible to it.  That is what the token and the table's guard
+//   (fencing_protect) are for; fencedQuery() turns the guard's refusals
+//   (SQLSTATE 55Z01, 55Z02) into StaleTokenError and MissingTokenError.
+//
+// Tokens are BigInts (a fencing_token goes up to 2^63 - 1); pg sends a BigInt
+// parameter as its decimal text.
+
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { performance } from 'node:perf_hooks';
+
+import pg from 'pg';
+
+export const STALE_TOKEN = '55Z01';
+export const MISSING_TOKEN = '55Z02';
+
+export class FencingError extends Error {
+  get name() {
+    return this.constructor.name;
+  }
+}
+
+// The table's fencing guard refused a write; the statement changed nothing.
+// `cause` is pg's DatabaseError; code, detail, table and column come from it.
+export class GuardError extends FencingError {
+  constructor(cause) {
+    super(cause.message, { cause });
+    this.code = cause.code;
+    this.detail = cause.detail;
+    this.table = cause.table;
+    this.column = cause.column;
+  }
+}
+
+// 55Z01: the token is lower than one the row (or lock) has already seen.
+export class StaleTokenError extends GuardError {}
+
+// 55Z02: the write did not set the token column, or set it to NULL.
+export class MissingTokenError extends GuardError {}
+
+// Another holder has a live lease (after waiting, if a wait was given).
+export class LeaseUnavailableError extends FencingError {}
+
+// The lease is no longer held: lost, expired or released.
+export class LeaseLostError extends FencingError {}
+
+// The guard's errors as StaleTokenError / MissingTokenError; others unchanged.
+export function mapGuardError(err) {
+  if (err?.code === STALE_TOKEN) return new StaleTokenError(err);
+  if (err?.code === MISSING_TOKEN) return new MissingTokenError(err);
+  return err;
+}
+
+// client.query(), with the guard's refusals mapped.  Outside a transaction
+// the statement is its own transaction, and the client stays usable after a
+// refusal; inside one, the refusal aborts it, as any error does.
+export async function fencedQuery(client, text, values) {
+  try {
+    return await client.query(text, values);
+  } catch (err) {
+    throw mapGuardError(err);
+  }
+}
+
+// How long before the computed expiry the client stops trusting a lease.
+export function safetyMarginMs(ttlMs) {
+  return Math.min(Math.max(ttlMs / 10, 50), ttlMs / 2);
+}
+
+// '1500 milliseconds': a text the SQL casts to interval.
+function interval(ms) {
+  return `${Math.max(1, Math.round(ms))} milliseconds`;
+}
+
+export class FencedLease extends EventEmitter {
+  // connection  pg.Client config or connection string (default: PG* variables)
+  // lockName    the lease's name
+  // holder      the application's label; default host:pid:random, unique per
+  //             FencedLease, so two leases of one process never share a grant
+  // ttlMs       the server ends the lease ttl after the last renewal
+  // waitMs      how long to wait for a busy lock (default: do not wait)
+  // heartbeatMs between renewals (default ttl/3)
+  constructor({ connection, lockName, holder, ttlMs = 10_000, waitMs = null, heartbeatMs } = {}) {
+    super();
+    if (!lockName) throw new TypeError('lockName is required');
+    if (!(ttlMs > 0)) throw new RangeError('ttlMs must be positive');
+    if (waitMs != null && !(waitMs >= 0)) throw new RangeError('waitMs must not be negative');
+    this.connection = connection;
+    this.lockName = lockName;
+    this.holder = holder ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    this.ttlMs = ttlMs;
+    this.waitMs = waitMs;
+    this.marginMs = safetyMarginMs(ttlMs);
+    this.heartbeatMs = heartbeatMs ?? ttlMs / 3;
+    if (!(this.heartbeatMs > 0 && this.heartbeatMs < ttlMs - this.marginMs)) {
+      throw new RangeError('heartbeatMs must be positive and shorter than ttl minus the safety margin');
+    }
+    this.token = null;
+  }
+
+  #client = null;
+  #validFrom = 0; // performance.now() when the last successful acquire/renew was sent
+  #lostReason = null;
+  #released = false;
+  #started = false;
+  #interval = null;
+  #deadlineTimer = null;
+  #renewing = false;
+
+  // -- taking and giving back ------------------------------------------------
+
+  // The token, or null when another holder has the lock.
+  async acquire() {
+    if (this.#started) throw new Error('this FencedLease was already acquired; make a new one');
+    this.#started = true;
+    this.#client = await this.#connect();
+    const sent = performance.now();
+    let value;
+    try {
+      // The waiting form needs READ COMMITTED, whatever the role's
+      // default_transaction_isolation says.
+      await this.#client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+      const { rows } =
+        this.waitMs == null
+          ? await this.#client.query('SELECT fencing_acquire($1, $2, $3::interval) AS token', [
+              this.lockName, this.holder, interval(this.ttlMs),
+            ])
+          : await this.#client.query('SELECT fencing_acquire($1, $2, $3::interval, $4::interval) AS token', [
+              this.lockName, this.holder, interval(this.ttlMs), interval(this.waitMs),
+            ]);
+      await this.#client.query('COMMIT');
+      value = rows[0].token;
+    } catch (err) {
+      await this.#closeClient();
+      throw err;
+    }
+    if (value === null) {
+      await this.#closeClient();
+      return null;
+    }
+    this.token = BigInt(value);
+    this.#validFrom = sent;
+    try {
+      // A wait can outlast much of the ttl: the server started the lease when
+      // it granted it, not when we asked.  Renew once, right away, for a send time
+      // close to the grant.
+      if (this.waitMs != null && performance.now() - sent > this.marginMs) {
+        const renewSent = performance.now();
+        if (!(await this.#renew())) {
+          throw new LeaseUnavailableError(
+            `lock "${this.lockName}" was granted (token ${this.token}) but expired before it could be renewed; ttl too short?`,
+          );
+        }
+        this.#validFrom = renewSent;
+      }
+    } catch (err) {
+      await this.release().catch(() => {});
+      throw err;
+    }
+    this.#interval = setInterval(() => this.#beat(), this.heartbeatMs);
+    this.#armDeadline();
+    return this.token;
+  }
+
+  // Gives the lock back: true if it was still ours on the server.
+  async release() {
+    if (this.#released || this.token === null) return false;
+    this.#released = true;
+    this.#stopHeartbeat();
+    try {
+      // A renewal still in flight would hold the release up behind it (it may
+      // be stuck), and the client is gone if the lease was lost: release on a
+      // new client then, rather than leave the lock to expire.  A second
+      // release of a token just returns false.
+      if (this.#renewing) await this.#closeClient();
+      if (this.#client === null) this.#client = await this.#connect();
+      const { rows } = await this.#client.query(
+        'SELECT fencing_release($1, $2::fencing_token) AS released',
+        [this.lockName, this.token],
+      );
+      return rows[0].released;
+    } finally {
+      await this.#closeClient();
+    }
+  }
+
+  // -- state -------------------------------------------------------------------
+
+  // performance.now() after which the lease no longer counts as held.
+  get deadline() {
+    return this.#validFrom + this.ttlMs - this.marginMs;
+  }
+
+  // Why the lease is lost, or null while it is held (or was released).
+  get lostReason() {
+    if (this.#lostReason !== null) return this.#lostReason;
+    if (this.token !== null && performance.now() >= this.deadline) {
+      // No timer has run since the deadline passed (say the event loop was
+      // blocked); the deadline timer reports the same when it runs.
+      return 'not renewed within ttl minus the safety margin';
+    }
+    return null;
+  }
+
+  get lost() {
+    return this.token !== null && !this.#released && this.lostReason !== null;
+  }
+
+  get held() {
+    return this.token !== null && !this.#released && this.lostReason === null;
+  }
+
+  // The token, or LeaseLostError if the lease is not held any more.
+  check() {
+    if (!this.held) {
+      const reason = this.#released ? 'released' : (this.lostReason ?? 'never acquired');
+      throw new LeaseLostError(`lock "${this.lockName}" (token ${this.token}): ${reason}`);
+    }
+    return this.token;
+  }
+
+  // -- heartbeat -----------------------------------------------------------------
+
+  async #beat() {
+    if (this.#renewing || this.#released || this.#lostReason !== null) return;
+    if (performance.now() >= this.deadline) {
+      this.#markLost("not renewed before the lease's safe deadline; was the event loop blocked?");
+      return;
+    }
+    this.#renewing = true;
+    const sent = performance.now();
+    try {
+      const renewed = await this.#renew();
+      if (this.#released || this.#lostReason !== null) return; // too late to count
+      if (!renewed) {
+        this.#markLost('renewal refused: the lease expired, was released or taken over');
+        return;
+      }
+      this.#validFrom = Math.max(this.#validFrom, sent);
+      this.#armDeadline();
+      this.emit('renewed', this.token);
+    } catch (err) {
+      this.#markLost(`renewal failed: ${err.message}`);
+    } finally {
+      this.#renewing = false;
+    }
+  }
+
+  async #renew() {
+    const { rows } = await this.#client.query(
+      'SELECT fencing_renew($1, $2::fencing_token, $3::interval) AS renewed',
+      [this.lockName, this.token, interval(this.ttlMs)],
+    );
+    return rows[0].renewed;
+  }
+
+  // Fires at the deadline, so that a renewal stuck on the wire cannot delay
+  // the loss; every successful renewal moves it.
+  #armDeadline() {
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineTimer = setTimeout(() => {
+      if (this.#released || this.#lostReason !== null) return;
+      if (performance.now() >= this.deadline) {
+        this.#markLost(
+          this.#renewing
+            ? "renewal got no answer before the lease's safe deadline"
+            : "not renewed before the lease's safe deadline; was the event loop blocked?",
+        );
+      } else {
+        this.#armDeadline();
+      }
+    }, Math.max(0, this.deadline - performance.now()) + 1);
+  }
+
+  #stopHeartbeat() {
+    clearInterval(this.#interval);
+    clearTimeout(this.#deadlineTimer);
+    this.#interval = this.#deadlineTimer = null;
+  }
+
+  #markLost(reason) {
+    if (this.#released || this.#lostReason !== null) return;
+    this.#lostReason = reason;
+    this.#stopHeartbeat();
+    // A renewal may still be on its way: drop the client (release() makes a
+    // new one).
+    this.#closeClient();
+    this.emit('lost', reason);
+  }
+
+  // -- the lease's own client ----------------------------------------------------
+
+  async #connect() {
+    const config =
+      typeof this.connection === 'string' ? { connectionString: this.connection } : { ...this.connection };
+    config.application_name ??= `fenced_lease ${this.holder}`.slice(0, 63);
+    const client = new pg.Client(config);
+    // An unexpected end of the connection (server restart, terminated backend,
+    // network) is an 'error' event: unhandled, it would crash the process.
+    client.on('error', (err) => {
+      if (client === this.#client && this.token !== null) {
+        this.#markLost(`connection failed: ${err.message}`);
+      }
+    });
+    await client.connect();
+    return client;
+  }
+
+  async #closeClient() {
+    const client = this.#client;
+    this.#client = null;
+    if (client !== null) await client.end().catch(() => {});
+  }
+}
+
+// Acquires (LeaseUnavailableError if the lock is busy), runs fn(lease), and
+// releases whatever fn did: the counterpart of Python's `with FencedLease(...)`.
+export async function withLease(options, fn) {
+  const lease = new FencedLease(options);
+  if ((await lease.acquire()) === null) {
+    const waited = options.waitMs != null ? ` (waited ${options.waitMs} ms)` : '';
+    throw new LeaseUnavailableError(`lock "${lease.lockName}" is held by another holder${waited}`);
+  }
+  let result;
+  try {
+    result = await fn(lease);
+  } catch (err) {
+    await lease.release().catch(() => {}); // do not hide fn's error; the lease ends after ttl
+    throw err;
+  }
+  await lease.release();
+  return result;
+}

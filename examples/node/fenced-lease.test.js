@@ -1,0 +1,256 @@
+// Tests of fenced-lease.js against a live server with pg_fencing installed.
+//
+//   bash examples/node/run-tests.sh        # npm ci, then node --test
+//
+// The connection comes from the PG* variables (node-postgres reads them); the
+// role must be allowed to create the extension.  Each test uses a lock name of
+// its own; the file makes (and drops) a protected table of its own.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import pg from 'pg';
+
+import {
+  FencedLease,
+  LeaseLostError,
+  LeaseUnavailableError,
+  MissingTokenError,
+  StaleTokenError,
+  fencedQuery,
+  withLease,
+} from './fenced-lease.js';
+
+const RUN = randomBytes(4).toString('hex'); // in table and holder names: runs sharing a database do not meet
+const TABLE = `js_example_${RUN}`;
+const ROWS = 4;
+
+let admin; // autocommit client for set-up and inspection
+let db; // the application's client for fenced writes
+let lock; // this test's lock name
+let leases; // released after each test
+
+async function sql1(text, values) {
+  const { rows } = await admin.query(text, values);
+  return Object.values(rows[0])[0];
+}
+
+const leader = () => sql1('SELECT fencing_leader($1)', [lock]);
+const leaseToken = () => sql1('SELECT token::bigint FROM fencing_leases WHERE lock_name = $1', [lock]);
+const rowVal = (id) => sql1(`SELECT val FROM ${TABLE} WHERE id = $1`, [id]);
+
+function write(id, token, val) {
+  return fencedQuery(db, `UPDATE ${TABLE} SET token = $1, val = $2 WHERE id = $3`, [token, val, id]);
+}
+
+const holder = (name) => `${name}-${RUN}`;
+
+// A FencedLease on this test's lock, released after the test.
+function lease(name, options = {}) {
+  const l = new FencedLease({ lockName: lock, holder: holder(name), ttlMs: 1000, ...options });
+  leases.push(l);
+  return l;
+}
+
+// Cuts the lease's own connection, as a network partition would.
+function terminateLeaseConnection(l) {
+  return sql1(
+    'SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE application_name = $1',
+    [`fenced_lease ${l.holder}`.slice(0, 63)],
+  );
+}
+
+async function waitUntil(predicate, timeoutMs) {
+  const end = performance.now() + timeoutMs;
+  while (performance.now() < end) {
+    if (await predicate()) return true;
+    await sleep(20);
+  }
+  return predicate();
+}
+
+describe('FencedLease', () => {
+  before(async () => {
+    admin = new pg.Client();
+    await admin.connect();
+    db = new pg.Client();
+    await db.connect();
+    await admin.query('CREATE EXTENSION IF NOT EXISTS pg_fencing');
+    await admin.query(`CREATE TABLE ${TABLE} (id int PRIMARY KEY, token fencing_token, val text)`);
+    await admin.query('SELECT fencing_protect($1)', [TABLE]);
+    await admin.query(`INSERT INTO ${TABLE} (id) SELECT generate_series(1, $1::int)`, [ROWS]);
+  });
+
+  after(async () => {
+    await admin?.query(`DROP TABLE IF EXISTS ${TABLE}`);
+    await db?.end();
+    await admin?.end();
+  });
+
+  beforeEach((t) => {
+    lock = `js-${t.name.replace(/\W+/g, '-')}-${randomBytes(4).toString('hex')}`;
+    leases = [];
+  });
+
+  afterEach(async () => {
+    for (const l of leases) await l.release().catch(() => {});
+    // Every lease gave back its connection: a leaked client would also keep
+    // this process from ending.
+    const open = () =>
+      sql1('SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE $1', [`fenced_lease %-${RUN}`]);
+    assert.ok(await waitUntil(async () => (await open()) === 0, 2000), `${await open()} lease connections left open`);
+  });
+
+  test('acquire gets a token', async () => {
+    const a = lease('A');
+    const token = await a.acquire();
+    assert.equal(typeof token, 'bigint');
+    assert.ok(token > 0n);
+    assert.equal(a.token, token);
+    assert.equal(a.held, true);
+    assert.equal(a.lost, false);
+    assert.equal(a.check(), token);
+    assert.equal(await leader(), a.holder);
+    assert.equal(BigInt(await leaseToken()), token);
+  });
+
+  test('a second holder is refused while the lease is live', async () => {
+    const a = lease('A');
+    assert.notEqual(await a.acquire(), null);
+    assert.equal(await lease('B').acquire(), null);
+    await assert.rejects(
+      withLease({ lockName: lock, holder: holder('C'), ttlMs: 1000 }, () => assert.fail('ran without the lock')),
+      LeaseUnavailableError,
+    );
+    const start = performance.now();
+    assert.equal(await lease('D', { waitMs: 300 }).acquire(), null);
+    assert.ok(performance.now() - start >= 250, 'did not wait');
+    assert.equal(await leader(), a.holder);
+    assert.equal(a.held, true);
+  });
+
+  test('a waiting acquire gets the lock once it is released', async () => {
+    const a = lease('A');
+    const aToken = await a.acquire();
+    const releasing = sleep(500).then(() => a.release());
+    const start = performance.now();
+    const b = lease('B', { waitMs: 5000 });
+    const bToken = await b.acquire();
+    await releasing;
+    assert.notEqual(bToken, null);
+    assert.ok(bToken > aToken);
+    assert.ok(performance.now() - start >= 400, 'B did not wait for A');
+    assert.equal(await leader(), b.holder);
+  });
+
+  test('the heartbeat keeps the lease across several ttls', async () => {
+    const lost = [];
+    let renewals = 0;
+    const a = lease('A', { ttlMs: 600 });
+    a.on('lost', (why) => lost.push(why));
+    a.on('renewed', () => renewals++);
+    const token = await a.acquire();
+    await sleep(4 * 600);
+    assert.deepEqual(lost, []);
+    assert.equal(a.held, true, a.lostReason);
+    assert.ok(renewals >= 6, `only ${renewals} renewals in 4 ttls`);
+    assert.equal(await leader(), a.holder, 'the server let the lease expire');
+    assert.equal(await lease('B').acquire(), null);
+    assert.equal((await write(1, a.check(), 'A after 4 ttls')).rowCount, 1);
+    assert.equal(BigInt(await leaseToken()), token);
+  });
+
+  test('the lease is lost when a renewal fails', async () => {
+    const lost = [];
+    const a = lease('A', { ttlMs: 1000 });
+    a.on('lost', (why) => lost.push(why));
+    await a.acquire();
+    assert.equal(await terminateLeaseConnection(a), 1);
+    assert.ok(await waitUntil(() => lost.length > 0, 1000), "'lost' was not emitted within the ttl");
+    await sleep(50);
+    assert.equal(lost.length, 1, `'lost' emitted more than once: ${lost}`);
+    assert.match(lost[0], /connection failed|renewal failed/);
+    assert.equal(a.lost, true);
+    assert.equal(a.held, false);
+    assert.throws(() => a.check(), LeaseLostError);
+  });
+
+  test('lost is judged on the monotonic clock, not on timers', async (t) => {
+    const a = lease('A', { ttlMs: 5000 });
+    await a.acquire();
+    assert.equal(a.lost, false);
+    // Five seconds later on the monotonic clock, with no timer run since: the
+    // lease counts as lost before any heartbeat has had a chance to say so.
+    const later = performance.now() + 5000;
+    t.mock.method(performance, 'now', () => later);
+    assert.equal(a.lost, true);
+    assert.throws(() => a.check(), LeaseLostError);
+    t.mock.restoreAll();
+  });
+
+  test('a stale write raises StaleTokenError', async () => {
+    const a = lease('A', { ttlMs: 600 });
+    const aToken = await a.acquire();
+    assert.equal((await write(2, aToken, 'A')).rowCount, 1);
+    // A is cut off: its heartbeat cannot renew and the server lets the lease expire.
+    await terminateLeaseConnection(a);
+    const bToken = await lease('B', { ttlMs: 600, waitMs: 3000 }).acquire();
+    assert.notEqual(bToken, null, "B did not get the lock after A's lease expired");
+    assert.ok(bToken > aToken);
+    assert.equal(a.lost, true);
+    assert.equal((await write(2, bToken, 'B')).rowCount, 1);
+    await assert.rejects(write(2, aToken, 'A, stale'), (err) => {
+      assert.ok(err instanceof StaleTokenError, `not a StaleTokenError: ${err}`);
+      assert.equal(err.code, '55Z01');
+      assert.equal(err.table, TABLE);
+      return true;
+    });
+    assert.equal(await rowVal(2), 'B');
+    assert.equal((await write(2, bToken, 'B again')).rowCount, 1, 'the client is not usable after the error');
+  });
+
+  test('a write without a token raises MissingTokenError', async () => {
+    const token = await lease('A').acquire();
+    assert.equal((await write(3, token, 'with token')).rowCount, 1);
+    await assert.rejects(fencedQuery(db, `UPDATE ${TABLE} SET val = $1 WHERE id = 3`, ['no token']), (err) => {
+      assert.ok(err instanceof MissingTokenError, `not a MissingTokenError: ${err}`);
+      assert.equal(err.code, '55Z02');
+      return true;
+    });
+    await assert.rejects(write(3, null, 'NULL token'), MissingTokenError);
+    assert.equal(await rowVal(3), 'with token');
+  });
+
+  test('release frees the lock', async () => {
+    const a = lease('A', { ttlMs: 30_000 });
+    const aToken = await a.acquire();
+    assert.equal(await a.release(), true);
+    assert.equal(a.held, false);
+    assert.equal(a.lost, false);
+    assert.equal(await leader(), null);
+    const b = lease('B', { ttlMs: 30_000 });
+    const bToken = await b.acquire(); // at once, no wait, long before 30 s
+    assert.notEqual(bToken, null);
+    assert.ok(bToken > aToken);
+    assert.equal(await a.release(), false, 'released twice');
+    assert.equal(await leader(), b.holder);
+  });
+
+  test('withLease releases when its function ends, also by a throw', async () => {
+    await withLease({ lockName: lock, holder: holder('A'), ttlMs: 30_000 }, async (a) => {
+      assert.equal(a.held, true);
+      assert.equal(await leader(), a.holder);
+    });
+    assert.equal(await leader(), null);
+    await assert.rejects(
+      withLease({ lockName: lock, holder: holder('B'), ttlMs: 30_000 }, async () => {
+        throw new Error('boom');
+      }),
+      /boom/,
+    );
+    assert.equal(await leader(), null);
+    assert.notEqual(await lease('C').acquire(), null);
+  });
+});

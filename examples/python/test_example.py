@@ -1,0 +1,251 @@
+"""Tests of fenced_lease against a live server with pg_fencing installed.
+
+    python3 -m unittest discover -s examples/python -v
+
+The connection comes from libpq's PG* variables (psycopg2.connect('')); the
+role must be allowed to create the extension.  Each test uses a lock name of
+its own; the module makes (and drops) a protected table of its own.
+"""
+
+import threading
+import time
+import unittest
+import uuid
+from unittest import mock
+
+import psycopg2
+
+import fenced_lease
+from fenced_lease import (
+    FencedLease,
+    LeaseLostError,
+    LeaseUnavailableError,
+    MissingTokenError,
+    StaleTokenError,
+    fenced_execute,
+)
+
+DSN = ""  # libpq's PG* variables
+RUN = uuid.uuid4().hex[:8]  # in table and holder names: runs sharing a database do not meet
+TABLE = "py_example_" + RUN
+ROWS = 4
+admin = None
+
+
+def setUpModule():
+    global admin
+    admin = psycopg2.connect(DSN)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute("CREATE EXTENSION IF NOT EXISTS pg_fencing")
+        cur.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, token fencing_token, val text)")
+        cur.execute("SELECT fencing_protect(%s)", (TABLE,))
+        cur.execute(f"INSERT INTO {TABLE} (id) SELECT generate_series(1, %s)", (ROWS,))
+
+
+def tearDownModule():
+    with admin.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
+    admin.close()
+
+
+def sql1(query, params=()):
+    """The first column of the first row, on the autocommit admin connection."""
+    with admin.cursor() as cur:
+        cur.execute(query, params)
+        return cur.fetchone()[0]
+
+
+def leader(lock):
+    return sql1("SELECT fencing_leader(%s)", (lock,))
+
+
+def row_val(row_id):
+    return sql1(f"SELECT val FROM {TABLE} WHERE id = %s", (row_id,))
+
+
+def terminate_lease_connection(lease):
+    """Cuts the lease's own connection, as a network partition would."""
+    return sql1(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+        (f"fenced_lease {lease.holder}"[:63],),
+    )
+
+
+def wait_until(predicate, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+class FencedLeaseTest(unittest.TestCase):
+    def setUp(self):
+        self.lock = f"py-{self._testMethodName}-{uuid.uuid4().hex[:8]}"
+        self.conn = psycopg2.connect(DSN)
+        self.leases = []
+
+    def tearDown(self):
+        for lease in self.leases:
+            try:
+                lease.release()
+            except psycopg2.Error:
+                pass
+        self.conn.close()
+        # Every lease gave back its connection.
+        open_conns = lambda: sql1(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+            (f"fenced_lease %-{RUN}",),
+        )
+        self.assertTrue(wait_until(lambda: open_conns() == 0, 2.0),
+                        f"{open_conns()} lease connections left open")
+
+    def lease(self, name, **kwargs):
+        """A FencedLease on this test's lock; its holder is name-RUN."""
+        kwargs.setdefault("ttl", 1.0)
+        lease = FencedLease(DSN, self.lock, holder=f"{name}-{RUN}", **kwargs)
+        self.leases.append(lease)
+        return lease
+
+    def write(self, row_id, token, val):
+        return fenced_execute(
+            self.conn, f"UPDATE {TABLE} SET token = %s, val = %s WHERE id = %s", (token, val, row_id)
+        )
+
+    def test_acquire_gets_a_token(self):
+        a = self.lease("A")
+        token = a.acquire()
+        self.assertIsInstance(token, int)
+        self.assertGreater(token, 0)
+        self.assertEqual(a.token, token)
+        self.assertTrue(a.held)
+        self.assertFalse(a.lost)
+        self.assertEqual(a.check(), token)
+        self.assertEqual(leader(self.lock), a.holder)
+        self.assertEqual(
+            sql1("SELECT token::bigint FROM fencing_leases WHERE lock_name = %s", (self.lock,)), token
+        )
+
+    def test_second_holder_is_refused_while_the_lease_is_live(self):
+        a = self.lease("A")
+        self.assertIsNotNone(a.acquire())
+        self.assertIsNone(self.lease("B").acquire())
+        with self.assertRaises(LeaseUnavailableError):
+            with self.lease("C"):
+                self.fail("entered the block without the lock")
+        start = time.monotonic()
+        self.assertIsNone(self.lease("D", wait=0.3).acquire())
+        self.assertGreaterEqual(time.monotonic() - start, 0.25, "did not wait")
+        self.assertEqual(leader(self.lock), a.holder)
+        self.assertTrue(a.held)
+
+    def test_wait_gets_the_lock_once_it_is_released(self):
+        a = self.lease("A")
+        a_token = a.acquire()
+        releaser = threading.Timer(0.5, a.release)
+        releaser.start()
+        start = time.monotonic()
+        b = self.lease("B", wait=5.0)
+        b_token = b.acquire()
+        releaser.join()
+        self.assertIsNotNone(b_token)
+        self.assertGreater(b_token, a_token)
+        self.assertGreaterEqual(time.monotonic() - start, 0.4, "B did not wait for A")
+        self.assertEqual(leader(self.lock), b.holder)
+
+    def test_heartbeat_keeps_the_lease_across_several_ttls(self):
+        lost = []
+        a = self.lease("A", ttl=0.6, on_lost=lost.append)
+        token = a.acquire()
+        time.sleep(4 * 0.6)
+        self.assertEqual(lost, [])
+        self.assertTrue(a.held, a.lost_reason)
+        self.assertEqual(leader(self.lock), a.holder, "the server let the lease expire")
+        self.assertIsNone(self.lease("B").acquire())
+        self.assertEqual(self.write(1, a.check(), "A after 4 ttls"), 1)
+        self.assertEqual(
+            sql1("SELECT token::bigint FROM fencing_leases WHERE lock_name = %s", (self.lock,)), token
+        )
+
+    def test_lost_when_a_renewal_fails(self):
+        lost = []
+        a = self.lease("A", ttl=1.0, on_lost=lost.append)
+        a.acquire()
+        self.assertEqual(terminate_lease_connection(a), 1)
+        self.assertTrue(wait_until(lambda: lost, 1.0), "on_lost was not called within the ttl")
+        self.assertEqual(len(lost), 1)
+        self.assertIn("renewal failed", lost[0])
+        self.assertTrue(a.lost)
+        self.assertFalse(a.held)
+        with self.assertRaises(LeaseLostError):
+            a.check()
+
+    def test_lost_is_judged_on_the_monotonic_clock(self):
+        a = self.lease("A", ttl=5.0)
+        a.acquire()
+        self.assertFalse(a.lost)
+        # Five seconds later on the monotonic clock, with no renewal since: the
+        # lease counts as lost before any heartbeat has had a chance to say so.
+        later = time.monotonic() + 5.0
+        with mock.patch.object(fenced_lease.time, "monotonic", return_value=later):
+            self.assertTrue(a.lost)
+            with self.assertRaises(LeaseLostError):
+                a.check()
+
+    def test_stale_write_raises_stale_token_error(self):
+        a = self.lease("A", ttl=0.6)
+        a_token = a.acquire()
+        self.assertEqual(self.write(2, a_token, "A"), 1)
+        # A is cut off: its heartbeat cannot renew and the server lets the lease expire.
+        terminate_lease_connection(a)
+        b = self.lease("B", ttl=0.6, wait=3.0)
+        b_token = b.acquire()
+        self.assertIsNotNone(b_token, "B did not get the lock after A's lease expired")
+        self.assertGreater(b_token, a_token)
+        self.assertTrue(a.lost)
+        self.assertEqual(self.write(2, b_token, "B"), 1)
+        with self.assertRaises(StaleTokenError) as caught:
+            self.write(2, a_token, "A, stale")  # A writes on, unaware
+        self.assertEqual(caught.exception.pgcode, "55Z01")
+        self.assertEqual(caught.exception.table, TABLE)
+        self.assertEqual(row_val(2), "B")
+        self.assertEqual(self.write(2, b_token, "B again"), 1, "the connection is not usable after the error")
+
+    def test_write_without_token_raises_missing_token_error(self):
+        a = self.lease("A")
+        token = a.acquire()
+        self.assertEqual(self.write(3, token, "with token"), 1)
+        with self.assertRaises(MissingTokenError) as caught:
+            fenced_execute(self.conn, f"UPDATE {TABLE} SET val = %s WHERE id = 3", ("no token",))
+        self.assertEqual(caught.exception.pgcode, "55Z02")
+        with self.assertRaises(MissingTokenError):
+            self.write(3, None, "NULL token")
+        self.assertEqual(row_val(3), "with token")
+
+    def test_release_frees_the_lock(self):
+        a = self.lease("A", ttl=30.0)
+        a_token = a.acquire()
+        self.assertTrue(a.release())
+        self.assertFalse(a.held)
+        self.assertFalse(a.lost)
+        self.assertIsNone(leader(self.lock))
+        b = self.lease("B", ttl=30.0)
+        b_token = b.acquire()  # at once, no wait, long before 30 s
+        self.assertIsNotNone(b_token)
+        self.assertGreater(b_token, a_token)
+        self.assertFalse(a.release(), "released twice")
+        self.assertEqual(leader(self.lock), b.holder)
+
+    def test_leaving_the_with_block_releases(self):
+        with self.lease("A", ttl=30.0) as a:
+            self.assertTrue(a.held)
+            self.assertEqual(leader(self.lock), a.holder)
+        self.assertFalse(a.held)
+        self.assertIsNone(leader(self.lock))
+        self.assertIsNotNone(self.lease("B").acquire())
+
+
+if __name__ == "__main__":
+    unittest.main()
