@@ -53,6 +53,13 @@ demo_run() {
   with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
+# The Jepsen-style stress run: workers, leases, pauses, kills and server
+# crashes, then the history checker; and an unguarded run that the checker
+# must catch (about 75 s).
+stress_run() {
+  bash test/stress/run.sh build
+}
+
 # libFuzzer over the PostgreSQL-free core, bounded in time.
 fuzz_core() {
   FUZZ_SECONDS=${FUZZ_SECONDS:-30} bash test/fuzz/run.sh build-fuzz
@@ -108,6 +115,7 @@ tap_tests() {
 run_suite "unit tests (GoogleTest)" unit_tests
 run_suite "unit tests under ASan and UBSan" sanitized_unit_tests
 run_suite "pg_regress and isolation" regress_and_isolation
+run_suite "stress with faults and history checker (test/stress)" stress_run
 run_suite "fuzzing the core (libFuzzer, ${FUZZ_SECONDS:-30} s)" fuzz_core
 run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests

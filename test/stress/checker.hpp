@@ -1,0 +1,29 @@
+// The checker: reads a run directory written by pg_fencing_stress and
+// judges it.  What it reads:
+//   meta.txt            key=value: mode, seed, workers, rows, ...
+//   faults.log          the nemesis's events (event-log lines)
+//   workers/*.log       every worker process's events (see worker.cpp)
+//   history.tsv         the server's record of every committed write, made by
+//                       an AFTER UPDATE trigger in the writing transaction:
+//                       seq tbl row token val write_id ts_us pm_start_us
+//   grants.tsv          the same for every lease grant (trigger on the
+//                       extension's fencing_lease): seq lock holder token ts_us pm_start_us
+//   final.tsv           the tables at the end: tbl row token val write_id
+// The checks are described in RELIABILITY.md and at each check below.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace pg_fencing::stress {
+
+struct CheckOptions {
+  std::string run_dir;
+  int examples = 5;  // violations shown per kind
+};
+
+// Prints the report to out; returns the number of violations found.
+// Throws std::runtime_error if the run directory cannot be read.
+long CheckRun(const CheckOptions &options, std::ostream &out);
+
+}  // namespace pg_fencing::stress

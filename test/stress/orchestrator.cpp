@@ -1,0 +1,607 @@
+// pg_fencing_stress: the orchestrator.  Creates a cluster of its own, sets up
+// the tables, starts the workers, runs the nemesis, collects the server's
+// history at the end and hands everything to the checker.  Started with
+// --worker, it is one of the workers instead (worker.cpp).
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <pqxx/pqxx>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "checker.hpp"
+#include "cluster.hpp"
+#include "common.hpp"
+#include "process.hpp"
+#include "worker.hpp"
+
+namespace pg_fencing::stress {
+
+namespace {
+
+constexpr int kExitPass = 0;
+constexpr int kExitViolations = 1;
+constexpr int kExitSetupError = 2;
+
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  int workers = 8;
+  int rows = 16;
+  int duration_s = 60;
+  std::uint64_t seed = 1;
+  bool unguarded = false;
+  std::set<std::string> faults = {"pause", "kill", "crash"};
+  int fault_min_ms = 1000;
+  int fault_max_ms = 4000;
+  int pause_min_ms = -1;  // default: 1.5 ttl
+  int pause_max_ms = -1;  // default: 5 ttl
+  std::string dir;
+  std::string pg_bindir = "/usr/lib/postgresql/15/bin";
+  bool keep_data = false;
+  bool check = true;
+  int examples = 5;
+  WorkerConfig worker;  // the per-worker knobs; slot, incarnation, paths filled in later
+};
+
+std::string UsageText() {
+  return R"(usage: pg_fencing_stress [options]
+Runs N worker processes that compete for the lease "stress" and write with
+their tokens to two protected tables, while a nemesis pauses (SIGSTOP) and
+kills (SIGKILL) workers and crashes the server (SIGKILL to the postmaster and
+all its processes, then restart).  Creates its own cluster with initdb (run
+as root: the server runs as "postgres"; otherwise as the calling user), on a
+Unix socket only.  At the end, checks the history (pg_fencing_stress_check).
+
+  --workers N         worker processes (8)
+  --rows N            rows per table (16)
+  --duration S        seconds of load and faults (60)
+  --seed N            seeds the nemesis and the workers (1)
+  --ttl MS            lease ttl (500)
+  --acquire-wait MS   fencing_acquire's wait (1000)
+  --unguarded         no fencing_protect on the tables: the checker must find violations
+  --faults LIST       comma-separated from pause,kill,crash, or none (all)
+  --fault-interval MIN-MAX   ms between two faults (1000-4000)
+  --pause MIN-MAX     ms a paused worker stays stopped (1.5-5 ttl)
+  --hold MIN-MAX      ms a worker keeps a lease (100-1000)
+  --p-careless P      per hold: ignore the loss of the lease (0.35)
+  --p-zombie P        per hold: write on with the old token after it (0.35)
+  --p-missing P       per write: leave the token out (0.02)
+  --dir DIR           run directory (logs, history; default: a new /tmp/pg_fencing_stress.*)
+  --pg-bindir DIR     PostgreSQL binaries (/usr/lib/postgresql/15/bin)
+  --keep-data         keep the cluster's data directory
+  --no-check          do not run the checker
+  --examples N        violations shown per kind (5)
+Exit status: 0 no violation, 1 violations found, 2 setup or usage error.
+)";
+}
+
+std::pair<int, int> ParseRange(const std::string &text) {
+  const std::size_t dash = text.find('-');
+  if (dash == std::string::npos) throw UsageError("expected MIN-MAX, got " + text);
+  const int low = std::stoi(text.substr(0, dash));
+  const int high = std::stoi(text.substr(dash + 1));
+  if (low < 0 || high < low) throw UsageError("bad range " + text);
+  return {low, high};
+}
+
+Options ParseOptions(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--workers")
+        o.workers = std::stoi(value());
+      else if (arg == "--rows")
+        o.rows = std::stoi(value());
+      else if (arg == "--duration")
+        o.duration_s = std::stoi(value());
+      else if (arg == "--seed")
+        o.seed = std::stoull(value());
+      else if (arg == "--ttl")
+        o.worker.ttl = std::chrono::milliseconds(std::stoi(value()));
+      else if (arg == "--acquire-wait")
+        o.worker.acquire_wait = std::chrono::milliseconds(std::stoi(value()));
+      else if (arg == "--unguarded")
+        o.unguarded = true;
+      else if (arg == "--faults") {
+        o.faults.clear();
+        for (const std::string &f : Split(value(), ',')) {
+          if (f == "none") continue;
+          if (f != "pause" && f != "kill" && f != "crash") throw UsageError("unknown fault " + f);
+          o.faults.insert(f);
+        }
+      } else if (arg == "--fault-interval") {
+        std::tie(o.fault_min_ms, o.fault_max_ms) = ParseRange(value());
+      } else if (arg == "--pause") {
+        std::tie(o.pause_min_ms, o.pause_max_ms) = ParseRange(value());
+      } else if (arg == "--hold") {
+        const auto [low, high] = ParseRange(value());
+        o.worker.hold_min = std::chrono::milliseconds(low);
+        o.worker.hold_max = std::chrono::milliseconds(high);
+      } else if (arg == "--p-careless")
+        o.worker.p_careless = std::stod(value());
+      else if (arg == "--p-zombie")
+        o.worker.p_zombie = std::stod(value());
+      else if (arg == "--p-missing")
+        o.worker.p_missing = std::stod(value());
+      else if (arg == "--dir")
+        o.dir = value();
+      else if (arg == "--pg-bindir")
+        o.pg_bindir = value();
+      else if (arg == "--keep-data")
+        o.keep_data = true;
+      else if (arg == "--no-check")
+        o.check = false;
+      else if (arg == "--examples")
+        o.examples = std::stoi(value());
+      else if (arg == "--help" || arg == "-h") {
+        std::cout << UsageText();
+        std::exit(kExitPass);
+      } else {
+        throw UsageError("unknown option " + arg);
+      }
+    } catch (const std::invalid_argument &) {
+      throw UsageError("bad value for " + arg);
+    } catch (const std::out_of_range &) {
+      throw UsageError("bad value for " + arg);
+    }
+  }
+  if (o.workers < 1 || o.workers > 64) throw UsageError("--workers must be 1..64");
+  if (o.rows < 1 || o.rows > 100000) throw UsageError("--rows must be 1..100000");
+  if (o.duration_s < 1) throw UsageError("--duration must be positive");
+  if (o.worker.ttl.count() < 50) throw UsageError("--ttl must be at least 50 ms");
+  if (o.pause_min_ms < 0) {
+    o.pause_min_ms = static_cast<int>(o.worker.ttl.count() * 3 / 2);
+    o.pause_max_ms = static_cast<int>(o.worker.ttl.count() * 5);
+  }
+  o.worker.rows = o.rows;
+  return o;
+}
+
+std::string Join(const std::set<std::string> &items) {
+  std::string out;
+  for (const std::string &item : items) out += (out.empty() ? "" : ",") + item;
+  return out.empty() ? "none" : out;
+}
+
+// ---- Database set-up and the final dump ------------------------------------
+
+void SetUpDatabase(const Cluster &cluster, const Options &o) {
+  {
+    pqxx::connection admin(cluster.Conninfo("postgres", "postgres"));
+    pqxx::nontransaction tx(admin);
+    tx.exec0(std::string("CREATE DATABASE ") + kDatabase);
+  }
+  pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
+  pqxx::work tx(db);
+  tx.exec0("SET client_min_messages = warning");
+  tx.exec0("CREATE EXTENSION pg_fencing");
+  const long idle_ms = std::max<long>(10, o.worker.ttl.count() / 2);
+  tx.exec0(std::string("CREATE ROLE ") + kAppRole + " LOGIN");
+  // A worker paused inside a transaction holds the lock's fence row (and its
+  // row lock); the server ends such a transaction well within a ttl (see the
+  // README's "A paused writer holds the fence").
+  tx.exec0(std::string("ALTER ROLE ") + kAppRole + " SET idle_in_transaction_session_timeout = '" +
+           std::to_string(idle_ms) + "ms'");
+  tx.exec0(std::string("ALTER ROLE ") + kAppRole + " SET statement_timeout = '10s'");
+  // The commit order.  Every write and grant takes its number after it has
+  // locked what it conflicts on (the row; the lock's fence row), and keeps
+  // those locks until it commits: for two writes that conflict, the number
+  // order is the commit order.  CACHE 1: numbers ordered across sessions.
+  tx.exec0("CREATE SEQUENCE stress_commit_seq CACHE 1");
+  tx.exec0(R"(CREATE TABLE stress_history (
+      seq bigint PRIMARY KEY, tbl text NOT NULL, row_id int NOT NULL, token bigint,
+      val bigint, write_id text, ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
+  tx.exec0(R"(CREATE TABLE stress_grants (
+      seq bigint PRIMARY KEY, lock_name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
+      ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
+  for (const char *table : {kRowTable, kLockTable}) {
+    tx.exec0(std::string("CREATE TABLE ") + table +
+             " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
+    tx.exec0(std::string("INSERT INTO ") + table + " (id) SELECT g FROM generate_series(0, " +
+             std::to_string(o.rows - 1) + ") g");
+  }
+  // Written in the writing transaction itself: a row here exists iff the
+  // write committed.  SECURITY DEFINER: the workers cannot write history.
+  tx.exec0(R"(CREATE FUNCTION stress_record_write() RETURNS trigger LANGUAGE plpgsql
+      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+    BEGIN
+      INSERT INTO public.stress_history
+        VALUES (nextval('public.stress_commit_seq'), TG_ARGV[0], NEW.id, NEW.token::bigint,
+                NEW.val, NEW.write_id, clock_timestamp(), pg_postmaster_start_time());
+      RETURN NULL;
+    END $$)");
+  tx.exec0(std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + kRowTable +
+           " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + kRowTableTag + "')");
+  tx.exec0(std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + kLockTable +
+           " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + kLockTableTag + "')");
+  // Every grant, observed on the extension's lease table in the granting
+  // transaction (fencing_try_acquire has locked the lock's fence row by then).
+  // A renewal or release changes only expires_at and is not recorded.
+  tx.exec0(R"(CREATE FUNCTION stress_record_grant() RETURNS trigger LANGUAGE plpgsql
+      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+    BEGIN
+      IF TG_OP = 'INSERT' OR NEW.token::bigint IS DISTINCT FROM OLD.token::bigint THEN
+        INSERT INTO public.stress_grants
+          VALUES (nextval('public.stress_commit_seq'), NEW.lock_name, NEW.holder,
+                  NEW.token::bigint, clock_timestamp(), pg_postmaster_start_time());
+      END IF;
+      RETURN NULL;
+    END $$)");
+  tx.exec0(
+      "CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON fencing_lease "
+      "FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
+  tx.exec0(std::string("GRANT SELECT, UPDATE ON ") + kRowTable + ", " + kLockTable + " TO " +
+           kAppRole);
+  if (!o.unguarded) {
+    tx.exec(std::string("SELECT fencing_protect('") + kRowTable + "')");
+    tx.exec(std::string("SELECT fencing_protect('") + kLockTable + "', lock_name => '" + kLockName +
+            "')");
+  }
+  tx.commit();
+}
+
+std::string Field(const pqxx::field &f) { return f.is_null() ? "\\N" : f.c_str(); }
+
+void DumpQuery(pqxx::work &tx, const std::string &sql, const std::string &path) {
+  std::string out;
+  for (const pqxx::row &row : tx.exec(sql)) {
+    for (pqxx::row::size_type i = 0; i < row.size(); ++i) {
+      out += (i ? "\t" : "") + Field(row[i]);
+    }
+    out += '\n';
+  }
+  WriteFile(path, out);
+}
+
+void DumpState(const Cluster &cluster, const std::string &dir) {
+  pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
+  pqxx::work tx(db);
+  const auto micros = [&](const std::string &column) {
+    return "(extract(epoch FROM " + column + ") * 1000000)::bigint";
+  };
+  DumpQuery(tx,
+            "SELECT seq, tbl, row_id, token, val, write_id, " + micros("ts") + ", " +
+                micros("pm_start") + " FROM stress_history ORDER BY seq",
+            dir + "/history.tsv");
+  DumpQuery(tx,
+            "SELECT seq, lock_name, holder, token, " + micros("ts") + ", " + micros("pm_start") +
+                " FROM stress_grants ORDER BY seq",
+            dir + "/grants.tsv");
+  DumpQuery(tx,
+            std::string("SELECT '") + kRowTableTag + "', id, token::bigint, val, write_id FROM " +
+                kRowTable + " UNION ALL SELECT '" + kLockTableTag +
+                "', id, token::bigint, val, write_id FROM " + kLockTable + " ORDER BY 1, 2",
+            dir + "/final.tsv");
+  DumpQuery(tx, "SELECT lock_name, high_water::bigint FROM fencing_fences ORDER BY 1",
+            dir + "/fences.tsv");
+  tx.commit();
+}
+
+// ---- Workers and the nemesis --------------------------------------------------
+
+struct Slot {
+  pid_t pid = -1;
+  int incarnation = -1;
+  bool paused = false;
+  std::int64_t resume_at = 0;
+};
+
+class Orchestrator {
+ public:
+  Orchestrator(const Options &options, Cluster &cluster, std::string dir, std::string self)
+      : o_(options),
+        cluster_(cluster),
+        dir_(std::move(dir)),
+        self_(std::move(self)),
+        faults_(dir_ + "/faults.log"),
+        rng_(options.seed),
+        slots_(static_cast<std::size_t>(options.workers)) {}
+
+  void Run() {
+    for (std::size_t i = 0; i < slots_.size(); ++i) Spawn(static_cast<int>(i));
+    const std::int64_t start = MonoMs();
+    const std::int64_t end = start + static_cast<std::int64_t>(o_.duration_s) * 1000;
+    std::int64_t next_fault = start + Uniform(o_.fault_min_ms, o_.fault_max_ms);
+    std::int64_t next_progress = start + 10000;
+    while (!g_interrupted && MonoMs() < end) {
+      Reaper::Reap();
+      RespawnExited();
+      ResumeDue(false);
+      if (!o_.faults.empty() && MonoMs() >= next_fault) {
+        InjectFault();
+        next_fault = MonoMs() + Uniform(o_.fault_min_ms, o_.fault_max_ms);
+      }
+      if (MonoMs() >= next_progress) {
+        std::cerr << "pg_fencing_stress: " << (MonoMs() - start) / 1000 << " s, faults "
+                  << FaultSummary() << "\n";
+        next_progress += 10000;
+      }
+      SleepMs(10);
+    }
+    ResumeDue(true);
+    StopWorkers();
+  }
+
+  std::string FaultSummary() const {
+    std::string out;
+    for (const char *kind : {"pause", "kill", "crash"}) {
+      const auto it = injected_.find(kind);
+      out += std::string(out.empty() ? "" : " ") + kind + "=" +
+             std::to_string(it == injected_.end() ? 0 : it->second);
+    }
+    return out;
+  }
+
+ private:
+  int Uniform(int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng_); }
+
+  void Spawn(int index) {
+    Slot &slot = slots_[static_cast<std::size_t>(index)];
+    slot.incarnation += 1;
+    slot.paused = false;
+    WorkerConfig config = o_.worker;
+    config.slot = index;
+    config.incarnation = slot.incarnation;
+    config.conninfo = cluster_.Conninfo(kAppRole, kDatabase) + " application_name=stress_w" +
+                      std::to_string(index);
+    char name[64];
+    std::snprintf(name, sizeof name, "/workers/w%02d.i%03d", index, slot.incarnation);
+    config.log_path = dir_ + name + ".log";
+    config.seed = rng_();
+    std::vector<std::string> argv = {self_, "--worker"};
+    for (std::string &arg : WorkerArguments(config)) argv.push_back(std::move(arg));
+    slot.pid = stress::Spawn(argv, {std::nullopt, dir_ + name + ".stderr", SIGKILL});
+    faults_.Write("ev=spawn w=" + std::to_string(index) +
+                  " inc=" + std::to_string(slot.incarnation) + " pid=" + std::to_string(slot.pid));
+  }
+
+  // A worker that exits by itself has failed (it runs until SIGTERM); the
+  // run goes on with a new one, and the exit is on record.
+  void RespawnExited() {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      if (const std::optional<int> status = Reaper::Status(slots_[i].pid)) {
+        faults_.Write(
+            "ev=worker_exit w=" + std::to_string(i) + " pid=" + std::to_string(slots_[i].pid),
+            DescribeStatus(*status));
+        Reaper::Forget(slots_[i].pid);
+        ++unexpected_exits_;
+        Spawn(static_cast<int>(i));
+      }
+    }
+  }
+
+  void ResumeDue(bool all) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      Slot &slot = slots_[i];
+      if (slot.paused && (all || MonoMs() >= slot.resume_at)) {
+        kill(slot.pid, SIGCONT);
+        slot.paused = false;
+        faults_.Write("ev=resume w=" + std::to_string(i) + " pid=" + std::to_string(slot.pid));
+      }
+    }
+  }
+
+  void InjectFault() {
+    // Pauses twice as often as the others.
+    std::vector<std::string> choices;
+    for (const std::string &kind : o_.faults) {
+      choices.push_back(kind);
+      if (kind == "pause") choices.push_back(kind);
+    }
+    const std::string kind =
+        choices[static_cast<std::size_t>(Uniform(0, static_cast<int>(choices.size()) - 1))];
+    const int index = Uniform(0, static_cast<int>(slots_.size()) - 1);
+    Slot &slot = slots_[static_cast<std::size_t>(index)];
+    const std::string who = "w=" + std::to_string(index) + " pid=" + std::to_string(slot.pid);
+    if (kind == "pause") {
+      if (slot.paused) return;  // already stopped: skip this one
+      const int ms = Uniform(o_.pause_min_ms, o_.pause_max_ms);
+      kill(slot.pid, SIGSTOP);
+      slot.paused = true;
+      slot.resume_at = MonoMs() + ms;
+      faults_.Write("ev=pause " + who + " ms=" + std::to_string(ms));
+    } else if (kind == "kill") {
+      kill(slot.pid, SIGKILL);
+      const std::optional<int> status = Reaper::WaitFor(slot.pid, 10000);
+      if (!status)
+        throw std::runtime_error("worker " + std::to_string(slot.pid) + " survived SIGKILL");
+      Reaper::Forget(slot.pid);
+      faults_.Write("ev=kill " + who);
+      Spawn(index);
+    } else {
+      const Stamp before = Now();
+      faults_.Write(before, "ev=crash pm=" + std::to_string(cluster_.postmaster()));
+      const int killed = cluster_.Crash();
+      faults_.Write("ev=crashed procs=" + std::to_string(killed));
+      SleepMs(Uniform(0, 500));  // down for a while
+      cluster_.Start();
+      faults_.Write("ev=restarted down_ms=" +
+                    std::to_string((Now().mono_ns - before.mono_ns) / 1000000));
+    }
+    ++injected_[kind];
+  }
+
+  void StopWorkers() {
+    for (const Slot &slot : slots_) kill(slot.pid, SIGTERM);
+    const std::int64_t deadline = MonoMs() + 20000;
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const int left = static_cast<int>(std::max<std::int64_t>(0, deadline - MonoMs()));
+      std::optional<int> status = Reaper::WaitFor(slots_[i].pid, left);
+      if (!status) {
+        kill(slots_[i].pid, SIGKILL);
+        status = Reaper::WaitFor(slots_[i].pid, 10000);
+        faults_.Write("ev=stop_killed w=" + std::to_string(i));
+      } else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+        faults_.Write("ev=worker_exit w=" + std::to_string(i), DescribeStatus(*status));
+        ++unexpected_exits_;
+      }
+      Reaper::Forget(slots_[i].pid);
+    }
+    faults_.Write("ev=end unexpected_exits=" + std::to_string(unexpected_exits_));
+  }
+
+  const Options &o_;
+  Cluster &cluster_;
+  const std::string dir_;
+  const std::string self_;
+  const EventLog faults_;
+  std::mt19937_64 rng_;
+  std::vector<Slot> slots_;
+  std::map<std::string, int> injected_;
+  int unexpected_exits_ = 0;
+};
+
+std::string MakeRunDir(const Options &o) {
+  std::string dir = o.dir;
+  if (dir.empty()) {
+    char templ[] = "/tmp/pg_fencing_stress.XXXXXX";
+    if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir = templ;
+  } else {
+    std::filesystem::create_directories(dir);
+    if (!std::filesystem::is_empty(dir)) throw UsageError("--dir " + dir + " is not empty");
+  }
+  dir = std::filesystem::absolute(dir).string();
+  std::filesystem::create_directories(dir + "/workers");
+  // The server (as postgres) needs to reach its data directory inside.
+  chmod(dir.c_str(), 0755);
+  return dir;
+}
+
+// This very program, even if the file was replaced (rebuilt) during the
+// run: a forked child's /proc/self/exe is the image it was forked from.
+std::string SelfPath() { return "/proc/self/exe"; }
+
+int RunOrchestrator(int argc, char **argv) {
+  Options o;
+  try {
+    o = ParseOptions(argc, argv);
+  } catch (const UsageError &error) {
+    std::cerr << "pg_fencing_stress: " << error.what() << "\n" << UsageText();
+    return kExitSetupError;
+  }
+  struct sigaction action {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string dir;
+  std::string socket_dir;
+  std::unique_ptr<Cluster> cluster;
+  std::string fault_summary;
+  try {
+    BecomeSubreaper();
+    dir = MakeRunDir(o);
+    char sock_templ[] = "/tmp/pgfs_sock.XXXXXX";
+    if (mkdtemp(sock_templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+    socket_dir = sock_templ;
+    const std::string mode = o.unguarded ? "unguarded" : "guarded";
+    std::cout << "pg_fencing_stress: mode=" << mode << " seed=" << o.seed
+              << " duration=" << o.duration_s << "s workers=" << o.workers << " rows=" << o.rows
+              << " ttl=" << o.worker.ttl.count() << "ms faults=" << Join(o.faults) << " dir=" << dir
+              << std::endl;
+
+    ClusterOptions co;
+    co.bindir = o.pg_bindir;
+    co.datadir = dir + "/pgdata";
+    co.socket_dir = socket_dir;
+    co.log_path = dir + "/postgres.log";
+    co.settings = {"log_min_messages=log", "log_min_error_statement=panic", "max_connections=200",
+                   "fsync=on", "synchronous_commit=on"};
+    cluster = std::make_unique<Cluster>(co);
+    cluster->InitDb();
+    cluster->Start();
+    SetUpDatabase(*cluster, o);
+
+    std::string extversion;
+    {
+      pqxx::connection db(cluster->Conninfo("postgres", kDatabase));
+      pqxx::nontransaction tx(db);
+      extversion =
+          tx.exec1("SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'")[0].c_str();
+    }
+    std::ostringstream meta;
+    meta << "mode=" << mode << "\nseed=" << o.seed << "\nduration_s=" << o.duration_s
+         << "\nworkers=" << o.workers << "\nrows=" << o.rows << "\nttl_ms=" << o.worker.ttl.count()
+         << "\nfaults=" << Join(o.faults) << "\nlock=" << kLockName << "\nextversion=" << extversion
+         << "\nstart_wall_us=" << Now().wall_us << "\n";
+    WriteFile(dir + "/meta.txt", meta.str());
+
+    Orchestrator orchestrator(o, *cluster, dir, SelfPath());
+    orchestrator.Run();
+    fault_summary = orchestrator.FaultSummary();
+    if (g_interrupted) std::cerr << "pg_fencing_stress: interrupted; checking what ran\n";
+
+    DumpState(*cluster, dir);
+    cluster->Stop();
+    if (!o.keep_data) cluster->RemoveData();
+  } catch (const std::exception &error) {
+    std::cerr << "pg_fencing_stress: " << error.what()
+              << (dir.empty() ? "" : " (run dir " + dir + ")") << "\n";
+    if (cluster) {
+      try {
+        cluster->Stop();
+      } catch (...) {
+      }
+    }
+    // The data directory stays for a post-mortem; the socket directory is of no use.
+    std::error_code ignored;
+    if (!socket_dir.empty()) std::filesystem::remove_all(socket_dir, ignored);
+    return kExitSetupError;
+  }
+  std::cout << "pg_fencing_stress: faults injected: " << fault_summary << std::endl;
+  if (!o.check) return kExitPass;
+  try {
+    CheckOptions check;
+    check.run_dir = dir;
+    check.examples = o.examples;
+    const long violations = CheckRun(check, std::cout);
+    return violations == 0 ? kExitPass : kExitViolations;
+  } catch (const std::exception &error) {
+    std::cerr << "pg_fencing_stress: checker: " << error.what() << "\n";
+    return kExitSetupError;
+  }
+}
+
+}  // namespace
+
+}  // namespace pg_fencing::stress
+
+int main(int argc, char **argv) {
+  using namespace pg_fencing::stress;
+  if (argc > 1 && std::string(argv[1]) == "--worker") {
+    try {
+      return RunWorker(ParseWorkerArguments(std::vector<std::string>(argv + 2, argv + argc)));
+    } catch (const std::exception &error) {
+      std::fprintf(stderr, "pg_fencing_stress --worker: %s\n", error.what());
+      return 2;
+    }
+  }
+  return RunOrchestrator(argc, argv);
+}

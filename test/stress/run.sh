@@ -1,0 +1,151 @@
+#!/bin/bash
+# The stress test (see RELIABILITY.md), as root, on an already built tree:
+#
+#   bash test/stress/run.sh BUILD_DIR [--duration S] [--unguarded-duration S] [--seed N]
+#                           [--pg-bindir DIR] [--keep]
+#
+# 1. a guarded run (both tables protected) with every fault: must pass;
+# 2. an unguarded run (no fencing_protect), same load and faults: the checker
+#    must report violations, so its failure is this step's success;
+# 3. the checker against copies of run 1's directory with one defect planted
+#    in each (a lost acknowledged write, a token granted twice, a wrong final
+#    row, a false rejection, a token that went down): each must be reported.
+# Builds nothing; each run makes its own throwaway cluster (initdb as
+# "postgres", Unix socket only) and removes it.  Exit 0 only if all three hold.
+set -uo pipefail
+
+usage() {
+  echo "usage: $0 BUILD_DIR [--duration S] [--unguarded-duration S] [--seed N] [--pg-bindir DIR] [--keep]" >&2
+  exit 2
+}
+(($# >= 1)) || usage
+build=$(cd "$1" && pwd) || usage
+shift
+duration=45
+unguarded_duration=20
+seed=1
+keep=0
+pg_bindir=()
+while (($#)); do
+  case $1 in
+    --duration) duration=$2; shift 2 ;;
+    --unguarded-duration) unguarded_duration=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --pg-bindir) pg_bindir=(--pg-bindir "$2"); shift 2 ;;
+    --keep) keep=1; shift ;;
+    *) usage ;;
+  esac
+done
+
+stress=$build/test/stress/pg_fencing_stress
+check=$build/test/stress/pg_fencing_stress_check
+if [[ $EUID -ne 0 ]]; then
+  echo "$0: run as root (the server runs as \"postgres\", the harness kills its processes)" >&2
+  exit 2
+fi
+if [[ ! -x $stress || ! -x $check ]]; then
+  echo "$0: $stress or $check missing; build first (cmake --build $build)" >&2
+  exit 2
+fi
+
+work=$(mktemp -d /tmp/pg_fencing_stress_run.XXXXXX)
+chmod 755 "$work"
+failures=()
+
+# Runs the harness into $work/NAME; prints the checker's report; returns its status.
+stress_run() {
+  local name=$1 seconds=$2
+  shift 2
+  echo
+  echo "==> $name: pg_fencing_stress --duration $seconds --seed $seed $*"
+  # Bounded: setup, the run, the final stop and the check take well under 5 minutes more.
+  timeout --kill-after=30 $((seconds + 300)) \
+    "$stress" --dir "$work/$name" --duration "$seconds" --seed "$seed" --examples 2 "${pg_bindir[@]}" "$@" \
+    >"$work/$name.out" 2>&1
+  local rc=$?
+  sed -n '/^pg_fencing_stress: faults injected/p; /^== check/,$p' "$work/$name.out"
+  if ((rc == 2 || rc >= 124)); then
+    echo "--- $name: harness error (status $rc); last lines:"
+    tail -n 5 "$work/$name.out"
+  fi
+  return $rc
+}
+
+# 1. Guarded: no violation allowed.
+stress_run guarded "$duration"
+rc=$?
+if ((rc == 0)); then
+  echo "--- guarded: PASS (no violation)"
+else
+  echo "--- guarded: FAILED (status $rc)"
+  failures+=(guarded)
+fi
+
+# 2. Unguarded: the checker must catch the stale writes.
+# No token-less writes here: the violations must be stale writes.
+stress_run unguarded "$unguarded_duration" --unguarded --p-missing 0
+rc=$?
+if ((rc == 1)) && grep -q "stale write accepted after a higher .* (real time)" "$work/unguarded.out"; then
+  echo "--- unguarded: violations reported, as they must be: the harness catches stale writes"
+else
+  echo "--- unguarded: NOT CAUGHT (status $rc; expected 1, with stale writes among the violations)"
+  failures+=(unguarded)
+fi
+
+# 3. Planted defects, on copies of the guarded run (if it produced one).
+plant() {
+  local name=$1 expect=$2
+  local dir=$work/plant-$name
+  rm -rf "$dir"
+  cp -a "$work/guarded" "$dir"
+  rm -rf "$dir/pgdata"
+  case $name in
+    lost-write)  # drop an acknowledged write from the server's history
+      local wid
+      wid=$(grep -h 'ev=w_done .* out=ok' "$dir"/workers/*.log | head -n 1 | sed 's/.* wid=\([^ ]*\) .*/\1/')
+      awk -F'\t' -v w="$wid" '$6 != w' "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+    granted-twice)  # the second grant gets the first one's token
+      awk -F'\t' -v OFS='\t' 'NR == 1 { t = $4 } NR == 2 { $4 = t } { print }' "$dir/grants.tsv" >"$dir/t" &&
+        mv "$dir/t" "$dir/grants.tsv" ;;
+    final-row)  # a row ends with a token nobody wrote last
+      awk -F'\t' -v OFS='\t' '!done && $3 != "\\N" { $3 = 0; done = 1 } { print }' "$dir/final.tsv" >"$dir/t" &&
+        mv "$dir/t" "$dir/final.tsv" ;;
+    false-rejection)  # a refused write claims a token above everything
+      local wid file
+      wid=$(grep -h 'ev=w_done .* out=55Z01' "$dir"/workers/*.log | head -n 1 | sed 's/.* wid=\([^ ]*\) .*/\1/')
+      file=$(grep -l "ev=w_inv wid=$wid " "$dir"/workers/*.log | head -n 1)
+      sed -i "/ev=w_inv wid=$wid /s/ tok=[0-9]* / tok=9000000000000000000 /" "$file" ;;
+    token-down)  # the last committed write (its row's latest) carries token 0
+      awk -F'\t' -v OFS='\t' -v n="$(wc -l <"$dir/history.tsv")" 'NR == n { $4 = 0 } { print }' \
+        "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+  esac
+  "$check" "$dir" --examples 1 >"$dir.out" 2>&1
+  local rc=$?
+  if ((rc == 1)) && grep -q "$expect" "$dir.out"; then
+    echo "    planted $name: reported ($(grep -m1 "$expect" "$dir.out" | sed 's/^ *//'))"
+  else
+    echo "    planted $name: NOT REPORTED (status $rc, expected \"$expect\")"
+    failures+=("plant-$name")
+  fi
+}
+echo
+echo "==> checker self-test: defects planted in copies of the guarded run"
+if [[ -f $work/guarded/history.tsv ]]; then
+  plant lost-write "acknowledged write lost"
+  plant granted-twice "token granted twice"
+  plant final-row "final state mismatch"
+  plant false-rejection "false rejection"
+  plant token-down "row token decreased"
+else
+  echo "    no guarded run directory to plant defects in"
+  failures+=(self-test)
+fi
+
+echo
+if ((${#failures[@]} == 0)); then
+  echo "stress: PASS (guarded run clean, unguarded run caught, planted defects reported)"
+  ((keep)) && echo "run directories kept in $work" || rm -rf "$work"
+  exit 0
+fi
+echo "stress: FAILED: ${failures[*]} (run directories kept in $work)"
+exit 1

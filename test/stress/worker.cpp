@@ -1,0 +1,336 @@
+// A stress worker (see worker.hpp).  It is an ordinary client of
+// pg_fencing_client: Lease for the lock, ExecFenced for the writes.  It is
+// also a deliberately bad one: some holds ignore held() and write on after the
+// lease is lost, and some go on writing with the old token after they let
+// go ("zombies"), so that stale writes reach the server all the time, not
+// only when the nemesis pauses someone.
+//
+// Log events (one line each, see common.hpp):
+//   start                                    the process started
+//   acq_invoke holder=H                      before fencing_acquire (waiting form)
+//   grant tok=T holder=H inv=WALL_US         a token was received
+//   acq_fail holder=H out=timeout|info       busy after the wait | an error: maybe granted
+//   lost tok=T src=heartbeat|held            the client library says the lease is lost
+//   release tok=T out=true|false|info        fencing_release's answer
+//   zombie tok=T                             writing on with a token let go of
+//   w_inv wid=W tbl=rows|lock row=R tok=T|none lease=T val=V     before a write is sent
+//   w_done wid=W out=ok|55Z01|55Z02|err|info [state=SQLSTATE] [n=ROWS]
+//   stop                                     clean exit after SIGTERM
+// out=info means the outcome is unknown (the connection broke, or COMMIT's
+// answer was lost): the write may or may not have committed.  A w_inv with
+// no w_done (the process was killed) means the same.
+#include "worker.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <pqxx/pqxx>
+#include <random>
+#include <stdexcept>
+
+#include "common.hpp"
+#include "pg_fencing/client.hpp"
+#include "process.hpp"
+
+namespace pg_fencing::stress {
+
+namespace client = pg_fencing::client;
+
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+
+void OnTerminate(int) { g_stop = 1; }
+
+std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
+
+class Worker {
+ public:
+  explicit Worker(const WorkerConfig &config)
+      : config_(config),
+        log_(config.log_path),
+        rng_(config.seed),
+        prefix_("w=" + std::to_string(config.slot) + " inc=" + std::to_string(config.incarnation) +
+                " ") {}
+
+  int Run() {
+    log_.Write(prefix_ + "ev=start pid=" + std::to_string(getpid()));
+    while (!g_stop) {
+      if (!EnsureDb()) {
+        SleepMs(100);
+        continue;
+      }
+      std::unique_ptr<client::Lease> lease = Acquire();
+      if (lease) Hold(std::move(lease));
+      SleepMs(Uniform(0, 30));
+    }
+    log_.Write(prefix_ + "ev=stop");
+    return 0;
+  }
+
+ private:
+  int Uniform(int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng_); }
+  bool Chance(double p) { return std::bernoulli_distribution(p)(rng_); }
+
+  bool EnsureDb() {
+    if (db_ && db_->is_open()) return true;
+    db_.reset();
+    try {
+      db_ = std::make_unique<pqxx::connection>(config_.conninfo);
+      connect_failures_ = 0;
+      return true;
+    } catch (const std::exception &error) {
+      // One line per outage, not one per retry.
+      if (connect_failures_++ == 0) {
+        log_.Write(prefix_ + "ev=conn_fail", FirstLine(error.what()));
+      }
+      return false;
+    }
+  }
+
+  std::unique_ptr<client::Lease> Acquire() {
+    const std::string holder = std::to_string(config_.slot) + "." +
+                               std::to_string(config_.incarnation) + "." +
+                               std::to_string(acquires_++);
+    auto token = std::make_shared<std::atomic<Token>>(0);
+    client::LeaseOptions options;
+    options.conninfo = config_.conninfo;
+    options.lock_name = kLockName;
+    // Unique per acquisition, not per process: a holder that thinks its
+    // lease is lost while the server still has it live would otherwise get
+    // the same token back, and a token must mean one grant.
+    options.holder = holder;
+    options.ttl = config_.ttl;
+    options.wait = config_.acquire_wait;
+    options.on_lost = [this, token](const std::string &reason) {
+      log_.Write(prefix_ + "ev=lost tok=" + std::to_string(token->load()) + " src=heartbeat",
+                 reason);
+    };
+
+    const Stamp invoked = Now();
+    log_.Write(invoked, prefix_ + "ev=acq_invoke holder=" + holder);
+    try {
+      auto lease = std::make_unique<client::Lease>(options);
+      token->store(lease->token());
+      log_.Write(prefix_ + "ev=grant tok=" + std::to_string(lease->token()) + " holder=" + holder +
+                 " inv=" + std::to_string(invoked.wall_us));
+      return lease;
+    } catch (const client::LeaseUnavailableError &error) {
+      log_.Write(prefix_ + "ev=acq_fail holder=" + holder + " out=timeout", error.what());
+    } catch (const std::exception &error) {
+      // The server may have granted it before the error: the grant history
+      // on the server knows.
+      log_.Write(prefix_ + "ev=acq_fail holder=" + holder + " out=info", FirstLine(error.what()));
+      SleepMs(100);  // the server is probably restarting
+    }
+    return nullptr;
+  }
+
+  void Hold(std::unique_ptr<client::Lease> lease) {
+    const Token token = lease->token();
+    const std::int64_t hold_end = MonoMs() + Uniform(static_cast<int>(config_.hold_min.count()),
+                                                     static_cast<int>(config_.hold_max.count()));
+    const bool careless = Chance(config_.p_careless);
+    const bool zombie = Chance(config_.p_zombie);
+    bool saw_lost = false;
+    while (!g_stop && MonoMs() < hold_end) {
+      if (!lease->held()) {
+        if (!saw_lost) {
+          saw_lost = true;
+          log_.Write(prefix_ + "ev=lost tok=" + std::to_string(token) + " src=held" +
+                         (careless ? " careless=1" : ""),
+                     lease->lost_reason());
+        }
+        if (!careless) break;
+      }
+      Write(token);
+      Gap();
+    }
+    try {
+      const bool released = lease->Release();
+      log_.Write(prefix_ + "ev=release tok=" + std::to_string(token) +
+                 " out=" + (released ? "true" : "false"));
+    } catch (const std::exception &error) {
+      log_.Write(prefix_ + "ev=release tok=" + std::to_string(token) + " out=info",
+                 FirstLine(error.what()));
+    }
+    lease.reset();
+    if (zombie && !g_stop) {
+      log_.Write(prefix_ + "ev=zombie tok=" + std::to_string(token));
+      const std::int64_t until =
+          MonoMs() + Uniform(0, static_cast<int>(config_.zombie_max.count()));
+      while (!g_stop && MonoMs() < until) {
+        Write(token);
+        Gap();
+      }
+    }
+  }
+
+  void Gap() { SleepMs(Uniform(0, static_cast<int>(config_.write_gap_max.count()))); }
+
+  // One write, logged before it is sent and after its outcome is known.
+  void Write(Token token) {
+    if (!EnsureDb()) {
+      SleepMs(50);
+      return;
+    }
+    const bool lock_table = Chance(0.5);
+    const char *table = lock_table ? kLockTable : kRowTable;
+    const char *tag = lock_table ? kLockTableTag : kRowTableTag;
+    const int row = Uniform(0, config_.rows - 1);
+    const std::string wid = std::to_string(config_.slot) + "." +
+                            std::to_string(config_.incarnation) + "." + std::to_string(writes_++);
+    const std::int64_t val = static_cast<std::int64_t>(rng_() >> 2);
+    const bool missing = Chance(config_.p_missing);
+
+    log_.Write(prefix_ + "ev=w_inv wid=" + wid + " tbl=" + tag + " row=" + std::to_string(row) +
+               " tok=" + (missing ? std::string("none") : std::to_string(token)) +
+               " lease=" + std::to_string(token) + " val=" + std::to_string(val));
+    std::string outcome;
+    std::string detail;
+    try {
+      pqxx::result result;
+      if (missing) {
+        // A writer that forgot its token: the guard must refuse it (55Z02).
+        try {
+          pqxx::work tx(*db_);
+          result = tx.exec_params(
+              std::string("UPDATE ") + table + " SET val = $1, write_id = $2 WHERE id = $3", val,
+              wid, row);
+          tx.commit();
+        } catch (const pqxx::sql_error &error) {
+          client::RethrowMapped(error);
+        }
+      } else {
+        result = client::ExecFenced(*db_,
+                                    std::string("UPDATE ") + table +
+                                        " SET token = $1, val = $2, write_id = $3 WHERE id = $4",
+                                    token, val, wid, row);
+      }
+      outcome = "ok n=" + std::to_string(result.affected_rows());
+    } catch (const client::StaleTokenError &error) {
+      outcome = "55Z01";
+      detail = FirstLine(error.what());
+    } catch (const client::MissingTokenError &error) {
+      outcome = "55Z02";
+      detail = FirstLine(error.what());
+    } catch (const pqxx::in_doubt_error &error) {
+      outcome = "info phase=commit";
+      detail = FirstLine(error.what());
+      db_.reset();
+    } catch (const pqxx::broken_connection &error) {
+      outcome = "info";
+      detail = FirstLine(error.what());
+      db_.reset();
+    } catch (const pqxx::sql_error &error) {
+      // An error answer on a connection that is still up: the transaction
+      // did not commit.  One that came with the connection going away (a
+      // FATAL) may have come after COMMIT did its work: unknown.
+      if (db_ && db_->is_open()) {
+        outcome = "err state=" + error.sqlstate();
+      } else {
+        outcome = "info state=" + error.sqlstate();
+        db_.reset();
+      }
+      detail = FirstLine(error.what());
+    } catch (const std::exception &error) {
+      outcome = "info";
+      detail = FirstLine(error.what());
+      db_.reset();
+    }
+    log_.Write(prefix_ + "ev=w_done wid=" + wid + " out=" + outcome, detail);
+  }
+
+  const WorkerConfig config_;
+  const EventLog log_;
+  std::mt19937_64 rng_;
+  const std::string prefix_;
+  std::unique_ptr<pqxx::connection> db_;
+  std::int64_t acquires_ = 0;
+  std::int64_t writes_ = 0;
+  int connect_failures_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> WorkerArguments(const WorkerConfig &c) {
+  return {"--slot",        std::to_string(c.slot),
+          "--incarnation", std::to_string(c.incarnation),
+          "--conninfo",    c.conninfo,
+          "--log",         c.log_path,
+          "--rows",        std::to_string(c.rows),
+          "--ttl",         Ms(c.ttl),
+          "--wait",        Ms(c.acquire_wait),
+          "--hold-min",    Ms(c.hold_min),
+          "--hold-max",    Ms(c.hold_max),
+          "--zombie-max",  Ms(c.zombie_max),
+          "--gap-max",     Ms(c.write_gap_max),
+          "--p-careless",  std::to_string(c.p_careless),
+          "--p-zombie",    std::to_string(c.p_zombie),
+          "--p-missing",   std::to_string(c.p_missing),
+          "--seed",        std::to_string(c.seed)};
+}
+
+WorkerConfig ParseWorkerArguments(const std::vector<std::string> &args) {
+  WorkerConfig c;
+  for (std::size_t i = 0; i + 1 < args.size(); i += 2) {
+    const std::string &key = args[i];
+    const std::string &value = args[i + 1];
+    const auto ms = [&] { return std::chrono::milliseconds(std::stoll(value)); };
+    if (key == "--slot")
+      c.slot = std::stoi(value);
+    else if (key == "--incarnation")
+      c.incarnation = std::stoi(value);
+    else if (key == "--conninfo")
+      c.conninfo = value;
+    else if (key == "--log")
+      c.log_path = value;
+    else if (key == "--rows")
+      c.rows = std::stoi(value);
+    else if (key == "--ttl")
+      c.ttl = ms();
+    else if (key == "--wait")
+      c.acquire_wait = ms();
+    else if (key == "--hold-min")
+      c.hold_min = ms();
+    else if (key == "--hold-max")
+      c.hold_max = ms();
+    else if (key == "--zombie-max")
+      c.zombie_max = ms();
+    else if (key == "--gap-max")
+      c.write_gap_max = ms();
+    else if (key == "--p-careless")
+      c.p_careless = std::stod(value);
+    else if (key == "--p-zombie")
+      c.p_zombie = std::stod(value);
+    else if (key == "--p-missing")
+      c.p_missing = std::stod(value);
+    else if (key == "--seed")
+      c.seed = std::stoull(value);
+    else
+      throw std::invalid_argument("unknown worker argument " + key);
+  }
+  if (args.size() % 2 != 0) throw std::invalid_argument("worker arguments come in pairs");
+  if (c.log_path.empty()) throw std::invalid_argument("worker needs --log");
+  return c;
+}
+
+int RunWorker(const WorkerConfig &config) {
+  struct sigaction action {};
+  action.sa_handler = OnTerminate;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  try {
+    Worker worker(config);
+    return worker.Run();
+  } catch (const std::exception &error) {
+    std::fprintf(stderr, "worker %d: %s\n", config.slot, error.what());
+    return 1;
+  }
+}
+
+}  // namespace pg_fencing::stress

@@ -1,0 +1,45 @@
+// A stress worker: a process of its own (the orchestrator runs this program
+// again with --worker), competing for the lease kLockName and writing rows
+// of both tables with its token, logging every attempt and its outcome.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pg_fencing::stress {
+
+struct WorkerConfig {
+  int slot = 0;         // which of the N workers (stable across respawns)
+  int incarnation = 0;  // how many times this slot was started before
+  std::string conninfo;
+  std::string log_path;
+  int rows = 16;
+  std::chrono::milliseconds ttl{500};
+  std::chrono::milliseconds acquire_wait{1000};
+  // How long a worker keeps a lease it got, drawn uniformly.
+  std::chrono::milliseconds hold_min{100};
+  std::chrono::milliseconds hold_max{1000};
+  // After a hold, keep writing with the old token for up to this long
+  // (a "zombie": released or lost, and does not care).
+  std::chrono::milliseconds zombie_max{400};
+  // Pause between two writes, drawn uniformly from 0 .. this.
+  std::chrono::milliseconds write_gap_max{3};
+  // Per hold: probability of ignoring held() (writing on after the loss).
+  double p_careless = 0.35;
+  // Per hold: probability of zombie writes after it.
+  double p_zombie = 0.35;
+  // Per write: probability of a write that does not set the token (55Z02).
+  double p_missing = 0.02;
+  std::uint64_t seed = 1;
+};
+
+std::vector<std::string> WorkerArguments(const WorkerConfig &config);
+// Parses what WorkerArguments produced (after --worker); throws on error.
+WorkerConfig ParseWorkerArguments(const std::vector<std::string> &args);
+
+// Runs until SIGTERM; returns the process exit status.
+int RunWorker(const WorkerConfig &config);
+
+}  // namespace pg_fencing::stress
