@@ -100,6 +100,11 @@ node_example() {
   with_throwaway_cluster bash -c 'bash examples/node/run-tests.sh && node examples/node/example.js'
 }
 
+# Two PostgreSQL nodes under Patroni (synchronous_mode) and one etcd, on
+# loopback: kill -9 of the leader's postmaster, then a switchover, under a
+# workload; no token twice, no stale write, no acknowledged write lost (HA.md).
+ha_patroni() { bash test/ha/run.sh; }
+
 # PostgreSQL::Test::Cluster TAP tests (test/t/); each makes its own clusters.
 tap_tests() {
   local copy
@@ -125,6 +130,7 @@ run_suite "Python example (psycopg2, unittest)" python_example
 run_suite "Node.js example (node-postgres, node --test)" node_example
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
+run_suite "HA under Patroni: failover and switchover (test/ha/run.sh)" ha_patroni
 run_suite "benchmark smoke run (bench/run.sh, QUICK=1)" bench_smoke
 
 echo
