@@ -1,5 +1,5 @@
 # gnuplot script for bench/run.sh: gnuplot -e "data='X'; out='Y'; title='T'" chart.gp
-set terminal pngcairo size 1400,900 font ",10"
+set terminal pngcairo size 1400,900 font ",10" noenhanced
 set output out
 set title title
 set style fill solid 0.7
