@@ -175,13 +175,16 @@ SELECT tgname FROM pg_trigger WHERE tgrelid = 'ledger'::regclass;
 
 -- fencing_present takes the fence and checks the token, but does not move
 -- the mark: only writes and grants do.  So a role that may write nothing
--- cannot lock a lock's holders out by presenting a huge token.
+-- cannot lock a lock's holders out by presenting a huge token (even one
+-- allowed to use the lock: without that, it may not present at all).
 CREATE ROLE present_only;
+SELECT fencing_grant_lock('tenant-7', 'present_only');
 SET ROLE present_only;
 BEGIN;
 SELECT fencing_present('tenant-7', '9223372036854775807');
 COMMIT;
 RESET ROLE;
+SELECT fencing_revoke_lock('tenant-7', 'present_only');
 DROP ROLE present_only;
 SELECT high_water = :'granted' AS mark_unmoved FROM fencing_fences WHERE lock_name = 'tenant-7';
 -- A presentation for a lock with no mark yet creates it at 0.
@@ -190,9 +193,14 @@ SELECT fencing_present('fresh-lock', '3');
 COMMIT;
 SELECT high_water FROM fencing_fences WHERE lock_name = 'fresh-lock';
 
--- Privileges: the mark is readable through the view, not writable.
+-- Privileges: the mark is readable through the view by the roles that may
+-- use the lock, not writable.
 CREATE ROLE fence_user;
 GRANT SELECT, INSERT, UPDATE, DELETE ON accounts TO fence_user;
+SET ROLE fence_user;
+SELECT count(*) AS locks_visible_without_grant FROM fencing_fences;
+RESET ROLE;
+SELECT fencing_grant_lock('tenant-7', 'fence_user');
 SET ROLE fence_user;
 SELECT count(*) > 0 AS view_readable FROM fencing_fences;
 UPDATE fencing_fence SET high_water = '1';
@@ -202,6 +210,7 @@ SELECT fencing_fence_advance('tenant-7', '999999');
 UPDATE accounts SET token = :'granted'::bigint + 1, balance = 42 WHERE id = 4;
 UPDATE accounts SET token = :'granted', balance = 43 WHERE id = 3;
 RESET ROLE;
+SELECT fencing_revoke_lock('tenant-7', 'fence_user');
 DROP OWNED BY fence_user;
 DROP ROLE fence_user;
 SELECT high_water::bigint = :'granted'::bigint + 1 AS mark_moved FROM fencing_fences WHERE lock_name = 'tenant-7';

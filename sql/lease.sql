@@ -60,6 +60,11 @@ SELECT fencing_acquire('x', 'w', '0 s');
 SELECT fencing_acquire('x', 'w', '-1 s');
 SELECT fencing_acquire('x', 'w', NULL);
 SELECT fencing_acquire('x', 'w', '1 s', '-1 s');
+-- The longest wait lock_timeout can express is accepted; longer ones are
+-- refused at once, not cut short (1.1 failed them with a lock_timeout
+-- overflow).
+SELECT fencing_acquire('x', 'w', '1 s', '30 days');
+SELECT fencing_acquire('long-wait', 'w', '1 s', '2147483.647 seconds') IS NOT NULL AS granted_at_once;
 SELECT fencing_acquire('x', 'w', '1 s', NULL);
 SELECT fencing_renew('x', '1', '0 s');
 SELECT fencing_renew(NULL, '1', '1 s');
@@ -92,13 +97,19 @@ RESET lock_timeout;
 -- Privileges.  The lease table is private; the view and functions are public.
 CREATE ROLE lease_user_1;
 CREATE ROLE lease_user_2;
+-- Both may use the lock (hostile.sql tries roles that may not).
+SELECT fencing_create_lock('roles');
+SELECT fencing_grant_lock('roles', 'lease_user_1');
+SELECT fencing_grant_lock('roles', 'lease_user_2');
 SET SESSION AUTHORIZATION lease_user_1;
 SELECT count(*) FROM fencing_lease;
 UPDATE fencing_lease SET expires_at = 'infinity';
 INSERT INTO fencing_lease VALUES ('forged', 'me', 'lease_user_1', 1, now(), 'infinity');
-SELECT fencing_try_acquire('x', 'y', '1 s');
-SELECT count(*) > 0 AS view_readable FROM fencing_leases;
+SELECT fencing_try_acquire('x', 'y', '1 s', 1);
+SELECT fencing_acquire_as(10, 'x', 'y', '1 s');
 SELECT fencing_acquire('roles', 'app', '10 s') AS role_token \gset
+-- The view shows the leases of the locks the role may use, and no others.
+SELECT array_agg(lock_name) AS visible_leases FROM fencing_leases;
 -- Another role cannot renew or release it, even knowing the token ...
 SET SESSION AUTHORIZATION lease_user_2;
 SELECT fencing_renew('roles', :'role_token', '10 s') AS other_role_renews;
@@ -109,18 +120,21 @@ SET SESSION AUTHORIZATION lease_user_1;
 SELECT fencing_renew('roles', :'role_token', '10 s') AS own_role_renews;
 SELECT fencing_release('roles', :'role_token') AS own_role_releases;
 RESET SESSION AUTHORIZATION;
+SELECT fencing_revoke_lock('roles', 'lease_user_1'), fencing_revoke_lock('roles', 'lease_user_2');
 DROP ROLE lease_user_1;
 DROP ROLE lease_user_2;
 
--- Every function PUBLIC may call that writes the lease table is SECURITY
--- DEFINER with a pinned search_path (fencing_try_acquire runs inside
--- fencing_acquire's context and PUBLIC may not call it).
-SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer,
-       array_to_string(p.proconfig, ',') AS config
+-- The public lease functions are C gates that pass the caller's role to
+-- their _as functions, which write the lease table: SECURITY DEFINER with a
+-- pinned search_path, and not callable by PUBLIC (fencing_try_acquire runs
+-- inside their context and PUBLIC may not call it either).
+SELECT p.oid::regprocedure AS function, l.lanname AS language, p.prosecdef AS security_definer,
+       array_to_string(p.proconfig, ',') AS config,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute
 FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_fencing'
-WHERE p.proname IN ('fencing_acquire', 'fencing_try_acquire', 'fencing_renew',
-                    'fencing_release', 'fencing_leader')
+JOIN pg_language l ON l.oid = p.prolang
+WHERE p.proname ~ '^fencing_(acquire|try_acquire|renew|release|leader)(_as)?$'
 ORDER BY p.oid::regprocedure::text;
 -- Lease state is dumped with the database.
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) cfg JOIN pg_class c ON c.oid = cfg

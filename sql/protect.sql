@@ -50,5 +50,8 @@ RESET ROLE;
 DROP SCHEMA "My Schema" CASCADE;
 DROP ROLE protect_stranger;
 
--- fencing_protect pins its search_path.
-SELECT proname, proconfig FROM pg_proc WHERE proname = 'fencing_protect';
+-- fencing_protect is C; fencing_protect_as, which runs the DDL as the
+-- caller, pins its search_path, and PUBLIC may not call it.
+SELECT proname, (SELECT lanname FROM pg_language l WHERE l.oid = prolang) AS language, proconfig,
+       has_function_privilege('public', oid, 'EXECUTE') AS public_may_execute
+FROM pg_proc WHERE proname IN ('fencing_protect', 'fencing_protect_as') ORDER BY 1;

@@ -102,6 +102,21 @@ SELECT fencing_present('hijack-lock', :'hijack_token') IS NOT NULL AS presented;
 UPDATE hijack_target SET val = 'b';
 COMMIT;
 SELECT fencing_release('hijack-lock', :'hijack_token') AS released;
+-- The lock model's functions, with look-alikes of what they call.
+CREATE FUNCTION evil.pg_has_role(oid, oid, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('pg_has_role'); RETURN true; END $$;
+CREATE FUNCTION evil.starts_with(text, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('starts_with'); RETURN true; END $$;
+CREATE FUNCTION evil.nextval(regclass) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('nextval'); RETURN 1; END $$;
+CREATE FUNCTION evil.array_remove(regrole[], regrole) RETURNS regrole[] LANGUAGE plpgsql AS $$
+BEGIN PERFORM evil.raise_hijack('array_remove'); RETURN NULL; END $$;
+SELECT fencing_create_lock('hijack-lock-2');
+SELECT fencing_grant_lock('hijack-lock-2', 'fencing_writer');
+SELECT fencing_revoke_lock('hijack-lock-2', 'fencing_writer') AS revoked;
+SELECT fencing_alter_lock_owner('hijack-lock-2', current_user::regrole);
+SELECT fencing_allow_create('fencing_writer', 'hijack/');
+SELECT fencing_disallow_create('fencing_writer', 'hijack/') AS disallowed;
 -- (Unpinned SQL is hijacked: this very query calls evil.= for text.)
 SELECT count(*) FROM fencing_leases WHERE lock_name = 'hijack-lock';
 RESET search_path;

@@ -11,18 +11,17 @@
 
 extern "C" {
 #include "access/xact.h"
-#include "catalog/namespace.h"
-#include "nodes/makefuncs.h"
-#include "nodes/pg_list.h"
-#include "parser/parse_func.h"
-#include "utils/builtins.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/syscache.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
 }
 
 #include <new>
+
+#include "durable_commit.hpp"
+#include "extension_objects.hpp"
+#include "locks.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -76,48 +75,29 @@ LockFence &FenceFor(const char *lock_name) {
   return *added;
 }
 
-// Calls the SQL function schema.name(lock_name [, token]) and returns its
-// fencing_token result; false when it returned NULL.
-bool CallFenceFunction(Oid schema, const char *name, const char *lock_name, const Token *token,
-                       Token *result) {
-  Oid argtypes[2] = {TEXTOID, InvalidOid};
-  const int nargs = token != nullptr ? 2 : 1;
-  if (token != nullptr) {
-    argtypes[1] = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-                                  CStringGetDatum("fencing_token"), ObjectIdGetDatum(schema));
-  }
-  List *qualified = list_make2(makeString(get_namespace_name(schema)), makeString(pstrdup(name)));
-  const Oid function = LookupFuncName(qualified, nargs, argtypes, false);
-
-  LOCAL_FCINFO(fcinfo, 2);
-  FmgrInfo flinfo;
-  fmgr_info(function, &flinfo);
-  InitFunctionCallInfoData(*fcinfo, &flinfo, nargs, InvalidOid, nullptr, nullptr);
-  fcinfo->args[0].value = CStringGetTextDatum(lock_name);
-  fcinfo->args[0].isnull = false;
-  if (token != nullptr) {
-    fcinfo->args[1].value = Int64GetDatum(*token);
-    fcinfo->args[1].isnull = false;
-  }
-  const Datum value = FunctionCallInvoke(fcinfo);
-  if (fcinfo->isnull) return false;
-  *result = DatumGetInt64(value);
-  return true;
-}
-
 // fencing_fence_advance(lock_name, token): locks the lock's fence row
 // (creating it) and moves the mark up to token if token is higher.  Returns
 // whether a mark existed before, and it in *previous.
 bool CallFenceAdvance(Oid schema, const char *lock_name, Token token, Token *previous) {
-  return CallFenceFunction(schema, "fencing_fence_advance", lock_name, &token, previous);
+  const Oid argtypes[] = {TEXTOID, TokenTypeOid(schema)};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_fence_advance", 2, argtypes);
+  const Datum args[] = {CStringGetTextDatum(lock_name), Int64GetDatum(token)};
+  bool is_null = false;
+  const Datum result = CallExtensionFunction(fn, 2, args, nullptr, &is_null);
+  if (is_null) return false;
+  *previous = DatumGetInt64(result);
+  return true;
 }
 
 // fencing_fence_lock(lock_name): locks the lock's fence row (creating it at
 // 0) without moving the mark, and returns the mark.
 Token CallFenceLock(Oid schema, const char *lock_name) {
-  Token mark = 0;
-  CallFenceFunction(schema, "fencing_fence_lock", lock_name, nullptr, &mark);
-  return mark;
+  const Oid argtypes[] = {TEXTOID};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_fence_lock", 1, argtypes);
+  const Datum args[] = {CStringGetTextDatum(lock_name)};
+  bool is_null = false;
+  const Datum result = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
+  return is_null ? 0 : DatumGetInt64(result);
 }
 
 }  // namespace
@@ -155,6 +135,8 @@ bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mar
     return false;
   }
   Fences().Lock(locked, true, token, GetCurrentSubTransactionId());
+  // The mark was raised (or made): that must survive a crash with the commit.
+  if (!had_mark || token > previous) RequireDurableCommit();
   *mark = token;
   return true;
 }
@@ -194,8 +176,12 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
                            lock_name)));
   }
   const Token token = PG_GETARG_INT64(1);
+  const Oid schema = ExtensionSchema(fcinfo);
+  // Presenting takes the lock's fence, which every writer under the lock
+  // then waits for: only a role that may use the lock may do it.
+  AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
   Token mark = 0;
-  if (!CheckLockFence(get_func_namespace(fcinfo->flinfo->fn_oid), lock_name, token, &mark)) {
+  if (!CheckLockFence(schema, lock_name, token, &mark)) {
     ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                     errmsg("stale fencing token " INT64_FORMAT " for lock \"%s\": the lock has "
                            "already seen " INT64_FORMAT,

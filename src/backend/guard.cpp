@@ -11,7 +11,11 @@
 extern "C" {
 #include "access/htup_details.h"
 #include "access/sysattr.h"
+#include "access/xact.h"
+#include "miscadmin.h"
 #include "access/table.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "nodes/bitmapset.h"
@@ -22,31 +26,30 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include "extension_objects.hpp"
 #include "fences.hpp"
+#include "locks.hpp"
 
 namespace pg_fencing {
 namespace {
 
-constexpr const char *kTokenTypeName = "fencing_token";
 constexpr const char *kKnownOptions = "allow_unset, skip, lock=NAME";
-
-// The fencing_token type lives in the extension's schema, which is also the
-// schema of the calling function (fencing_guard or fencing_protect's helper).
-Oid TokenTypeOid(Oid fn_oid) {
-  const Oid schema = get_func_namespace(fn_oid);
-  const Oid type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum(kTokenTypeName),
-                                   ObjectIdGetDatum(schema));
-  if (!OidIsValid(type)) {
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("type \"%s\" of extension pg_fencing does not exist in schema \"%s\"",
-                           kTokenTypeName, get_namespace_name(schema))));
-  }
-  return type;
-}
 
 // A column holds tokens when its type is fencing_token or a domain over it.
 bool IsTokenColumn(Form_pg_attribute att, Oid token_type) {
   return !att->attisdropped && getBaseType(att->atttypid) == token_type;
+}
+
+// A generated column is recomputed after BEFORE row triggers run, so the
+// guard would judge a value that is not the one stored.
+void RefuseGeneratedColumn(Relation rel, Form_pg_attribute att) {
+  if (att->attgenerated == '\0') return;
+  ereport(ERROR, (errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+                  errmsg("generated column \"%s\" of table \"%s\" cannot hold fencing tokens",
+                         NameStr(att->attname), RelationGetRelationName(rel)),
+                  errdetail("A generated column is computed after the guard has judged the row, so "
+                            "the guard would judge a value that is not the one stored."),
+                  errtablecol(rel, att->attnum)));
 }
 
 AttrNumber ResolveNamedColumn(Relation rel, const char *column, Oid token_type) {
@@ -62,6 +65,7 @@ AttrNumber ResolveNamedColumn(Relation rel, const char *column, Oid token_type) 
                               "COLUMN %s TYPE fencing_token.",
                               quote_identifier(RelationGetRelationName(rel)), quote_identifier(column))));
     }
+    RefuseGeneratedColumn(rel, att);
     return att->attnum;
   }
   ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
@@ -92,6 +96,7 @@ AttrNumber FindOnlyTokenColumn(Relation rel, Oid token_type) {
                     errhint("Add one: ALTER TABLE %s ADD COLUMN token fencing_token.",
                             quote_identifier(RelationGetRelationName(rel)))));
   }
+  RefuseGeneratedColumn(rel, TupleDescAttr(desc, found - 1));
   return found;
 }
 
@@ -144,6 +149,11 @@ struct GuardCache {
   GuardOptions options;  // options.lock_name points at lock_name below
   const char *lock_name;  // nullptr: per-row fence only; else in fn_mcxt
   Oid extension_schema;
+  // The role this statement's writes under the lock were authorized for
+  // (InvalidOid: none yet).  The cache lives as long as the statement's
+  // executor state, so the lock's permissions are read once per statement
+  // and role, not per row.
+  Oid authorized_user;
 };
 
 const char *TriggerWhere(const TriggerData *td) {
@@ -184,7 +194,7 @@ void CheckTriggerProtocol(const TriggerData *td, const GuardCache &guard) {
                           "lock=NAME) also guards INSERT, DELETE and TRUNCATE.")));
 }
 
-const GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
+GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   FmgrInfo *flinfo = fcinfo->flinfo;
   const Trigger *trigger = td->tg_trigger;
   const Oid relid = RelationGetRelid(td->tg_relation);
@@ -202,7 +212,10 @@ const GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   GuardCache fresh;
   fresh.trigger_oid = trigger->tgoid;
   fresh.relation_oid = relid;
-  fresh.attnum = ResolveNamedColumn(td->tg_relation, trigger->tgargs[0], TokenTypeOid(flinfo->fn_oid));
+  fresh.extension_schema = ExtensionSchema(fcinfo);
+  fresh.authorized_user = InvalidOid;
+  fresh.attnum =
+      ResolveNamedColumn(td->tg_relation, trigger->tgargs[0], TokenTypeOid(fresh.extension_schema));
   fresh.options = ParseOptions(trigger->tgargs + 1, trigger->tgnargs - 1, TriggerWhere(td));
   fresh.lock_name = nullptr;
   if (!fresh.options.lock_name.empty()) {
@@ -214,7 +227,6 @@ const GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
     fresh.lock_name = copy;
     fresh.options.lock_name = std::string_view(copy, length);
   }
-  fresh.extension_schema = get_func_namespace(flinfo->fn_oid);
 
   if (cache == nullptr) {
     cache = static_cast<GuardCache *>(MemoryContextAlloc(flinfo->fn_mcxt, sizeof(GuardCache)));
@@ -222,6 +234,14 @@ const GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   }
   *cache = fresh;
   return *cache;
+}
+
+Oid OwnerOfRelation(Oid relid) {
+  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+  if (!HeapTupleIsValid(tuple)) return InvalidOid;
+  const Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+  ReleaseSysCache(tuple);
+  return owner;
 }
 
 // ---- Reporting ---------------------------------------------------------------
@@ -310,9 +330,61 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
   pg_unreachable();
 }
 
+// Writes under a lock change the lock's state (its mark, its fence), so the
+// writer must be allowed to use the lock, and so must the table's owner:
+// a trigger with lock=NAME made by hand on a table of one's own must not
+// reach a lock that fencing_protect() would have refused.  Checked once per
+// statement and role.
+void AuthorizeWritesUnderLock(const TriggerData *td, GuardCache &guard) {
+  const Oid writer = GetUserId();
+  if (guard.authorized_user == writer) return;
+  AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
+  const Oid owner = td->tg_relation->rd_rel->relowner;
+  if (owner != writer) {
+    AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false,
+                  RelationGetRelid(td->tg_relation));
+  }
+  guard.authorized_user = writer;
+}
+
+// An UPDATE that moves a row to another partition deletes it from the old
+// one, and the old partition's BEFORE DELETE trigger fires for that half of
+// the move: it is the same write, made under the token the UPDATE carried,
+// which the guard has just judged.  The guard remembers the last row it let
+// an UPDATE change under a lock, so that the delete half of a move is not
+// refused for want of a presented token.
+struct AcceptedUpdate {
+  bool valid;
+  Oid relid;
+  ItemPointerData tid;
+  CommandId command;
+  SubTransactionId subxact;
+};
+AcceptedUpdate last_accepted_update{};
+
+void RememberAcceptedUpdate(const TriggerData *td) {
+  last_accepted_update.valid = true;
+  last_accepted_update.relid = RelationGetRelid(td->tg_relation);
+  last_accepted_update.tid = td->tg_trigtuple->t_self;
+  last_accepted_update.command = GetCurrentCommandId(false);
+  last_accepted_update.subxact = GetCurrentSubTransactionId();
+}
+
+// Whether this DELETE is the second half of the row movement the guard has
+// just accepted (same row, same command); consumes the memory.
+bool IsDeleteHalfOfAcceptedMove(const TriggerData *td) {
+  const AcceptedUpdate &last = last_accepted_update;
+  const bool match = last.valid && last.relid == RelationGetRelid(td->tg_relation) &&
+                     ItemPointerEquals(const_cast<ItemPointer>(&last.tid), &td->tg_trigtuple->t_self) &&
+                     last.command == GetCurrentCommandId(false) &&
+                     last.subxact == GetCurrentSubTransactionId();
+  last_accepted_update.valid = false;
+  return match;
+}
+
 // TRUNCATE removes every row at once and fires no row triggers: it needs
 // the lock's current token, presented for the transaction.
-Datum GuardTruncate(const TriggerData *td, const GuardCache &guard) {
+Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   const LockFence *fence = FindTransactionFence(guard.lock_name);
   if (fence == nullptr || !fence->presented) {
     ReportMissing(td, guard, "TRUNCATE needs the token presented for the transaction",
@@ -329,8 +401,12 @@ Datum GuardTruncate(const TriggerData *td, const GuardCache &guard) {
 
 // Lock-wide fence: INSERT, UPDATE or DELETE must carry a token no lower
 // than the row's and than the lock's high-water mark.
-Datum GuardUnderLock(const TriggerData *td, const GuardCache &guard) {
+Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
+  AuthorizeWritesUnderLock(td, guard);
   if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) return GuardTruncate(td, guard);
+  if (TRIGGER_FIRED_BY_DELETE(td->tg_event) && IsDeleteHalfOfAcceptedMove(td)) {
+    return PointerGetDatum(td->tg_trigtuple);
+  }
 
   LockWriteInput in{};
   in.kind = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? WriteKind::kInsert
@@ -394,12 +470,51 @@ Datum GuardUnderLock(const TriggerData *td, const GuardCache &guard) {
     ReportStaleForLock(td, guard, decision.write_token, mark);
   }
   if (in.kind == WriteKind::kDelete) return PointerGetDatum(old_row);
+  if (in.kind == WriteKind::kUpdate) RememberAcceptedUpdate(td);
   if (!decision.fill_from_presented) return PointerGetDatum(new_row);
   int column_number = guard.attnum;
   Datum value = Int64GetDatum(decision.write_token);
   bool is_null = false;
   return PointerGetDatum(heap_modify_tuple_by_cols(new_row, RelationGetDescr(td->tg_relation), 1,
                                                    &column_number, &value, &is_null));
+}
+
+// The checks fencing_protect() makes before it creates the triggers, with
+// the same rules as the trigger itself so both fail alike: the options (and
+// lock, if any) and the column.  Returns the column's name.
+Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name) {
+  const Oid token_type = TokenTypeOid(ExtensionSchema(fcinfo));
+  int count = 0;
+  Datum *elems = nullptr;
+  bool *nulls = nullptr;
+  if (!PG_ARGISNULL(2)) {
+    deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls,
+                      &count);
+  }
+  const char **words = static_cast<const char **>(palloc(sizeof(char *) * (count + 1)));
+  for (int i = 0; i < count; ++i) {
+    if (nulls[i]) {
+      ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                      errmsg("fencing_protect() options must not contain NULL")));
+    }
+    words[i] = TextDatumGetCString(elems[i]);
+  }
+  int word_count = count;
+  if (lock_name != nullptr) words[word_count++] = psprintf("lock=%s", lock_name);
+  ParseOptions(words, word_count, "fencing_protect()");
+
+  Relation rel = try_table_open(relid, AccessShareLock);
+  if (rel == nullptr) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                    errmsg("relation with OID %u does not exist", relid)));
+  }
+  const AttrNumber attnum = PG_ARGISNULL(1)
+                                ? FindOnlyTokenColumn(rel, token_type)
+                                : ResolveNamedColumn(rel, NameStr(*PG_GETARG_NAME(1)), token_type);
+  Name column = static_cast<Name>(palloc(sizeof(NameData)));
+  namestrcpy(column, NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
+  table_close(rel, NoLock);
+  return column;
 }
 
 }  // namespace
@@ -417,47 +532,67 @@ Datum fencing_guard(PG_FUNCTION_ARGS) {
                     errhint("Protect a table with fencing_protect().")));
   }
   const TriggerData *td = reinterpret_cast<TriggerData *>(fcinfo->context);
-  const GuardCache &guard = LookupGuard(fcinfo, td);
+  GuardCache &guard = LookupGuard(fcinfo, td);
   CheckTriggerProtocol(td, guard);
   return guard.lock_name == nullptr ? GuardRow(td, guard) : GuardUnderLock(td, guard);
 }
 
+// fencing_protect(tbl regclass, token_column name, options text[],
+// lock_name text) RETURNS void: checks the table, the column and the
+// options with the same rules as the trigger itself (so both fail alike),
+// checks that the caller and the owners of the table and of its inheritance
+// children may use the lock, then has fencing_protect_as() -- which runs as
+// the caller, so CREATE TRIGGER checks the caller's rights -- create the
+// triggers.
+PG_FUNCTION_INFO_V1(fencing_protect);
+Datum fencing_protect(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0)) {
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("table must not be NULL")));
+  }
+  const Oid relid = PG_GETARG_OID(0);
+  const Oid schema = ExtensionSchema(fcinfo);
+  const char *lock_name = PG_ARGISNULL(3) ? nullptr : text_to_cstring(PG_GETARG_TEXT_PP(3));
+  if (lock_name != nullptr && lock_name[0] == '\0') {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("lock name must not be empty")));
+  }
+  Name column = CheckProtection(fcinfo, relid, lock_name);
+
+  const Oid caller = GetUserId();
+  if (lock_name != nullptr) {
+    AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
+    // The guard checks each table's owner at write time; refuse now what it
+    // would refuse then.  (find_all_inheritors lists partitions and
+    // inheritance children, and the table itself.)
+    ListCell *cell;
+    foreach (cell, find_all_inheritors(relid, AccessShareLock, nullptr)) {
+      const Oid table = lfirst_oid(cell);
+      const Oid owner = OwnerOfRelation(table);
+      if (OidIsValid(owner) && owner != caller) AuthorizeLock(schema, lock_name, owner, false, table);
+    }
+  }
+
+  static const Oid kArgTypes[] = {OIDOID, REGCLASSOID, NAMEOID, TEXTARRAYOID, TEXTOID};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_protect_as", 5, kArgTypes);
+  const Datum args[] = {ObjectIdGetDatum(caller), ObjectIdGetDatum(relid), NameGetDatum(column),
+                        PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2),
+                        lock_name == nullptr ? (Datum)0 : CStringGetTextDatum(lock_name)};
+  const bool arg_nulls[] = {false, false, false, PG_ARGISNULL(2), lock_name == nullptr};
+  bool is_null = false;
+  CallExtensionFunction(fn, 5, args, arg_nulls, &is_null);
+  PG_RETURN_VOID();
+}
+
 // fencing_resolve_token_column(tbl, token_column, options) RETURNS name:
-// the checks fencing_protect() makes before it creates the trigger, using
-// the same rules as the trigger itself so both fail the same way.
+// what fencing_protect() of versions 1.0 and 1.1 calls before creating the
+// trigger.  Version 1.2 drops the SQL function (PUBLIC could call it); the
+// symbol stays for a database not yet updated to 1.2.
 PG_FUNCTION_INFO_V1(fencing_resolve_token_column);
 Datum fencing_resolve_token_column(PG_FUNCTION_ARGS) {
   if (PG_ARGISNULL(0)) {
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("table must not be NULL")));
   }
-  const Oid relid = PG_GETARG_OID(0);
-  const Oid token_type = TokenTypeOid(fcinfo->flinfo->fn_oid);
-
-  if (!PG_ARGISNULL(2)) {
-    Datum *elems = nullptr;
-    bool *nulls = nullptr;
-    int count = 0;
-    deconstruct_array(PG_GETARG_ARRAYTYPE_P(2), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls,
-                      &count);
-    const char **words = static_cast<const char **>(palloc(sizeof(char *) * (count + 1)));
-    for (int i = 0; i < count; ++i) {
-      if (nulls[i]) {
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("fencing_protect() options must not contain NULL")));
-      }
-      words[i] = TextDatumGetCString(elems[i]);
-    }
-    ParseOptions(words, count, "fencing_protect()");
-  }
-
-  Relation rel = table_open(relid, AccessShareLock);
-  const AttrNumber attnum = PG_ARGISNULL(1)
-                                ? FindOnlyTokenColumn(rel, token_type)
-                                : ResolveNamedColumn(rel, NameStr(*PG_GETARG_NAME(1)), token_type);
-  Name result = static_cast<Name>(palloc(sizeof(NameData)));
-  namestrcpy(result, NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
-  table_close(rel, AccessShareLock);
-  PG_RETURN_NAME(result);
+  PG_RETURN_NAME(CheckProtection(fcinfo, PG_GETARG_OID(0), nullptr));
 }
 
 }  // extern "C"

@@ -201,6 +201,9 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
   tx.exec0("CREATE EXTENSION pg_fencing");
   const long idle_ms = std::max<long>(10, o.worker.ttl.count() / 2);
   tx.exec0(std::string("CREATE ROLE ") + kAppRole + " LOGIN");
+  // The application's locks belong to its role (the one line of set-up a
+  // single-application database needs).
+  tx.exec(std::string("SELECT fencing_allow_create('") + kAppRole + "')");
   // A worker paused inside a transaction holds the lock's fence row (and its
   // row lock); the server ends such a transaction well within a ttl (see the
   // README's "A paused writer holds the fence").

@@ -1,0 +1,105 @@
+// Who may use a lock, and the gates through which public functions act for
+// their caller.
+//
+// The decisions are SQL (fencing_lock_authorize and the *_as functions in
+// extension/pg_fencing--1.1--1.2.sql), where a DBA can read them.  What C
+// adds is the caller's identity: a SECURITY DEFINER function cannot tell
+// who called it, but a C function that is not one runs as its caller, so
+// GetUserId() is the role every PostgreSQL privilege check would judge.
+#include "locks.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+}
+
+#include "extension_objects.hpp"
+
+namespace pg_fencing {
+
+int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create, Oid for_table) {
+  static const Oid kArgTypes[] = {TEXTOID, OIDOID, BOOLOID, REGCLASSOID};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_lock_authorize", 4, kArgTypes);
+  const Datum args[] = {CStringGetTextDatum(lock_name), ObjectIdGetDatum(role),
+                        BoolGetDatum(may_create), ObjectIdGetDatum(for_table)};
+  const bool nulls[] = {false, false, false, !OidIsValid(for_table)};
+  bool is_null = false;
+  const Datum id = CallExtensionFunction(fn, 4, args, nulls, &is_null);
+  if (is_null) {
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("fencing_lock_authorize() returned NULL for lock \"%s\"", lock_name)));
+  }
+  return DatumGetInt64(id);
+}
+
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+namespace {
+
+// A gate's target, found once per call site.
+struct GateTarget {
+  FmgrInfo *target;
+  int nargs;
+};
+
+// The function a gate stands for: NAME_as(oid, the gate's own arguments),
+// in the gate's schema.
+GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
+  FmgrInfo *flinfo = fcinfo->flinfo;
+  if (flinfo->fn_extra != nullptr) return static_cast<GateTarget *>(flinfo->fn_extra);
+
+  HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(flinfo->fn_oid));
+  if (!HeapTupleIsValid(proc)) {
+    elog(ERROR, "cache lookup failed for function %u", flinfo->fn_oid);
+  }
+  const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
+  const int nargs = form->pronargs;
+  if (nargs + 1 > FUNC_MAX_ARGS) elog(ERROR, "fencing_gate: too many arguments");
+  Oid argtypes[FUNC_MAX_ARGS];
+  argtypes[0] = OIDOID;
+  for (int i = 0; i < nargs; ++i) argtypes[i + 1] = form->proargtypes.values[i];
+  // The name must outlive this call: the cache keeps a pointer to it.
+  const char *target_name =
+      MemoryContextStrdup(TopMemoryContext, psprintf("%s_as", NameStr(form->proname)));
+  const Oid schema = form->pronamespace;
+  ReleaseSysCache(proc);
+
+  auto *gate = static_cast<GateTarget *>(MemoryContextAlloc(flinfo->fn_mcxt, sizeof(GateTarget)));
+  gate->target = ExtensionFunction(schema, target_name, nargs + 1, argtypes);
+  gate->nargs = nargs + 1;
+  flinfo->fn_extra = gate;
+  return gate;
+}
+
+}  // namespace
+
+extern "C" {
+
+// fencing_gate: the body of every public function that acts for its caller
+// (fencing_acquire, fencing_renew, fencing_release, fencing_leader, the
+// lock management functions).  It calls NAME_as(caller, arguments...) with
+// the caller's role; PUBLIC may not call the _as functions directly, so a
+// role cannot claim to be another.  (A direct fmgr call does not check
+// EXECUTE; the gate's own EXECUTE was checked when it was called.)
+PG_FUNCTION_INFO_V1(fencing_gate);
+Datum fencing_gate(PG_FUNCTION_ARGS) {
+  const GateTarget *gate = LookupGateTarget(fcinfo);
+  LOCAL_FCINFO(call, FUNC_MAX_ARGS);
+  InitFunctionCallInfoData(*call, gate->target, gate->nargs, fcinfo->fncollation, nullptr, nullptr);
+  call->args[0].value = ObjectIdGetDatum(GetUserId());
+  call->args[0].isnull = false;
+  for (int i = 1; i < gate->nargs; ++i) call->args[i] = fcinfo->args[i - 1];
+  const Datum result = FunctionCallInvoke(call);
+  fcinfo->isnull = call->isnull;
+  return result;
+}
+
+}  // extern "C"
