@@ -15,9 +15,11 @@
 // The same goes for a failover: with synchronous replication configured, a
 // standby promoted after a crash must not hand out a token the old primary
 // already gave away.  So, like a commit, a grant waits until that WAL has
-// reached the synchronous standbys (as synchronous_commit asks, capped at
-// remote flush), and a cancel or statement_timeout during that wait fails
-// the grant instead of handing out an unreplicated token.
+// been flushed by the synchronous standbys, and a cancel, statement_timeout
+// or terminate during that wait fails the grant instead of handing out an
+// unreplicated token.  Unlike a commit, a grant waits whatever the session's
+// synchronous_commit says: a commit that skips the wait loses only its own
+// data, but a token leaves the database at once and its holder acts on it.
 #include "boundary.hpp"
 
 extern "C" {
@@ -25,11 +27,14 @@ extern "C" {
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/sequence.h"
-#include "storage/bufmgr.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
+#include "replication/walsender_private.h"
+#include "storage/bufmgr.h"
+#include "storage/lwlock.h"
 #include "utils/elog.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 }
@@ -70,51 +75,75 @@ XLogRecPtr SequencePageLsn(Oid seq) {
   return lsn;
 }
 
-// Set when PostgreSQL's synchronous replication wait gives up early.
-bool sync_wait_abandoned = false;
-emit_log_hook_type previous_emit_log_hook = nullptr;
-
-// SyncRepWaitForLSN() reports a cancel or terminate during the wait only
-// as a WARNING and returns as if the wait were over (for a commit, there is
-// nothing else to do).  Its state is private to syncrep.c, so we learn of
-// it from that WARNING, by its untranslated message, while the wait runs,
-// and keep its misleading "already committed locally" from the client.
-void NoteAbandonedSyncWait(ErrorData *edata) {
-  if (edata->elevel == WARNING && edata->message_id != nullptr &&
-      strstr(edata->message_id, "wait for synchronous replication") != nullptr) {
-    sync_wait_abandoned = true;
-    edata->output_to_client = false;
-  }
-  if (previous_emit_log_hook != nullptr) previous_emit_log_hook(edata);
+// Whether synchronous standbys are configured, by this backend's own
+// setting or by the shared state the checkpointer keeps (the two differ for
+// a moment after a reload).  Either one is enough: judging "configured" when
+// in doubt fails a grant that could have succeeded, never the reverse.
+bool SynchronousStandbysConfigured() {
+  if (max_wal_senders == 0) return false;  // no standby can connect
+  if (SyncRepStandbyNames != nullptr && SyncRepStandbyNames[0] != '\0') return true;
+  LWLockAcquire(SyncRepLock, LW_SHARED);
+#ifdef SYNC_STANDBY_DEFINED  // 15.13 and later: a bit in sync_standbys_status
+  const bool defined = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
+#else
+  const bool defined = WalSndCtl->sync_standbys_defined;
+#endif
+  LWLockRelease(SyncRepLock);
+  return defined;
 }
 
-// Waits, like a commit, until the synchronous standbys have the WAL up to
-// lsn (returns at once when synchronous replication is not in use); a
-// cancel, statement_timeout or terminate during the wait fails the grant.
+// Whether the synchronous standbys (FIRST n or ANY n, as configured) have
+// flushed the WAL up to lsn.  The walsenders advance this position only
+// when the synchronous standbys confirm, and it never goes back.
+bool FlushedBySynchronousStandbys(XLogRecPtr lsn) {
+  LWLockAcquire(SyncRepLock, LW_SHARED);
+  const bool flushed = lsn <= WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH];
+  LWLockRelease(SyncRepLock);
+  return flushed;
+}
+
+// Waits until the synchronous standbys have flushed the WAL up to lsn, and
+// fails the grant if the wait ended any other way.
+//
+// SyncRepWaitForLSN() ends a wait on a cancel (statement_timeout, or
+// pg_cancel_backend) or a terminate with only a WARNING, and returns as if
+// it were over; nothing it leaves behind tells the two apart, and the
+// WARNING reaches no hook when the server log is quieter than WARNING.  So
+// the outcome is judged afterwards from the replication state itself: the
+// position the synchronous standbys have confirmed.
 void WaitForSynchronousStandbys(XLogRecPtr lsn) {
-  if (!SyncRepRequested()) return;
-  sync_wait_abandoned = false;
-  previous_emit_log_hook = emit_log_hook;
-  emit_log_hook = NoteAbandonedSyncWait;
+  // Most grants need WAL the standbys confirmed long ago: no GUC work.
+  if (!SynchronousStandbysConfigured() || FlushedBySynchronousStandbys(lsn)) return;
+
+  // SyncRepWaitForLSN() waits only as the session's synchronous_commit
+  // asks; a grant always waits for remote flush.  The WARNING it gives on
+  // a cancel says the transaction "has already committed locally", which is
+  // wrong here: the ERROR below says what happened.  Both settings go back
+  // at the end of this function, or with the ERROR's abort.
+  const int guc_level = NewGUCNestLevel();
+  (void)set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                          true, 0, false);
+  (void)set_config_option("client_min_messages", "error", PGC_USERSET, PGC_S_SESSION,
+                          GUC_ACTION_SAVE, true, 0, false);
   HOLD_INTERRUPTS();  // as for a commit: the wait itself watches for them
-  PG_TRY();
-  {
-    SyncRepWaitForLSN(lsn, false);
-  }
-  PG_FINALLY();
-  {
-    emit_log_hook = previous_emit_log_hook;
-  }
-  PG_END_TRY();
+  SyncRepWaitForLSN(lsn, false);
   RESUME_INTERRUPTS();
-  CHECK_FOR_INTERRUPTS();  // a pending terminate ends the backend here
-  if (sync_wait_abandoned) {
+  AtEOXact_GUC(true, guc_level);
+
+  if (ProcDiePending) {
+    // A terminate (or the postmaster's death) ended the wait, which has
+    // already cut the client off; end the backend now, token unsent.
+    InterruptPending = true;
+    CHECK_FOR_INTERRUPTS();
+  }
+  if (SynchronousStandbysConfigured() && !FlushedBySynchronousStandbys(lsn)) {
     ereport(ERROR, (errcode(ERRCODE_QUERY_CANCELED),
                     errmsg("fencing_grant() canceled while waiting for synchronous replication"),
                     errdetail("The token was not handed out: its WAL may not have reached the "
                               "synchronous standbys, and a standby promoted now could grant it "
                               "again.")));
   }
+  CHECK_FOR_INTERRUPTS();  // anything else that arrived while they were held
 }
 
 }  // namespace

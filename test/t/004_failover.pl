@@ -10,14 +10,17 @@
 #  1. Sync standby up: grants and guarded writes, crash, promote.  The
 #     promoted node grants above every token handed out, and has every
 #     acknowledged write.
-#  2. Sync standby down: a grant waits and fails (statement_timeout, cancel)
-#     without a token; crash, promote: the promoted node grants above every
-#     token handed out.  Control: a bare nextval() on a plain sequence in the
-#     same window returns at once, and the promoted node repeats its values.
+#  2. Sync standby down: a grant waits and fails (statement_timeout, cancel,
+#     terminate) without a token -- also in a session with synchronous_commit
+#     off, local or remote_write, and also with the server's logging quieter
+#     than the default (log_min_messages and client_min_messages = error,
+#     messages in another language where a locale is installed), where
+#     PostgreSQL's WARNING about the cancelled wait goes nowhere.  Crash,
+#     promote: the promoted node grants above every token handed out.
+#     Control: a bare nextval() on a plain sequence in the same window
+#     returns at once, and the promoted node repeats its values.
 #  3. Asynchronous standby: no wait, and the promoted standby does hand out
 #     tokens again (the hazard is real; figures are reported with note()).
-#  4. synchronous_commit = off (or local) in the granting session: no wait,
-#     as for a commit -- and the promoted node hands those tokens out again.
 #
 # The nodes chain: alpha, crashed, fails over to bravo; bravo to charlie;
 # charlie to delta.  Each standby's application_name is its node name (set
@@ -37,6 +40,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use Time::HiRes qw(time usleep);
 
 my $test_start = time;
@@ -109,13 +113,16 @@ sub max_of
 
 sub lines { return grep { $_ ne '' } split /\n/, $_[0] // '' }
 
-# Every token returned to a client by a session that asked for synchronous
-# replication (synchronous_commit on, the default): the promoted node must
-# grant above all of them.
+# Every token returned to a client while a synchronous standby was
+# configured, whatever the session's synchronous_commit: the promoted node
+# must grant above all of them.
 my @handed_out;
 
 my $canceled_error =
   qr/ERROR:  57014: fencing_grant\(\) canceled while waiting for synchronous replication/;
+# The same, with the severity in whatever language lc_messages picks.
+my $canceled_any_language =
+  qr/:  57014: fencing_grant\(\) canceled while waiting for synchronous replication/;
 
 ###############################################################################
 # 1. Synchronous standby up: grants and guarded writes, crash, promote.
@@ -256,31 +263,79 @@ push @handed_out, grep { $_ ne 'after cancel' } lines($out);
 is($out, 'after cancel', 'sync standby down: cancel: the grant returns no token');
 like($err, $canceled_error, 'sync standby down: cancel: the grant fails with 57014');
 
-# 4. synchronous_commit = off or local in the granting session: no wait, as
-# for a commit.  Whatever it is handed out is not protected by the standby.
-# 40 grants take the sequence past what charlie has (see the top).
-my @unprotected;
-$session->query_safe("SET statement_timeout = '2s'");
-$session->query_safe('SET synchronous_commit = off');
-($out, $err, $secs) =
-  run_in($session, 'SELECT fencing_grant() FROM generate_series(1, 40)');
-push @unprotected, lines($out);
-is($err, '', 'synchronous_commit = off, sync standby down: the grants succeed');
-is(scalar(lines($out)), 40,
-	sprintf('synchronous_commit = off: 40 tokens at once (%.2f s), no wait', $secs));
-$session->query_safe('SET synchronous_commit = local');
-($out, $err) = run_in($session, 'SELECT fencing_grant()');
-push @unprotected, lines($out);
-ok($err eq '' && lines($out) == 1,
-	'synchronous_commit = local, sync standby down: the grant succeeds, no wait');
-# remote_write asks for the standby, so it waits (a shorter timeout will do).
-$session->query_safe('SET synchronous_commit = remote_write');
-$session->query_safe("SET statement_timeout = '500ms'");
-($out, $err) = run_in($session, 'SELECT fencing_grant()');
-push @handed_out, lines($out);
-ok($out eq '' && $err =~ $canceled_error,
-	'synchronous_commit = remote_write, sync standby down: the grant waits and fails');
+# 2c. synchronous_commit = off, local or remote_write in the granting
+# session: unlike a commit, a grant waits all the same, for remote flush (the
+# token leaves the database at once), and fails the same way.  With off, 40
+# grants in one statement: the first one waits and fails.
+for my $level ('off', 'local', 'remote_write')
+{
+	$session->query_safe("SET synchronous_commit = $level");
+	$session->query_safe("SET statement_timeout = '500ms'");
+	($out, $err, $secs) = run_in($session,
+		'SELECT fencing_grant() FROM generate_series(1, ' . ($level eq 'off' ? 40 : 1) . ')');
+	push @handed_out, lines($out);
+	is($out, '', "synchronous_commit = $level, sync standby down: the grant returns no token");
+	like($err, $canceled_error,
+		"synchronous_commit = $level, sync standby down: the grant fails with 57014");
+	cmp_ok($secs, '>=', 0.45,
+		sprintf('synchronous_commit = %s: the grant waited for the timeout (%.2f s)', $level, $secs));
+}
 $session->quit;
+
+# 2d. Logging quieter than the default: PostgreSQL's WARNING about the
+# cancelled wait goes neither to the server log nor to the client, and
+# messages are in another language if a locale for one is installed.  Each
+# grant in its own statement, so that each gets its own statement_timeout:
+# 40 of them, past what charlie has (see the top), half of them with
+# synchronous_commit = off.
+my ($locale) = grep { /^(de_DE|fr_FR|es_ES)\.utf-?8$/i } split /\n/, `locale -a 2>/dev/null`;
+note defined $locale
+  ? "quiet logging: lc_messages = '$locale'"
+  : 'quiet logging: no de_DE, fr_FR or es_ES locale installed, lc_messages stays as it is';
+$bravo->append_conf('postgresql.conf',
+	"log_min_messages = error\nclient_min_messages = error\n"
+	  . (defined $locale ? "lc_messages = '$locale'\n" : ''));
+$bravo->reload;
+$bravo->poll_query_until('postgres', 'SHOW log_min_messages', 'error')
+  or die 'log_min_messages = error never took effect';
+my $log_offset = -s $bravo->logfile;
+my $quiet = $bravo->background_psql('postgres', on_error_stop => 0);
+$quiet->query_safe('\set VERBOSITY verbose');
+$quiet->query_safe("SET statement_timeout = '200ms'");
+my ($quiet_tokens, $quiet_failed, $quiet_other) = (0, 0, '');
+for my $i (1 .. 40)
+{
+	$quiet->query_safe('SET synchronous_commit = off') if $i == 21;
+	($out, $err) = run_in($quiet, 'SELECT fencing_grant()');
+	push @handed_out, lines($out);
+	$quiet_tokens += lines($out);
+	if ($err =~ $canceled_any_language) { $quiet_failed++ }
+	else { $quiet_other .= $err }
+}
+is($quiet_tokens, 0, 'quiet logging, sync standby down: 40 grants return no token');
+is($quiet_failed, 40, 'quiet logging, sync standby down: 40 grants fail with 57014');
+is($quiet_other, '', 'quiet logging: no other message reaches the client');
+ok($bravo->log_contains(qr/fencing_grant\(\) canceled while waiting/, $log_offset),
+	'quiet logging: the server log has the grant\'s ERROR');
+ok(!$bravo->log_contains(qr/canceling wait for synchronous replication/, $log_offset),
+	"quiet logging: the server log does not have PostgreSQL's WARNING about the cancelled wait");
+
+# 2e. A terminate during the wait ends the backend, and no token is sent.
+my ($term_out, $term_err) = ('', '');
+my $term = IPC::Run::start(
+	[ 'psql', '-XAtq', '-d', $bravo->connstr('postgres'), '-c', 'SELECT fencing_grant() AS terminate_me' ],
+	'>', \$term_out, '2>', \$term_err);
+$bravo->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE '%terminate_me%' AND pid <> pg_backend_pid()"
+) or die 'the grant to terminate never waited';
+$bravo->safe_psql('postgres',
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE '%terminate_me%' AND pid <> pg_backend_pid()"
+);
+$term->finish;
+push @handed_out, lines($term_out);
+is($term_out, '', 'sync standby down: terminate: the grant returns no token');
+note "terminate during the wait: psql said: $term_err";
+$quiet->quit;
 
 # Control: nextval() on a plain CACHE 1 sequence, in a transaction that rolls
 # back, with charlie down: returns at once, never waits for the standby.
@@ -306,16 +361,8 @@ my $max_plain = max_of(@plain);
 cmp_ok($plain_charlie, '<=', $max_plain,
 	"control: the promoted node's nextval() ($plain_charlie) repeats a value handed out before (up to $max_plain)"
 );
-my $max_unprotected = max_of(@unprotected);
-cmp_ok($first_charlie, '<=', $max_unprotected,
-	"synchronous_commit = off: the promoted node grants $first_charlie again, "
-	  . "below the tokens handed out with synchronous_commit = off (up to $max_unprotected)"
-);
 note "part 2: last token charlie confirmed $last_confirmed, its first grant "
-  . "after promotion $first_charlie; tokens handed out with synchronous_commit off/local: "
-  . "$unprotected[0] .. $max_unprotected ("
-  . scalar(grep { $_ >= $first_charlie } @unprotected)
-  . " of them at or above $first_charlie); plain_seq: confirmed $plain_confirmed, "
+  . "after promotion $first_charlie; plain_seq: confirmed $plain_confirmed, "
   . "handed out $plain[0] .. $max_plain, promoted node's nextval $plain_charlie";
 note sprintf('part 2 (sync standby down): %.1f s', time - $part_start);
 
