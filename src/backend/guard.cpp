@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include "fences.hpp"
+#include "merge_actions.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -273,7 +274,7 @@ const char *ColumnName(const TriggerData *td, const GuardCache &guard) {
 // ---- The two kinds of fence ---------------------------------------------------
 
 bool ColumnAssigned(const TriggerData *td, const GuardCache &guard) {
-  return bms_is_member(guard.attnum - FirstLowInvalidHeapAttributeNumber, td->tg_updatedcols);
+  return UpdateAssignsColumn(td, guard.attnum);
 }
 
 Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard, bool *is_null) {

@@ -1,12 +1,16 @@
 // Module entry: the magic block and the boundary's error reporter.
 #include "boundary.hpp"
 #include "fences.hpp"
+#include "merge_actions.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
 
 void _PG_init(void);
-void _PG_init(void) { pg_fencing::RegisterFenceCallbacks(); }
+void _PG_init(void) {
+  pg_fencing::RegisterFenceCallbacks();
+  pg_fencing::RegisterMergeTracking();
+}
 }
 
 namespace pg_fencing {
