@@ -127,7 +127,7 @@ bool MergeAssigns(const Writer &writer, AttrNumber attnum) {
     ListCell *cell = nullptr;
     foreach (cell, compat::MergeRowActions(writer.rri, i)) {
       const auto *action = static_cast<const MergeActionState *>(lfirst(cell));
-      if (action == firing) firing_is_ours = true;
+      if (firing != nullptr && action == firing) firing_is_ours = true;
       if (action->mas_action->commandType != CMD_UPDATE) continue;
       ++updates;
       if (ActionSets(action, attnum)) ++setting;
