@@ -29,6 +29,7 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "fences.hpp"
 #include "locks.hpp"
+#include "merge_actions.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -293,7 +294,7 @@ const char *ColumnName(const TriggerData *td, const GuardCache &guard) {
 // ---- The two kinds of fence ---------------------------------------------------
 
 bool ColumnAssigned(const TriggerData *td, const GuardCache &guard) {
-  return bms_is_member(guard.attnum - FirstLowInvalidHeapAttributeNumber, td->tg_updatedcols);
+  return UpdateAssignsColumn(td, guard.attnum);
 }
 
 Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard, bool *is_null) {

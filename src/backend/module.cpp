@@ -2,6 +2,7 @@
 #include "boundary.hpp"
 #include "durable_commit.hpp"
 #include "fences.hpp"
+#include "merge_actions.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -10,6 +11,7 @@ void _PG_init(void);
 void _PG_init(void) {
   pg_fencing::RegisterFenceCallbacks();
   pg_fencing::RegisterDurableCommitCallback();
+  pg_fencing::RegisterMergeTracking();
 }
 }
 
