@@ -713,6 +713,9 @@ BEGIN
     FROM pg_catalog.pg_class c
     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
    WHERE c.oid OPERATOR(pg_catalog.=) tbl;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid USING ERRCODE = '42P01';
+  END IF;
   -- This extension's fencing_guard(), found without a string that would
   -- have to quote the schema's name.
   SELECT p.oid INTO guard_fn
