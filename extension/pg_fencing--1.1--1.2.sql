@@ -826,3 +826,178 @@ SELECT o.lock_name, pg_catalog.nextval('@extschema@.fencing_lock_id_seq'), o.rol
                    FROM candidates c
                   WHERE c.lock_name = o.lock_name AND c.role <> o.role AND c.rank < 4), '{}')
   FROM owners o;
+
+-------------------------------------------------------------------------------
+-- Trigger tampering
+-------------------------------------------------------------------------------
+-- DROP TRIGGER, ALTER TRIGGER and ALTER TABLE ... DISABLE TRIGGER need the
+-- table's owner, but CREATE OR REPLACE TRIGGER needs only the TRIGGER
+-- privilege, which GRANT ALL includes: a role holding it could replace a
+-- guard with a trigger of its own.  This event trigger refuses, at the end
+-- of the command (so the command rolls back), a trigger named like a guard
+-- or calling fencing_guard() created or replaced by a role that does not
+-- have the table owner's privileges; and a table that would inherit from a
+-- table guarded by pg_fencing without being guarded itself (an
+-- inheritance parent's triggers do not fire for its children's rows).
+-- A superuser can disable it (ALTER EVENT TRIGGER); fencing_audit() says so.
+CREATE FUNCTION @extschema@.fencing_refuse_tampering() RETURNS event_trigger
+  LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  cmd record;
+  trg record;
+  parent regclass;
+BEGIN
+  FOR cmd IN SELECT * FROM pg_catalog.pg_event_trigger_ddl_commands() LOOP
+    IF cmd.object_type = 'trigger' THEN
+      SELECT t.tgname, t.tgrelid::regclass AS tbl, c.relowner INTO trg
+        FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+       WHERE t.oid = cmd.objid
+         AND (t.tgname IN ('fencing_guard', 'fencing_guard_truncate')
+              OR t.tgfoid = '@extschema@.fencing_guard()'::pg_catalog.regprocedure);
+      IF FOUND AND NOT pg_catalog.pg_has_role(trg.relowner, 'USAGE') THEN
+        RAISE EXCEPTION 'only the owner of table % may create or replace its trigger "%"',
+          trg.tbl, trg.tgname
+          USING ERRCODE = '42501',
+                DETAIL = 'Triggers named fencing_guard or fencing_guard_truncate, or calling fencing_guard(), are pg_fencing''s guards.';
+      END IF;
+    ELSIF cmd.object_type = 'table' THEN
+      -- The nearest guarded ancestor through plain inheritance, if this
+      -- table is not guarded itself.
+      SELECT i.inhparent::regclass INTO parent
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+       WHERE i.inhrelid = cmd.objid AND NOT c.relispartition
+         AND EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                      WHERE t.tgrelid = i.inhparent
+                        AND t.tgfoid = '@extschema@.fencing_guard()'::pg_catalog.regprocedure
+                        AND t.tgname = 'fencing_guard')
+         AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t
+                          WHERE t.tgrelid = i.inhrelid
+                            AND t.tgfoid = '@extschema@.fencing_guard()'::pg_catalog.regprocedure
+                            AND t.tgname = 'fencing_guard')
+       LIMIT 1;
+      IF FOUND THEN
+        RAISE EXCEPTION 'table % cannot inherit from %, which pg_fencing guards, without a guard of its own',
+          cmd.objid::regclass, parent
+          USING ERRCODE = '55000',
+                DETAIL = 'An inheritance parent''s triggers do not fire for its children''s rows.',
+                HINT = pg_catalog.format('Create the table without INHERITS, protect it with fencing_protect() as %s is protected, then ALTER TABLE %s INHERIT %s.',
+                                         parent, cmd.objid::regclass, parent);
+      END IF;
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_refuse_tampering() IS
+  'event trigger: refuses guard triggers created or replaced by a non-owner, and unguarded inheritance children of guarded tables';
+CREATE EVENT TRIGGER fencing_refuse_tampering ON ddl_command_end
+  WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'ALTER TABLE')
+  EXECUTE FUNCTION @extschema@.fencing_refuse_tampering();
+
+-------------------------------------------------------------------------------
+-- fencing_audit()
+-------------------------------------------------------------------------------
+-- Every table guarded by pg_fencing that the caller owns (a superuser: every
+-- one), partitions and inheritance children included, with each thing that
+-- weakens its guard.  severity: 'critical' -- a stale or token-less write
+-- can pass, or every write is refused; 'warning' -- a role could weaken the
+-- guard.  fix: the command that mends it.  SECURITY INVOKER: it reads the
+-- catalogs, and the locks through fencing_locks, as the caller.
+CREATE FUNCTION @extschema@.fencing_audit()
+  RETURNS TABLE (table_name regclass, lock_name text, severity text, problem text, fix text)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+  BEGIN ATOMIC
+    WITH guards AS (
+      -- Every guard trigger with its table and its arguments.
+      SELECT t.tgrelid::regclass AS tbl, t.tgname, t.tgenabled, t.tgparentid,
+             c.relowner, c.relacl, c.relkind, c.relispartition,
+             pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') AS args
+        FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+       WHERE t.tgfoid = '@extschema@.fencing_guard()'::pg_catalog.regprocedure
+         AND pg_catalog.pg_has_role(c.relowner, 'USAGE')),
+    row_guards AS (
+      SELECT g.*, g.args[1] AS token_column,
+             (SELECT pg_catalog.substr(a, 6) FROM pg_catalog.unnest(g.args) a
+               WHERE a LIKE 'lock=%' LIMIT 1) AS lock_name
+        FROM guards g WHERE g.tgname = 'fencing_guard'),
+    below AS (
+      -- Tables below a guarded one, and whether they have a row guard and
+      -- (under a lock) a TRUNCATE guard of their own.
+      SELECT r.tbl AS root, r.lock_name, i.relid AS tbl,
+             EXISTS (SELECT FROM guards g WHERE g.tbl = i.relid AND g.tgname = 'fencing_guard') AS has_row_guard,
+             EXISTS (SELECT FROM guards g WHERE g.tbl = i.relid AND g.tgname = 'fencing_guard_truncate') AS has_truncate_guard
+        FROM row_guards r, @extschema@.fencing_inheritance_tree(r.tbl) i
+       WHERE i.relid <> r.tbl AND r.tgparentid = 0)
+    SELECT g.tbl, g.lock_name, 'critical',
+           pg_catalog.format('trigger "%s" is disabled', g.tgname),
+           pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', g.tbl, g.tgname)
+      FROM (SELECT r.tbl, r.tgname, r.tgenabled, r.lock_name FROM row_guards r
+            UNION ALL
+            SELECT g2.tbl, g2.tgname, g2.tgenabled, NULL FROM guards g2
+             WHERE g2.tgname <> 'fencing_guard') g
+     WHERE g.tgenabled = 'D'
+    UNION ALL
+    SELECT g.tbl, NULL, 'critical',
+           pg_catalog.format('trigger "%s" fires only when session_replication_role is replica', g.tgname),
+           pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', g.tbl, g.tgname)
+      FROM guards g WHERE g.tgenabled = 'R'
+    UNION ALL
+    SELECT g.tbl, NULL, 'warning',
+           pg_catalog.format('trigger "%s" is ENABLE ALWAYS: it also fires when applying replicated changes, which then need tokens', g.tgname),
+           pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', g.tbl, g.tgname)
+      FROM guards g WHERE g.tgenabled = 'A'
+    UNION ALL
+    SELECT g.tbl, NULL, 'warning',
+           pg_catalog.format('role %s holds TRIGGER on the table: it can add triggers that change rows after the guard has judged them',
+                             CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(a.grantee::regrole::text) END),
+           pg_catalog.format('REVOKE TRIGGER ON %s FROM %s;', g.tbl,
+                             CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(a.grantee::regrole::text) END)
+      FROM row_guards g, pg_catalog.aclexplode(g.relacl) a
+     WHERE a.privilege_type = 'TRIGGER' AND a.grantee <> g.relowner
+    UNION ALL
+    SELECT b.tbl, b.lock_name, 'critical',
+           pg_catalog.format('inheritance child of %s without a guard: its rows are not fenced', b.root),
+           pg_catalog.format('SELECT fencing_protect(%L%s);', b.root::text,
+                             CASE WHEN b.lock_name IS NULL THEN '' ELSE pg_catalog.format(', lock_name => %L', b.lock_name) END)
+      FROM below b JOIN pg_catalog.pg_class c ON c.oid = b.tbl
+     WHERE NOT c.relispartition AND NOT b.has_row_guard
+    UNION ALL
+    SELECT b.tbl, b.lock_name, 'critical',
+           'no TRUNCATE guard under the lock: a TRUNCATE of this table is not fenced',
+           pg_catalog.format('SELECT fencing_protect(%L, lock_name => %L);', b.root::text, b.lock_name)
+      FROM below b WHERE b.lock_name IS NOT NULL AND NOT b.has_truncate_guard
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'critical',
+           pg_catalog.format('token column "%s" is generated: the guard judges the value before it is computed', a.attname),
+           pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION;', r.tbl, a.attname)
+      FROM row_guards r JOIN pg_catalog.pg_attribute a
+        ON a.attrelid = r.tbl AND a.attname = r.token_column AND a.attgenerated <> ''
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'warning',
+           pg_catalog.format('token column "%s" has a default: an INSERT that names no token gets one it never held', a.attname),
+           pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT;', r.tbl, a.attname)
+      FROM row_guards r JOIN pg_catalog.pg_attribute a
+        ON a.attrelid = r.tbl AND a.attname = r.token_column AND a.atthasdef AND a.attgenerated = ''
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'critical',
+           CASE WHEN k.lock_name IS NULL
+             THEN 'the lock does not exist or its owner role was dropped, or the table''s owner may not use it: every write under it is refused'
+             ELSE 'the lock''s owner role was dropped: only a superuser can use it' END,
+           CASE WHEN k.lock_name IS NULL
+             THEN pg_catalog.format('SELECT fencing_create_lock(%L, %L);  -- or, as its owner: SELECT fencing_grant_lock(%L, %L);',
+                                    r.lock_name, r.relowner::regrole::text, r.lock_name, r.relowner::regrole::text)
+             ELSE pg_catalog.format('SELECT fencing_alter_lock_owner(%L, %L);', r.lock_name, r.relowner::regrole::text) END
+      FROM row_guards r
+      LEFT JOIN @extschema@.fencing_locks k ON k.lock_name = r.lock_name
+     WHERE r.lock_name IS NOT NULL AND r.tgparentid = 0
+       AND (k.lock_name IS NULL OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles o WHERE o.oid = k.owner::oid)
+            OR NOT @extschema@.fencing_role_may_use(r.relowner, k.owner, k.users))
+    UNION ALL
+    SELECT NULL, NULL, 'critical',
+           'the event trigger fencing_refuse_tampering is disabled: a role with TRIGGER privilege can replace a guard',
+           'ALTER EVENT TRIGGER fencing_refuse_tampering ENABLE;'
+      FROM pg_catalog.pg_event_trigger e
+     WHERE e.evtname = 'fencing_refuse_tampering' AND e.evtenabled = 'D'
+    ORDER BY 1, 3, 4;
+  END;
+COMMENT ON FUNCTION @extschema@.fencing_audit() IS
+  'every table guarded by pg_fencing that the caller owns, with each thing that weakens its guard, a severity and the command that mends it';
