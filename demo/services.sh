@@ -56,7 +56,10 @@ _services_spawn() {  # USER LOG COMMAND...
   if ((EUID == 0)) && id -u "$user" >/dev/null 2>&1; then
     as_user=(--reuid="$user" --regid="$user" --init-groups)
   fi
-  setpriv --pdeathsig TERM "${as_user[@]}" -- "$@" >"$log" 2>&1 </dev/null &
+  # From /: the server's user may not be able to enter the caller's working
+  # directory (a clone under /root is mode 700).  exec keeps $! the server's
+  # PID and this shell its parent, for --pdeathsig.
+  (cd / && exec setpriv --pdeathsig TERM "${as_user[@]}" -- "$@") >"$log" 2>&1 </dev/null &
   _SERVICES_PID=$!
 }
 

@@ -63,7 +63,11 @@ make_test_copy() {
   echo "$dir/src"
 }
 
-as_postgres() { runuser -u postgres -- "$@"; }
+# Runs a command as postgres, from /: postgres cannot enter a clone under
+# /root (mode 700), and PostgreSQL's programs complain ("could not change
+# directory to ...") when they cannot return to their working directory.
+# Hence absolute paths only in the command.
+as_postgres() { (cd / && exec runuser -u postgres -- "$@"); }
 
 # A free TCP port on loopback with no PostgreSQL socket file, from a random
 # start in 54320-59999, so that runs started at the same moment rarely try

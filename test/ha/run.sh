@@ -31,6 +31,11 @@ log() { printf '==> [%3d s] %s\n' "$((SECONDS - START))" "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
 ((EUID == 0)) || die "run as root (Patroni and PostgreSQL run as postgres)"
+# Everything below uses absolute paths and runs from /: Patroni, etcd and
+# pg_ctl inherit the working directory, and their users cannot enter a clone
+# under /root (mode 700).  Patroni's multiprocessing children chdir() into it
+# and die, so the leader never leaves "bootstrap in progress".
+cd /
 
 # --- packages and the extension -------------------------------------------
 missing=()

@@ -531,7 +531,7 @@ int RunOrchestrator(int argc, char **argv) {
               << std::endl;
 
     ClusterOptions co;
-    co.bindir = o.pg_bindir;
+    co.bindir = std::filesystem::absolute(o.pg_bindir).string();  // the server runs from /
     co.datadir = dir + "/pgdata";
     co.socket_dir = socket_dir;
     co.log_path = dir + "/postgres.log";

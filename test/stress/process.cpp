@@ -73,6 +73,10 @@ pid_t Spawn(const std::vector<std::string> &argv, const SpawnOptions &options) {
           setuid(options.run_as->uid) != 0) {
         _exit(kExecFailed);
       }
+      // The server's user may not be able to enter our working directory (a
+      // clone under /root is mode 700); initdb and postgres complain when
+      // they cannot return to it.  Every path we pass is absolute.
+      if (chdir("/") != 0) _exit(kExecFailed);
     }
     // After the credentials change, which would clear it.
     if (options.death_signal != 0) {
