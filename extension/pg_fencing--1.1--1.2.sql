@@ -498,8 +498,33 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval) FROM PUBLIC;
 
--- A lock that does not exist has no lease to renew or release: false, as
--- for any lease that is not the caller's.
+-- Renew and release both move the end of a live lease the caller's role
+-- holds under token: to now + remaining.  A lock that does not exist has no
+-- lease: false, as for any lease that is not the caller's.  Called only from
+-- the _as functions below, in their context; PUBLIC may not call it.
+CREATE FUNCTION @extschema@.fencing_move_lease_end(
+    caller oid, p_lock text, p_token @extschema@.fencing_token, remaining interval)
+  RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM @extschema@.fencing_lock k WHERE k.lock_name = p_lock) THEN
+    RETURN false;
+  END IF;
+  PERFORM @extschema@.fencing_lock_authorize(p_lock, caller, false);
+  UPDATE @extschema@.fencing_lease l SET expires_at = clock_timestamp() + remaining
+   WHERE l.lock_name = p_lock
+     AND l.token OPERATOR(@extschema@.=) p_token
+     AND l.holder_role = session_user
+     AND l.expires_at > clock_timestamp();
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval) IS
+  'moves the end of the caller''s live lease, for fencing_renew and fencing_release; internal';
+
 CREATE FUNCTION @extschema@.fencing_renew_as(
     caller oid, lock_name text, token @extschema@.fencing_token, ttl interval)
   RETURNS boolean LANGUAGE plpgsql
@@ -508,19 +533,7 @@ DECLARE
   checked boolean;
 BEGIN
   checked := @extschema@.fencing_check_lease_args(lock_name, NULL, ttl, false);
-  IF NOT EXISTS (SELECT FROM @extschema@.fencing_lock k WHERE k.lock_name = fencing_renew_as.lock_name) THEN
-    RETURN false;
-  END IF;
-  PERFORM @extschema@.fencing_lock_authorize(lock_name, caller, false);
-  UPDATE @extschema@.fencing_lease l SET expires_at = clock_timestamp() + ttl
-   WHERE l.lock_name = fencing_renew_as.lock_name
-     AND l.token OPERATOR(@extschema@.=) fencing_renew_as.token
-     AND l.holder_role = session_user
-     AND l.expires_at > clock_timestamp();
-  IF FOUND THEN
-    PERFORM @extschema@.fencing_commit_durably();
-  END IF;
-  RETURN FOUND;
+  RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, ttl);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_renew_as(oid, text, @extschema@.fencing_token, interval) FROM PUBLIC;
 
@@ -531,20 +544,9 @@ CREATE FUNCTION @extschema@.fencing_release_as(
 DECLARE
   checked boolean;
 BEGIN
+  -- The lock name is checked as for every lease call (1.1 did not here).
   checked := @extschema@.fencing_check_lease_args(lock_name, NULL, interval '1 second', false);
-  IF NOT EXISTS (SELECT FROM @extschema@.fencing_lock k WHERE k.lock_name = fencing_release_as.lock_name) THEN
-    RETURN false;
-  END IF;
-  PERFORM @extschema@.fencing_lock_authorize(lock_name, caller, false);
-  UPDATE @extschema@.fencing_lease l SET expires_at = clock_timestamp()
-   WHERE l.lock_name = fencing_release_as.lock_name
-     AND l.token OPERATOR(@extschema@.=) fencing_release_as.token
-     AND l.holder_role = session_user
-     AND l.expires_at > clock_timestamp();
-  IF FOUND THEN
-    PERFORM @extschema@.fencing_commit_durably();
-  END IF;
-  RETURN FOUND;
+  RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, interval '0');
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_release_as(oid, text, @extschema@.fencing_token) FROM PUBLIC;
 

@@ -87,6 +87,10 @@ SQL
 su_psql -d "$DB" >>"$OUT/setup.log" 2>&1 <<SQL || die "set-up failed (see $OUT/setup.log)"
 SET client_min_messages = warning;
 CREATE EXTENSION pg_fencing;
+-- The role is the application: the locks are its own (created below by the
+-- superuser, they belong to it through this rule), so its random writes
+-- reach the guards' lock-wide paths.
+SELECT fencing_allow_create('$ROLE');
 
 -- Per-row fences.
 CREATE TABLE resource (id int PRIMARY KEY, token fencing_token, val text);
