@@ -293,8 +293,13 @@ const char *ColumnName(const TriggerData *td, const GuardCache &guard) {
 
 // ---- The two kinds of fence ---------------------------------------------------
 
-bool ColumnAssigned(const TriggerData *td, const GuardCache &guard) {
-  return UpdateAssignsColumn(td, guard.attnum);
+// Whether the UPDATE assigned the token column, given the old and new
+// tokens it has read.
+bool ColumnAssigned(const TriggerData *td, const GuardCache &guard, Token old_token,
+                    bool old_is_null, Token new_token, bool new_is_null) {
+  const bool unchanged =
+      old_is_null || new_is_null ? old_is_null == new_is_null : old_token == new_token;
+  return UpdateAssignsColumn(td, guard.attnum, unchanged);
 }
 
 Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard, bool *is_null) {
@@ -304,9 +309,10 @@ Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard,
 // Per-row fence: an UPDATE must carry a token no lower than the row's.
 Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
   GuardInput in{};
-  in.column_assigned = ColumnAssigned(td, guard);
   in.old_token = ReadToken(td->tg_trigtuple, td, guard, &in.old_is_null);
   in.new_token = ReadToken(td->tg_newtuple, td, guard, &in.new_is_null);
+  in.column_assigned =
+      ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token, in.new_is_null);
 
   GuardVerdict verdict = GuardVerdict::kRejectMissing;
   RunCxx([&] { verdict = DecideGuard(in, guard.options); });
@@ -422,7 +428,9 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
   in.old_is_null = true;
   if (new_row != nullptr) in.new_token = ReadToken(new_row, td, guard, &in.new_is_null);
   if (old_row != nullptr) in.old_token = ReadToken(old_row, td, guard, &in.old_is_null);
-  in.column_assigned = in.kind == WriteKind::kUpdate && ColumnAssigned(td, guard);
+  in.column_assigned = in.kind == WriteKind::kUpdate &&
+                       ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token,
+                                      in.new_is_null);
   if (const LockFence *fence = FindTransactionFence(guard.lock_name)) {
     in.presented = fence->presented;
     in.presented_token = fence->presented_token;

@@ -140,16 +140,6 @@ bool MergeAssigns(const Writer &writer, AttrNumber attnum) {
   return false;
 }
 
-// Same value and same null-ness in both row versions.
-bool TokenUnchanged(const TriggerData *td, AttrNumber attnum) {
-  TupleDesc desc = RelationGetDescr(td->tg_relation);
-  bool old_is_null = true;
-  bool new_is_null = true;
-  const Datum old_value = heap_getattr(td->tg_trigtuple, attnum, desc, &old_is_null);
-  const Datum new_value = heap_getattr(td->tg_newtuple, attnum, desc, &new_is_null);
-  if (old_is_null || new_is_null) return old_is_null == new_is_null;
-  return DatumGetInt64(old_value) == DatumGetInt64(new_value);
-}
 
 }  // namespace
 
@@ -159,10 +149,10 @@ void RegisterMergeTracking() {
   ExecutorStart_hook = RecordingExecutorStart;
 }
 
-bool UpdateAssignsColumn(const TriggerData *td, AttrNumber attnum) {
+bool UpdateAssignsColumn(const TriggerData *td, AttrNumber attnum, bool token_unchanged) {
   if (!bms_is_member(attnum - FirstLowInvalidHeapAttributeNumber, td->tg_updatedcols)) return false;
   // An action that does not set the column copies it from the old row.
-  if (!TokenUnchanged(td, attnum)) return true;
+  if (!token_unchanged) return true;
   const Writer writer = FindWriter(td->tg_newslot);
   if (writer.mtstate == nullptr) {
     // Not a statement we recorded, so not a MERGE whose start we saw: if we

@@ -16,8 +16,10 @@ namespace pg_fencing {
 void RegisterMergeTracking();
 
 // Whether the UPDATE (or MERGE UPDATE action) that fired td assigned column
-// attnum.  Fails closed: where it cannot tell, it answers false, which the
-// guard treats as a write that carries no token.
-bool UpdateAssignsColumn(const TriggerData *td, AttrNumber attnum);
+// attnum; token_unchanged says whether the new row's token equals the old
+// row's (both NULL counts as equal), which the guard has read already.
+// Fails closed: where it cannot tell, it answers false, which the guard
+// treats as a write that carries no token.
+bool UpdateAssignsColumn(const TriggerData *td, AttrNumber attnum, bool token_unchanged);
 
 }  // namespace pg_fencing

@@ -261,6 +261,24 @@ my $lease_token = $node->safe_psql('dump_source',
 	"SELECT fencing_acquire('nightly', 'worker-1', '1 hour')");
 push @dumped, $lease_token;
 my $max_dumped = max_of(@dumped);
+# The lock model is state too: who owns which lock, who may use it, who may
+# create names.  Roles are cluster-wide, so they are there for the restore.
+$node->safe_psql(
+	'dump_source', q{
+CREATE ROLE dump_app;
+CREATE ROLE dump_helper;
+CREATE ROLE dump_stranger;
+GRANT CREATE ON SCHEMA public TO dump_app;
+SELECT fencing_allow_create('dump_app', 'app/');
+SET ROLE dump_app;
+CREATE TABLE app_rows (id int PRIMARY KEY, tok fencing_token, v text);
+SELECT fencing_protect('app_rows', lock_name => 'app/rows');
+SELECT fencing_grant_lock('app/rows', 'dump_helper');
+GRANT SELECT, INSERT, UPDATE ON app_rows TO dump_helper, dump_stranger;
+RESET ROLE;
+});
+my $dumped_locks = $node->safe_psql('dump_source',
+	'SELECT lock_name, owner, users, lock_id FROM fencing_lock ORDER BY 1');
 
 my $dump_file = $PostgreSQL::Test::Utils::tmp_check . '/dump_source.dump';
 $node->command_ok(
@@ -287,6 +305,28 @@ is( $node->safe_psql(
 	),
 	"worker-1 $lease_token true",
 	'the restored database has the lease, its token and its expiry');
+is($node->safe_psql('dump_target',
+		'SELECT lock_name, owner, users, lock_id FROM fencing_lock ORDER BY 1'),
+	$dumped_locks, 'the restored database has the locks, their owners, users and ids');
+is($node->safe_psql('dump_target', 'SELECT creator, prefix FROM fencing_lock_creators'),
+	'dump_app|app/', 'and the creator rules');
+# The restored guard judges roles as before: the owner's member and the
+# grantee may write under the lock, a stranger with table privileges may not.
+my ($ret, $out, $err) = $node->psql('dump_target',
+	"SET ROLE dump_stranger; INSERT INTO app_rows VALUES (1, '$lease_token', 'x')");
+like($err, qr/permission denied for fencing lock "app\/rows"/,
+	'a role not allowed on the lock cannot write under it after the restore');
+is($node->safe_psql('dump_target',
+		"SET ROLE dump_helper; INSERT INTO app_rows VALUES (1, '$lease_token', 'x') RETURNING v"),
+	'x', 'a role granted the lock writes under it after the restore');
+# The lock id sequence came along: a new lock gets an id no restored lock has.
+$node->safe_psql('dump_target', "SELECT fencing_create_lock('app/new')");
+is($node->safe_psql('dump_target',
+		"SELECT count(DISTINCT lock_id) = count(*) FROM fencing_lock"),
+	't', 'a lock created after the restore has an id of its own');
+is($node->safe_psql('dump_target',
+		"SELECT evtenabled FROM pg_event_trigger WHERE evtname = 'fencing_refuse_tampering'"),
+	'O', 'the tampering event trigger is there, enabled');
 my $restored = $node->safe_psql('dump_target', 'SELECT fencing_grant()');
 cmp_ok($restored, '>', $max_dumped,
 	"first grant in the restored database ($restored) is above every token granted before the dump ($max_dumped)"
