@@ -21,7 +21,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --load-extension=pg_fencing
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-PG_CPPFLAGS = -Iinclude -Isrc/backend
+PG_CPPFLAGS = -Iinclude -Isrc/core -Isrc/backend
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -fno-omit-frame-pointer
 SHLIB_LINK = -lstdc++
 
@@ -29,7 +29,7 @@ SHLIB_LINK = -lstdc++
 # header changes (the headers are few and shared by most files).  Not named
 # HEADERS: PGXS installs the files that variable lists into the server's
 # include directory.
-OWN_HEADERS = $(wildcard include/pg_fencing/*.hpp src/backend/*.hpp)
+OWN_HEADERS = $(wildcard include/pg_fencing/*.hpp src/core/*.hpp src/backend/*.hpp)
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

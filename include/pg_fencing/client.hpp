@@ -29,7 +29,7 @@
 
 #include <pqxx/pqxx>
 
-#include "pg_fencing/core.hpp"
+#include "pg_fencing/token.hpp"
 
 namespace pg_fencing::client {
 

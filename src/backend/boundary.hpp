@@ -4,9 +4,12 @@
 //  * PostgreSQL headers are included here, inside extern "C", postgres.h first.
 //  * ereport(ERROR) longjmps: in any frame that can reach it, keep only
 //    trivially destructible objects.
-//  * No C++ exception may reach PostgreSQL's C frames: C++ work that could
-//    throw runs through RunCxx(), which turns an exception into an ereport
-//    after the try block has ended.
+//  * No C++ exception may reach PostgreSQL's C frames.  The code that could
+//    throw is the PostgreSQL-free core (src/core/), and it is noexcept by
+//    design: it allocates nothing and calls nothing that throws.  Every call
+//    into it goes through PGF_CORE(), which makes the compiler prove that
+//    the call is noexcept; a core function that lost its noexcept would not
+//    compile here, instead of ending in std::terminate at run time.
 #pragma once
 
 extern "C" {
@@ -15,10 +18,9 @@ extern "C" {
 #include "fmgr.h"
 }
 
-#include <exception>
-#include <type_traits>
-
-#include "pg_fencing/core.hpp"
+#include "guard_decision.hpp"
+#include "pg_fencing/token.hpp"
+#include "transaction_fences.hpp"
 
 namespace pg_fencing {
 
@@ -26,32 +28,12 @@ namespace pg_fencing {
 #define PGF_ERRCODE_STALE_TOKEN MAKE_SQLSTATE('5', '5', 'Z', '0', '1')
 #define PGF_ERRCODE_MISSING_TOKEN MAKE_SQLSTATE('5', '5', 'Z', '0', '2')
 
-// Raises the ERROR for an exception that escaped C++ code.  Defined in
-// module.cpp; never returns.
-[[noreturn]] void ReportCxxException(const char *what);
-
-// Runs fn, which must call no PostgreSQL API, and converts any exception it
-// throws into an ERROR.  The message is copied out of the exception inside
-// the catch block; the ereport happens after the exception object is gone.
-template <typename Fn>
-void RunCxx(Fn &&fn) {
-  static_assert(std::is_trivially_destructible_v<std::decay_t<Fn>>,
-                "a closure passed to RunCxx must capture only by reference or trivially");
-  static char what[256];
-  bool failed = false;
-  try {
-    fn();
-  } catch (const std::exception &e) {
-    failed = true;
-    const char *src = e.what();
-    std::size_t i = 0;
-    for (; src[i] != '\0' && i + 1 < sizeof what; ++i) what[i] = src[i];
-    what[i] = '\0';
-  } catch (...) {
-    failed = true;
-    what[0] = '\0';
-  }
-  if (failed) ReportCxxException(what);
-}
+// Calls into the core: PGF_CORE(DecideGuard(in, options)).  A macro, so
+// that the static_assert sees the very expression that is called.
+#define PGF_CORE(call)                                                           \
+  ([&]() noexcept -> decltype(auto) {                                          \
+    static_assert(noexcept(call), "a call into the core must be noexcept: " #call); \
+    return call;                                                               \
+  }())
 
 }  // namespace pg_fencing

@@ -48,7 +48,7 @@ void OnTransactionEnd(XactEvent event, void *) {
 void OnSubTransactionEvent(SubXactEvent event, SubTransactionId my_subid, SubTransactionId,
                            void *) {
   if (event == SUBXACT_EVENT_ABORT_SUB && current_fences != nullptr) {
-    current_fences->AbortSubTransaction(my_subid);
+    PGF_CORE(current_fences->AbortSubTransaction(my_subid));
   }
 }
 
@@ -62,10 +62,10 @@ TransactionFences &Fences() {
 
 LockFence &FenceFor(const char *lock_name) {
   TransactionFences &fences = Fences();
-  if (LockFence *found = fences.Find(lock_name)) return *found;
+  if (LockFence *found = PGF_CORE(fences.Find(lock_name))) return *found;
   // The entry points at a copy that lives as long as the transaction.
   const char *copy = MemoryContextStrdup(TopTransactionContext, lock_name);
-  LockFence *added = fences.FindOrAdd(copy);
+  LockFence *added = PGF_CORE(fences.FindOrAdd(copy));
   if (added == nullptr) {
     ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                     errmsg("a transaction can write under at most %d fencing locks",
@@ -108,13 +108,13 @@ void RegisterFenceCallbacks() {
 }
 
 LockFence *FindTransactionFence(const char *lock_name) {
-  return current_fences == nullptr ? nullptr : current_fences->Find(lock_name);
+  return current_fences == nullptr ? nullptr : PGF_CORE(current_fences->Find(lock_name));
 }
 
 bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mark) {
   LockFence &fence = FenceFor(lock_name);
   if (fence.locked) {
-    switch (JudgeAgainstHighWater(token, fence.mark_known, fence.mark)) {
+    switch (PGF_CORE(JudgeAgainstHighWater(token, fence.mark_known, fence.mark))) {
       case HighWaterVerdict::kAccept:
         *mark = fence.mark;
         return true;
@@ -130,11 +130,15 @@ bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mar
   // The function call may have run arbitrary code; look the entry up again.
   LockFence &locked = FenceFor(lock_name);
   if (had_mark && token < previous) {
-    Fences().Lock(locked, true, previous, GetCurrentSubTransactionId());
+    const SubxactId subxact = GetCurrentSubTransactionId();
+    TransactionFences &fences = Fences();
+    PGF_CORE(fences.Lock(locked, true, previous, subxact));
     *mark = previous;
     return false;
   }
-  Fences().Lock(locked, true, token, GetCurrentSubTransactionId());
+  const SubxactId subxact = GetCurrentSubTransactionId();
+  TransactionFences &fences = Fences();
+  PGF_CORE(fences.Lock(locked, true, token, subxact));
   // The mark was raised (or made): that must survive a crash with the commit.
   if (!had_mark || token > previous) RequireDurableCommit();
   *mark = token;
@@ -146,10 +150,13 @@ bool CheckLockFence(Oid schema, const char *lock_name, Token token, Token *mark)
   if (!fence->locked) {
     const Token locked_mark = CallFenceLock(schema, lock_name);
     fence = &FenceFor(lock_name);  // the call may have run arbitrary code
-    Fences().Lock(*fence, true, locked_mark, GetCurrentSubTransactionId());
+    const SubxactId subxact = GetCurrentSubTransactionId();
+    TransactionFences &fences = Fences();
+    PGF_CORE(fences.Lock(*fence, true, locked_mark, subxact));
   }
   *mark = fence->mark;
-  return JudgeAgainstHighWater(token, fence->mark_known, fence->mark) != HighWaterVerdict::kStale;
+  return PGF_CORE(JudgeAgainstHighWater(token, fence->mark_known, fence->mark)) !=
+         HighWaterVerdict::kStale;
 }
 
 }  // namespace pg_fencing
@@ -190,7 +197,9 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
                               "lock you held has moved on.")));
   }
   TransactionFences &fences = Fences();
-  fences.Present(*fences.Find(lock_name), token, GetCurrentSubTransactionId());
+  const SubxactId subxact = GetCurrentSubTransactionId();
+  LockFence *fence = PGF_CORE(fences.Find(lock_name));
+  PGF_CORE(fences.Present(*fence, token, subxact));
   PG_RETURN_VOID();
 }
 

@@ -1,5 +1,5 @@
 // Lock-wide fences: what the current transaction knows about each lock it
-// writes under (see TransactionFences in core.hpp), kept in transaction
+// writes under (see TransactionFences in src/core/transaction_fences.hpp), kept in transaction
 // memory and forgotten at commit, rollback, or the abort of the
 // subtransaction that learned it.
 #pragma once

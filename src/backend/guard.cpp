@@ -109,9 +109,9 @@ GuardOptions ParseOptions(const char *const *words, int count, const char *where
   const char *word = nullptr;
   for (int i = 0; i < count && status == OptionStatus::kOk; ++i) {
     word = words[i];
-    RunCxx([&] { status = ApplyGuardOption(word, options); });
+    status = PGF_CORE(ApplyGuardOption(word, options));
   }
-  if (status == OptionStatus::kOk) RunCxx([&] { status = FinishGuardOptions(options); });
+  if (status == OptionStatus::kOk) status = PGF_CORE(FinishGuardOptions(options));
   switch (status) {
     case OptionStatus::kOk:
       break;
@@ -314,8 +314,7 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
   in.column_assigned =
       ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token, in.new_is_null);
 
-  GuardVerdict verdict = GuardVerdict::kRejectMissing;
-  RunCxx([&] { verdict = DecideGuard(in, guard.options); });
+  const GuardVerdict verdict = PGF_CORE(DecideGuard(in, guard.options));
   const char *column = ColumnName(td, guard);
   switch (verdict) {
     case GuardVerdict::kAccept:
@@ -436,8 +435,7 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
     in.presented_token = fence->presented_token;
   }
 
-  LockWriteDecision decision{};
-  RunCxx([&] { decision = DecideLockWrite(in, guard.options); });
+  const LockWriteDecision decision = PGF_CORE(DecideLockWrite(in, guard.options));
   const char *column = ColumnName(td, guard);
   const char *present_hint =
       psprintf("Set \"%s\" to your token, or call fencing_present('%s', token) first in this "

@@ -1,4 +1,5 @@
-// Module entry: the magic block and the boundary's error reporter.
+// Module entry: the magic block and the callbacks and hooks the module
+// installs when it is loaded.
 #include "boundary.hpp"
 #include "durable_commit.hpp"
 #include "fences.hpp"
@@ -14,13 +15,3 @@ void _PG_init(void) {
   pg_fencing::RegisterMergeTracking();
 }
 }
-
-namespace pg_fencing {
-
-void ReportCxxException(const char *what) {
-  ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                  errmsg("pg_fencing: unexpected C++ exception: %s", what[0] ? what : "(unknown)")));
-  pg_unreachable();
-}
-
-}  // namespace pg_fencing

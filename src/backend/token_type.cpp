@@ -39,8 +39,7 @@ extern "C" {
 PG_FUNCTION_INFO_V1(fencing_token_in);
 Datum fencing_token_in(PG_FUNCTION_ARGS) {
   const char *text = PG_GETARG_CSTRING(0);
-  ParseResult result{};
-  RunCxx([&] { result = ParseToken(text); });
+  const ParseResult result = PGF_CORE(ParseToken(text));
   switch (result.status) {
     case ParseStatus::kOk:
       break;
@@ -59,7 +58,7 @@ PG_FUNCTION_INFO_V1(fencing_token_out);
 Datum fencing_token_out(PG_FUNCTION_ARGS) {
   const Token token = PG_GETARG_INT64(0);
   char *text = static_cast<char *>(palloc(kTokenTextBufferSize));
-  RunCxx([&] { FormatToken(token, text); });
+  PGF_CORE(FormatToken(token, text));
   PG_RETURN_CSTRING(text);
 }
 

@@ -1,5 +1,5 @@
-// Text form of fencing tokens (see include/pg_fencing/core.hpp).
-#include "pg_fencing/core.hpp"
+// Text form of fencing tokens (see include/pg_fencing/token.hpp).
+#include "pg_fencing/token.hpp"
 
 #include <charconv>
 
@@ -49,3 +49,5 @@ std::size_t FormatToken(Token token, char *buf) noexcept {
 }
 
 }  // namespace pg_fencing
+
+#include "no_postgres.hpp"  // last: checks that nothing above brought in PostgreSQL

@@ -3,7 +3,7 @@
 // Needs no server: the Lease is only constructed when a conninfo is given.
 #include <cstdio>
 #include <pg_fencing/client.hpp>
-#include <pg_fencing/core.hpp>
+#include <pg_fencing/token.hpp>
 #include <string>
 
 namespace pfc = pg_fencing::client;

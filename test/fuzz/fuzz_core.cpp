@@ -1,4 +1,4 @@
-// libFuzzer target for the PostgreSQL-free core (include/pg_fencing/core.hpp).
+// libFuzzer target for the PostgreSQL-free core (include/pg_fencing/token.hpp and src/core/).
 //
 // Every input runs through all parts below; each part checks properties of
 // the core against a small, independent model written from the header's and
@@ -37,7 +37,9 @@
 #include <string_view>
 #include <vector>
 
-#include "pg_fencing/core.hpp"
+#include "guard_decision.hpp"
+#include "pg_fencing/token.hpp"
+#include "transaction_fences.hpp"
 
 using namespace pg_fencing;
 
@@ -466,7 +468,7 @@ void CheckFencesDirect(FuzzedDataProvider &fdp) {
   std::deque<std::string> storage;  // stable addresses for the names
   std::vector<std::string> added;   // names in the order they were added
   std::map<std::string, LockFence *> where;
-  SubTransactionId subxact = 1;
+  SubxactId subxact = 1;
 
   auto name_of = [&](int n) {
     return n < 8 ? std::string(1, static_cast<char>('a' + n)) : "lock-" + std::to_string(n);
@@ -556,10 +558,10 @@ void CheckFencesDirect(FuzzedDataProvider &fdp) {
         break;
       }
       case 5:  // the subtransaction id moves on (never back)
-        subxact += fdp.ConsumeIntegralInRange<SubTransactionId>(0, 3);
+        subxact += fdp.ConsumeIntegralInRange<SubxactId>(0, 3);
         break;
       case 6: {  // AbortSubTransaction(s), s <= the current id
-        const SubTransactionId s = fdp.ConsumeIntegralInRange<SubTransactionId>(1, subxact);
+        const SubxactId s = fdp.ConsumeIntegralInRange<SubxactId>(1, subxact);
         std::vector<LockFence> before;
         for (const std::string &name : added) before.push_back(*where[name]);
         fences->AbortSubTransaction(s);
@@ -643,15 +645,15 @@ class FenceSimulation {
   struct ServerFence {
     bool exists = false;
     Token mark = 0;
-    SubTransactionId row_lock = 0;  // the subtransaction that locked it, 0: not ours
+    SubxactId row_lock = 0;  // the subtransaction that locked it, 0: not ours
   };
   struct Undo {
-    SubTransactionId in;
+    SubxactId in;
     std::string name;
     ServerFence was;
   };
   struct Presentation {
-    SubTransactionId in;
+    SubxactId in;
     Token token;
   };
   // An ERROR: PostgreSQL aborts the innermost subtransaction (the client
@@ -663,7 +665,7 @@ class FenceSimulation {
     return kNames[fdp_.ConsumeIntegralInRange<int>(0, 3)];
   }
 
-  bool IsSelfOrDescendant(SubTransactionId x, SubTransactionId s) const {
+  bool IsSelfOrDescendant(SubxactId x, SubxactId s) const {
     while (x != 0) {
       if (x == s) return true;
       x = parent_.at(x);
@@ -671,7 +673,7 @@ class FenceSimulation {
     return false;
   }
 
-  SubTransactionId Current() const { return stack_.back(); }
+  SubxactId Current() const { return stack_.back(); }
 
   // FUZZ_TRACE=1 ./fuzz_core CRASH-FILE prints the sequence as SQL.
   __attribute__((format(printf, 2, 3))) void Trace(const char *format, ...) const {
@@ -702,7 +704,7 @@ class FenceSimulation {
 
   void Savepoint() {
     if (stack_.size() > 20) return;
-    const SubTransactionId id = next_id_++;
+    const SubxactId id = next_id_++;
     parent_[id] = Current();
     stack_.push_back(id);
     Trace("SAVEPOINT s%u;", id);
@@ -717,7 +719,7 @@ class FenceSimulation {
 
   void RollbackTo(std::size_t levels) {
     while (levels-- > 0 && stack_.size() > 1) {
-      const SubTransactionId s = stack_.back();
+      const SubxactId s = stack_.back();
       Trace("ROLLBACK TO SAVEPOINT s%u; RELEASE SAVEPOINT s%u;", s, s);
       stack_.pop_back();
       AbortSub(s);
@@ -725,7 +727,7 @@ class FenceSimulation {
   }
 
   // What the server and the model forget when subtransaction s aborts.
-  void AbortDown(SubTransactionId s) {
+  void AbortDown(SubxactId s) {
     for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
       if (IsSelfOrDescendant(it->in, s)) server_[it->name] = it->was;
     }
@@ -739,7 +741,7 @@ class FenceSimulation {
     }
   }
 
-  void AbortSub(SubTransactionId s) {
+  void AbortSub(SubxactId s) {
     AbortDown(s);
     fences_->AbortSubTransaction(s);  // the backend's SUBXACT_EVENT_ABORT_SUB callback
     CheckPresentations();
@@ -935,9 +937,9 @@ class FenceSimulation {
   std::unique_ptr<TransactionFences> fences_;
   std::deque<std::string> names_;
   std::map<std::string, ServerFence> server_;
-  std::vector<SubTransactionId> stack_;
-  std::map<SubTransactionId, SubTransactionId> parent_;
-  SubTransactionId next_id_ = 2;
+  std::vector<SubxactId> stack_;
+  std::map<SubxactId, SubxactId> parent_;
+  SubxactId next_id_ = 2;
   std::vector<Undo> undo_;
   std::map<std::string, std::vector<Presentation>> presented_;
 };

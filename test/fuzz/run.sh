@@ -36,7 +36,7 @@ echo "==> building $BUILD_DIR/fuzz_core"
 # -fno-sanitize-recover: a UBSan report is a crash, not a warning.
 "$CXX" -std=c++17 -O1 -g -Wall -Wextra \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-  -Iinclude test/fuzz/fuzz_core.cpp src/core/*.cpp -o "$BUILD_DIR/fuzz_core"
+  -Iinclude -Isrc/core test/fuzz/fuzz_core.cpp src/core/*.cpp -o "$BUILD_DIR/fuzz_core"
 
 mkdir -p "$BUILD_DIR/corpus" "$BUILD_DIR/artifacts"
 cp -n "$FUZZ_DIR"/corpus/* "$BUILD_DIR/corpus/" 2>/dev/null || true
@@ -67,7 +67,7 @@ fi
 if [[ ${FUZZ_COVERAGE:-} == 1 ]]; then
   echo "==> coverage of src/core/ by $BUILD_DIR/corpus"
   "$CXX" -std=c++17 -O0 -g -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping \
-    -Iinclude test/fuzz/fuzz_core.cpp src/core/*.cpp -o "$BUILD_DIR/fuzz_core_cov"
+    -Iinclude -Isrc/core test/fuzz/fuzz_core.cpp src/core/*.cpp -o "$BUILD_DIR/fuzz_core_cov"
   rm -f "$BUILD_DIR"/cov.profraw
   LLVM_PROFILE_FILE="$BUILD_DIR/cov.profraw" \
     "$BUILD_DIR/fuzz_core_cov" -runs=0 "$BUILD_DIR/corpus" >/dev/null 2>&1

@@ -1,5 +1,7 @@
-// Unit tests of the PostgreSQL-free core (include/pg_fencing/core.hpp).
-#include "pg_fencing/core.hpp"
+// Unit tests of the PostgreSQL-free core (include/pg_fencing/token.hpp, src/core/).
+#include "guard_decision.hpp"
+#include "pg_fencing/token.hpp"
+#include "transaction_fences.hpp"
 
 #include <gtest/gtest.h>
 
@@ -922,7 +924,7 @@ TEST(TransactionFencesTest, RollingBackASavepointBringsTheOuterPresentationBack)
 TEST(TransactionFencesTest, NestingDeeperThanTheLimitDropsTheOutermost) {
   TransactionFences fences;
   LockFence &fence = *fences.FindOrAdd("deep");
-  for (SubTransactionId s = 1; s <= LockFence::kMaxNesting + 2; ++s) {
+  for (SubxactId s = 1; s <= LockFence::kMaxNesting + 2; ++s) {
     fences.Present(fence, static_cast<Token>(s), s);
   }
   EXPECT_EQ(fence.presentation_depth, LockFence::kMaxNesting);

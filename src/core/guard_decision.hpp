@@ -1,0 +1,97 @@
+// The guard's decisions: per-row and lock-wide fences.  Part of the
+// PostgreSQL-free core (no PostgreSQL header may be included here or in
+// src/core/*.cpp): src/backend/ calls these functions and turns their plain
+// results into ereport()s; GoogleTest (test/unit/) and the fuzzer call them
+// directly.  Not installed: only the backend uses it.
+#pragma once
+
+#include <string_view>
+
+#include "pg_fencing/token.hpp"
+
+namespace pg_fencing {
+
+// ---- The guard's decision ----------------------------------------------------
+
+// Options given to the fencing_guard trigger after the column name.
+struct GuardOptions {
+  bool allow_unset = false;  // an UPDATE that does not SET the column passes
+  bool skip = false;         // a stale row is skipped instead of raising
+  // "lock=NAME": fence against the lock's high-water mark, not only the
+  // row's.  Points into the option word; empty when per-row only.
+  std::string_view lock_name;
+};
+
+enum class OptionStatus {
+  kOk,
+  kUnknown,           // not an option word
+  kEmptyLockName,     // "lock=" with nothing after it
+  kConflictingLocks,  // two different "lock=" options
+  kUnsetUnderLock,    // allow_unset with lock=: a lock-wide fence has no unfenced writes
+};
+
+// Applies one trigger option word ("allow_unset", "skip", "lock=NAME") to
+// options.  Call FinishGuardOptions after the last word.
+OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noexcept;
+// Checks the combination of options once all words are applied.
+OptionStatus FinishGuardOptions(const GuardOptions &options) noexcept;
+
+// What the guard saw for one row.
+struct GuardInput {
+  bool column_assigned;  // the UPDATE's SET list names the token column
+  bool old_is_null;      // the row has never been fenced
+  Token old_token;
+  bool new_is_null;
+  Token new_token;
+};
+
+enum class GuardVerdict {
+  kAccept,         // write the new row version
+  kSkip,           // stale, and the 'skip' option is on: leave the row alone
+  kRejectStale,    // 55Z01
+  kRejectMissing,  // 55Z02
+};
+
+GuardVerdict DecideGuard(const GuardInput &input, const GuardOptions &options) noexcept;
+
+// ---- Lock-wide fences ------------------------------------------------------
+//
+// Under a lock-wide fence ("lock=NAME"), every write to a protected table --
+// INSERT, UPDATE and DELETE -- carries a token, and is stale if the token is
+// below the highest token seen for that lock anywhere: any row, any table,
+// or a lease grant.  A write may take its token from the row (the token
+// column) or from the transaction (fencing_present).
+
+enum class WriteKind { kInsert, kUpdate, kDelete };
+
+struct LockWriteInput {
+  WriteKind kind;
+  bool column_assigned;  // UPDATE: the SET list names the token column
+  bool new_is_null;      // INSERT/UPDATE: NEW's token column
+  Token new_token;
+  bool old_is_null;  // UPDATE/DELETE: OLD's token column
+  Token old_token;
+  bool presented;  // the transaction presented a token for the lock
+  Token presented_token;
+};
+
+struct LockWriteDecision {
+  GuardVerdict verdict;  // kAccept: still to be judged against the lock
+  Token write_token;     // the token the write is made under
+  bool fill_from_presented;  // store write_token in NEW's token column
+};
+
+// The row-level part of a lock-wide fence: which token the write carries,
+// and whether it is missing or below the row's own token.
+LockWriteDecision DecideLockWrite(const LockWriteInput &input, const GuardOptions &options) noexcept;
+
+// The lock-level part, against the lock's high-water mark as the current
+// transaction holds it (locked).
+enum class HighWaterVerdict {
+  kAccept,  // equal to the mark
+  kRaise,   // above the mark (or no mark yet): the mark must move up first
+  kStale,   // below the mark
+};
+HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark) noexcept;
+
+}  // namespace pg_fencing

@@ -1,0 +1,66 @@
+// What the current transaction knows per lock it writes under: presented
+// tokens and the locked high-water mark.  Part of the PostgreSQL-free core;
+// the backend keeps one TransactionFences in transaction memory
+// (src/backend/fences.cpp).  Not installed.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "pg_fencing/token.hpp"
+
+namespace pg_fencing {
+
+// What the current transaction has done per lock: the token it presented
+// (fencing_present) and the high-water mark it has locked.  Fixed capacity
+// and no allocation, so the backend can keep it in transaction memory;
+// lock names point to memory the caller owns.  Subtransaction ids increase
+// within a transaction: aborting subtransaction S forgets every entry last
+// touched in S or in the subtransactions it started (a presentation made
+// there is gone; a mark read there is read again on the next write).
+// (PostgreSQL's SubTransactionId, which this header cannot include.)
+using SubxactId = std::uint32_t;
+
+// A presentation and the subtransaction that made it.
+struct Presentation {
+  Token token;
+  SubxactId subxact;
+};
+
+struct LockFence {
+  std::string_view lock_name;
+  // The presentations still in force, innermost last: a savepoint may
+  // present again, and rolling it back brings the outer one back.  Deeper
+  // than kMaxNesting, the outermost are dropped (a rollback past them then
+  // leaves nothing presented: refused writes, never wrongly accepted ones).
+  static constexpr int kMaxNesting = 8;
+  Presentation presentations[kMaxNesting];
+  int presentation_depth;
+  // The one in force: presentations[presentation_depth - 1].
+  bool presented;
+  Token presented_token;
+  SubxactId presented_in;
+  bool locked;       // the lock's fence row is locked by this transaction
+  bool mark_known;   // a high-water mark exists (false: none yet)
+  Token mark;        // valid when locked && mark_known
+  SubxactId locked_in;
+};
+
+class TransactionFences {
+ public:
+  static constexpr int kCapacity = 64;
+
+  LockFence *Find(std::string_view lock_name) noexcept;
+  // Finds the lock's entry, or adds an empty one; nullptr when full.
+  LockFence *FindOrAdd(std::string_view lock_name) noexcept;
+  void Present(LockFence &fence, Token token, SubxactId subxact) noexcept;
+  void Lock(LockFence &fence, bool mark_known, Token mark, SubxactId subxact) noexcept;
+  void AbortSubTransaction(SubxactId subxact) noexcept;
+  int size() const noexcept { return count_; }
+
+ private:
+  LockFence fences_[kCapacity];
+  int count_ = 0;
+};
+
+}  // namespace pg_fencing
