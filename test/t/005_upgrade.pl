@@ -9,8 +9,9 @@
 # Every object the extension owns (pg_depend deptype 'e'), with its
 # definition, properties, privileges and comments, and the extension's own
 # row (version, dumped tables and their conditions), must be the same in
-# both.  A fresh install of 1.1 runs pg_fencing--1.0.sql and then
-# pg_fencing--1.0--1.1.sql (there is no pg_fencing--1.1.sql), so this
+# both.  A fresh install of 1.2 runs pg_fencing--1.0.sql, then
+# pg_fencing--1.0--1.1.sql and pg_fencing--1.1--1.2.sql (there is no full
+# install script for a later version), so this
 # comparison guards the day someone adds a full install script for a later
 # version: it catches any drift between it and the upgrade path.  Because
 # an omission in the upgrade script would then be in both databases alike,
@@ -18,6 +19,18 @@
 # user-facing object has a comment; fencing_unprotect is there, pinned and
 # documented).  The extension lives in a schema of its own here, so a
 # missing @extschema@ would show.
+#
+# 1.2 makes every lock name a row of fencing_lock with an owner and the
+# roles granted its use.  The upgraded database is used before the update
+# by roles that are not superusers -- app_owner owns a table guarded under
+# lock 'tenant-7', app_writer may UPDATE it and writes under the lock,
+# app_leaser holds a lease on lock 'jobs' -- and by a superuser who only
+# presented a token for lock 'presented'.  After the update each lock has
+# the owner and users the upgrade script's comment promises, and each of
+# those roles carries on without a new step, while a role that never used
+# the locks cannot use them.  The library installed is the current one
+# throughout: the use before the update also checks that it still serves a
+# database whose extension has not been updated yet.
 
 use strict;
 use warnings;
@@ -30,11 +43,54 @@ my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
 $node->start;
 
+# Roles that are not superusers; each logs in as itself, so that
+# session_user (which a lease records) is the role.
+$node->safe_psql(
+	'postgres', q{
+CREATE ROLE app_owner LOGIN;
+CREATE ROLE app_writer LOGIN;
+CREATE ROLE app_leaser LOGIN;
+CREATE ROLE app_late LOGIN;
+});
+my $superuser = $node->safe_psql('postgres', 'SELECT current_user');
+
 # psql with the extension's schema on the path, stopping at the first error.
 sub sql
 {
 	my ($db, $query) = @_;
 	return $node->safe_psql($db, "SET search_path = public, fencing;\n$query");
+}
+
+# The same, logged in as $role.
+sub sql_as
+{
+	my ($db, $role, $query) = @_;
+	return $node->safe_psql($db, "SET search_path = public, fencing;\n$query",
+		extra_params => [ '-U', $role ]);
+}
+
+# Runs $query as $role, which must succeed: a test named $name, with the
+# error as a diagnostic, and on we go (a failure here need not stop the
+# checks that follow).  Returns the output.
+sub ok_as
+{
+	my ($db, $role, $query, $name) = @_;
+	my ($ret, $out, $err) = $node->psql($db,
+		"\\set VERBOSITY verbose\nSET search_path = public, fencing;\n$query",
+		extra_params => [ '-U', $role, '-v', 'ON_ERROR_STOP=1' ]);
+	is($ret, 0, $name) or diag $err;
+	return $out;
+}
+
+# Runs $query as $role, which must fail; returns its error, with SQLSTATE.
+sub error_as
+{
+	my ($db, $role, $query) = @_;
+	my ($ret, $out, $err) = $node->psql($db,
+		"\\set VERBOSITY verbose\nSET search_path = public, fencing;\n$query",
+		extra_params => [ '-U', $role, '-v', 'ON_ERROR_STOP=1' ]);
+	isnt($ret, 0, "fails as $role: $query");
+	return $err;
 }
 
 # Runs $query, which must fail; returns its error message, with SQLSTATE.
@@ -50,7 +106,7 @@ sub sql_error
 my $last_version = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_fencing'"
 );
-is($last_version, '1.1', 'the default version is 1.1');
+is($last_version, '1.2', 'the default version is 1.2');
 
 ###############################################################################
 # Database "upgraded": 1.0, in use, then updated.
@@ -81,7 +137,25 @@ CREATE TABLE parted (id int, token fencing_token) PARTITION BY RANGE (id);
 CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (10);
 SELECT fencing_protect('parted', lock_name => 'tenant-7');
 SELECT fencing_grant() FROM generate_series(1, 5);
+-- Every table guarded under 'tenant-7' belongs to app_owner.
+ALTER TABLE ledger OWNER TO app_owner;
+ALTER TABLE parted OWNER TO app_owner;
+ALTER TABLE parted_1 OWNER TO app_owner;
+GRANT USAGE ON SCHEMA fencing TO app_owner, app_writer, app_leaser, app_late;
+GRANT CREATE ON SCHEMA public TO app_owner;
 });
+# app_owner's own table under 'tenant-7', which app_writer may update.
+sql_as(
+	'upgraded', 'app_owner', q{
+CREATE TABLE accounts (id int PRIMARY KEY, token fencing_token, balance int);
+INSERT INTO accounts VALUES (1, NULL, 100);
+SELECT fencing_protect('accounts', lock_name => 'tenant-7');
+GRANT SELECT, UPDATE ON accounts TO app_writer;
+});
+my $jobs_token = sql_as('upgraded', 'app_leaser',
+	"SELECT fencing_acquire('jobs', 'leaser-1', '1 hour')");
+like($jobs_token, qr/^\d+$/,
+	"app_leaser holds a lease on 'jobs' under 1.0 (token $jobs_token)");
 my $lease_token = sql('upgraded',
 	"SELECT fencing_acquire('nightly', 'worker-1', '1 hour')");
 like($lease_token, qr/^\d+$/, "a lease under 1.0 (token $lease_token)");
@@ -89,8 +163,18 @@ my $row_token = sql('upgraded', 'SELECT fencing_grant()');
 sql('upgraded',
 	"UPDATE resource SET token = $row_token, val = 'by $row_token' WHERE id = 1"
 );
-sql('upgraded',
-	"INSERT INTO ledger VALUES (1, $row_token, 'entry by $row_token')");
+# The library installed is the current one: it must still serve a
+# database whose extension is at 1.0 (lock-wide writes, fencing_present).
+ok_as('upgraded', $superuser,
+	"INSERT INTO ledger VALUES (1, $row_token, 'entry by $row_token')",
+	'before the update: a write under a lock-wide fence');
+ok_as('upgraded', 'app_writer',
+	"UPDATE accounts SET token = $row_token, balance = 90 WHERE id = 1",
+	"before the update: app_writer writes under 'tenant-7'");
+# A lock whose only trace is a mark, made by a presentation.
+ok_as('upgraded', $superuser,
+	"BEGIN; SELECT fencing_present('presented', '$row_token'); COMMIT;",
+	"before the update: fencing_present() for lock 'presented'");
 like(
 	sql_error(
 		'upgraded',
@@ -105,6 +189,25 @@ is( $node->safe_psql(
 		"SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'"),
 	$last_version,
 	"ALTER EXTENSION pg_fencing UPDATE reaches $last_version");
+
+# Each lock name in use became a lock (pg_fencing--1.1--1.2.sql, "The locks
+# of a 1.1 database"): owned by the owner of a table guarded under it, else
+# by the role holding its lease, else by the role that ran the update; the
+# other roles that used it, and the roles with a write privilege on a table
+# guarded under it, are granted its use.
+is( sql(
+		'upgraded',
+		"SELECT string_agg(concat_ws(' ', lock_name, owner, users), E'\\n' ORDER BY lock_name) FROM fencing_lock"
+	),
+	join("\n",
+		'jobs app_leaser {}',
+		"nightly $superuser {}",
+		"presented $superuser {}",
+		'tenant-7 app_owner {app_writer}'),
+	'after the update: each lock with its owner and users');
+is( sql('upgraded',
+		'SELECT count(DISTINCT lock_id) = count(*) FROM fencing_lock'),
+	't', 'each lock has a lock_id of its own');
 
 ###############################################################################
 # Database "fresh": the current version, directly.
@@ -352,7 +455,8 @@ is( sql(
 		'upgraded',
 		"SELECT string_agg(tgrelid::regclass || '.' || tgname, ' ' ORDER BY tgrelid::regclass::text, tgname) FROM pg_trigger WHERE tgname LIKE 'fencing_guard%'"
 	),
-	'ledger.fencing_guard ledger.fencing_guard_truncate '
+	'accounts.fencing_guard accounts.fencing_guard_truncate '
+	  . 'ledger.fencing_guard ledger.fencing_guard_truncate '
 	  . 'parted.fencing_guard parted.fencing_guard_truncate '
 	  . 'parted_1.fencing_guard parted_1.fencing_guard_truncate '
 	  . 'resource.fencing_guard',
@@ -402,6 +506,71 @@ is( sql(
 		"SELECT count(*) FROM pg_trigger WHERE tgrelid = 'ledger'::regclass"),
 	'2',
 	'and the table can be protected again');
+
+###############################################################################
+# The upgraded database's roles carry on under the lock model, without a
+# new step; a role that never used the locks cannot use them.
+###############################################################################
+my $writer_token = sql('upgraded', 'SELECT fencing_grant()');
+is( ok_as(
+		'upgraded', 'app_writer',
+		"UPDATE accounts SET token = $writer_token, balance = 80 WHERE id = 1 RETURNING balance",
+		"after the update: app_writer writes under 'tenant-7'"),
+	'80',
+	"app_writer's write landed");
+is( sql_as(
+		'upgraded', 'app_writer',
+		"SELECT string_agg(lock_name, ',' ORDER BY lock_name) FROM fencing_locks"),
+	'tenant-7',
+	"app_writer sees the lock it may use, and only that one");
+is( sql_as(
+		'upgraded', 'app_leaser',
+		"SELECT fencing_renew('jobs', '$jobs_token', '1 hour')"),
+	't', "after the update: app_leaser renews its lease on 'jobs'");
+is(sql_as('upgraded', 'app_leaser', "SELECT fencing_leader('jobs')"),
+	'leaser-1', "app_leaser is still the leader of 'jobs'");
+is( sql_as(
+		'upgraded', 'app_leaser',
+		"SELECT fencing_release('jobs', '$jobs_token')"),
+	't', "app_leaser releases its lease");
+my $jobs_again = sql_as('upgraded', 'app_leaser',
+	"SELECT fencing_acquire('jobs', 'leaser-1', '1 hour')");
+cmp_ok($jobs_again, '>', $jobs_token,
+	"app_leaser acquires 'jobs' again, with a new token ($jobs_again)");
+sql_as('upgraded', 'app_owner', 'GRANT SELECT, UPDATE ON accounts TO app_late');
+my $late_token = sql('upgraded', 'SELECT fencing_grant()');
+like(
+	error_as(
+		'upgraded', 'app_late',
+		"UPDATE accounts SET token = $late_token, balance = 0 WHERE id = 1"),
+	qr/ERROR:  42501: permission denied for fencing lock "tenant-7"/,
+	"app_late, granted UPDATE on the table after the update, may not write under 'tenant-7'"
+);
+like(
+	error_as(
+		'upgraded', 'app_late',
+		"SELECT fencing_renew('jobs', '$jobs_again', '1 hour')"),
+	qr/ERROR:  42501: permission denied for fencing lock "jobs"/,
+	"app_late may not renew the lease on 'jobs'");
+like(
+	error_as(
+		'upgraded', 'app_late',
+		"SELECT fencing_acquire('jobs', 'late', '1 hour')"),
+	qr/ERROR:  42501: permission denied for fencing lock "jobs"/,
+	"app_late may not acquire 'jobs'");
+like(
+	error_as(
+		'upgraded', 'app_late',
+		"SELECT fencing_acquire('late-lock', 'late', '1 hour')"),
+	qr/ERROR:  42501: permission denied for fencing lock "late-lock"/,
+	'app_late may not create a lock name');
+is( sql_as(
+		'upgraded', 'app_late',
+		"SELECT count(*) FROM fencing_locks"),
+	'0',
+	'app_late sees no lock');
+is(sql('upgraded', 'SELECT balance FROM accounts WHERE id = 1'),
+	'80', "app_late's write did not land");
 
 # And in the fresh install.
 sql(
