@@ -35,6 +35,8 @@ CREATE SEQUENCE @extschema@.fencing_lock_id_seq
   AS bigint MINVALUE 1 MAXVALUE 4294967295 NO CYCLE;
 REVOKE ALL ON SEQUENCE @extschema@.fencing_lock_id_seq FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_lock_id_seq', '');
+COMMENT ON SEQUENCE @extschema@.fencing_lock_id_seq IS
+  'source of each lock''s lock_id, the key of its waiting room';
 
 CREATE TABLE @extschema@.fencing_lock (
   lock_name text PRIMARY KEY,
@@ -220,6 +222,8 @@ BEGIN
   END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_create_lock_as(oid, text, regrole) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_create_lock_as(oid, text, regrole) IS
+  'fencing_create_lock() for the role that called it; internal';
 CREATE FUNCTION @extschema@.fencing_create_lock(lock_name text, owner regrole DEFAULT NULL)
   RETURNS void AS 'MODULE_PATHNAME', 'fencing_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_create_lock(text, regrole) IS
@@ -240,6 +244,8 @@ BEGIN
   END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_grant_lock_as(oid, text, regrole) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_grant_lock_as(oid, text, regrole) IS
+  'fencing_grant_lock() for the role that called it; internal';
 CREATE FUNCTION @extschema@.fencing_grant_lock(lock_name text, grantee regrole)
   RETURNS void AS 'MODULE_PATHNAME', 'fencing_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_grant_lock(text, regrole) IS
@@ -259,6 +265,8 @@ BEGIN
   RETURN FOUND;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_revoke_lock_as(oid, text, regrole) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_revoke_lock_as(oid, text, regrole) IS
+  'fencing_revoke_lock() for the role that called it; internal';
 CREATE FUNCTION @extschema@.fencing_revoke_lock(lock_name text, grantee regrole)
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_revoke_lock(text, regrole) IS
@@ -280,6 +288,8 @@ BEGIN
   UPDATE @extschema@.fencing_lock k SET owner = new_owner WHERE k.lock_name = l.lock_name;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_alter_lock_owner_as(oid, text, regrole) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_alter_lock_owner_as(oid, text, regrole) IS
+  'fencing_alter_lock_owner() for the role that called it; internal';
 CREATE FUNCTION @extschema@.fencing_alter_lock_owner(lock_name text, new_owner regrole)
   RETURNS void AS 'MODULE_PATHNAME', 'fencing_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_alter_lock_owner(text, regrole) IS
@@ -437,6 +447,8 @@ BEGIN
   RETURN @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval) IS
+  'fencing_acquire(lock_name, holder, ttl) for the role that called it; internal';
 
 -- The longest wait: the waiting room is queued with lock_timeout, whose
 -- largest value is INT_MAX milliseconds.
@@ -497,6 +509,8 @@ BEGIN
   RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval) IS
+  'fencing_acquire(lock_name, holder, ttl, wait) for the role that called it; internal';
 
 -- Renew and release both move the end of a live lease the caller's role
 -- holds under token: to now + remaining.  A lock that does not exist has no
@@ -536,6 +550,8 @@ BEGIN
   RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, ttl);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_renew_as(oid, text, @extschema@.fencing_token, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_renew_as(oid, text, @extschema@.fencing_token, interval) IS
+  'fencing_renew() for the role that called it; internal';
 
 CREATE FUNCTION @extschema@.fencing_release_as(
     caller oid, lock_name text, token @extschema@.fencing_token)
@@ -549,6 +565,8 @@ BEGIN
   RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, interval '0');
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_release_as(oid, text, @extschema@.fencing_token) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_release_as(oid, text, @extschema@.fencing_token) IS
+  'fencing_release() for the role that called it; internal';
 
 CREATE FUNCTION @extschema@.fencing_leader_as(caller oid, lock_name text) RETURNS text
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -567,6 +585,8 @@ BEGIN
   RETURN leader;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_leader_as(oid, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_leader_as(oid, text) IS
+  'fencing_leader() for the role that called it; internal';
 
 -- The public lease functions become gates (see fencing_gate above).
 CREATE OR REPLACE FUNCTION @extschema@.fencing_acquire(lock_name text, holder text, ttl interval)
@@ -894,6 +914,8 @@ COMMENT ON FUNCTION @extschema@.fencing_refuse_tampering() IS
 CREATE EVENT TRIGGER fencing_refuse_tampering ON ddl_command_end
   WHEN TAG IN ('CREATE TRIGGER', 'CREATE TABLE', 'ALTER TABLE')
   EXECUTE FUNCTION @extschema@.fencing_refuse_tampering();
+COMMENT ON EVENT TRIGGER fencing_refuse_tampering IS
+  'refuses pg_fencing guard triggers created or replaced by a non-owner, and unguarded inheritance children of guarded tables';
 
 -------------------------------------------------------------------------------
 -- fencing_audit()
@@ -1003,3 +1025,11 @@ CREATE FUNCTION @extschema@.fencing_audit()
   END;
 COMMENT ON FUNCTION @extschema@.fencing_audit() IS
   'every table guarded by pg_fencing that the caller owns, with each thing that weakens its guard, a severity and the command that mends it';
+
+-------------------------------------------------------------------------------
+-- Catalog comments that no longer said what the objects do
+-------------------------------------------------------------------------------
+COMMENT ON FUNCTION @extschema@.fencing_guard() IS
+  'the guard trigger: BEFORE UPDATE FOR EACH ROW for a per-row fence; with option lock=NAME, BEFORE INSERT, UPDATE or DELETE FOR EACH ROW and BEFORE TRUNCATE; refuses a lower token (55Z01) or a missing one (55Z02); arguments: column name, then options allow_unset, skip, lock=NAME';
+COMMENT ON TABLE @extschema@.fencing_fence IS
+  'highest fencing token seen per lock; written only by the extension''s functions: fencing_fence_advance() (writes), fencing_fence_lock() (presentations) and lease grants';

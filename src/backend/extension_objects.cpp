@@ -76,14 +76,16 @@ Oid TokenTypeOid(Oid schema) {
   return type;
 }
 
-FmgrInfo *ExtensionFunction(Oid schema, const char *name, int nargs, const Oid *argtypes) {
+FmgrInfo *ExtensionFunctionIfExists(Oid schema, const char *name, int nargs,
+                                    const Oid *argtypes) {
   RegisterInvalidation();
   for (CachedFunction *f = cached_functions; f != nullptr; f = f->next) {
     if (SameSignature(*f, schema, name, nargs, argtypes)) return &f->flinfo;
   }
   Assert(nargs <= FUNC_MAX_ARGS);
   List *qualified = list_make2(makeString(get_namespace_name(schema)), makeString(pstrdup(name)));
-  const Oid function = LookupFuncName(qualified, nargs, argtypes, false);
+  const Oid function = LookupFuncName(qualified, nargs, argtypes, true);
+  if (!OidIsValid(function)) return nullptr;
   auto *entry =
       static_cast<CachedFunction *>(MemoryContextAllocZero(TopMemoryContext, sizeof(CachedFunction)));
   fmgr_info_cxt(function, &entry->flinfo, TopMemoryContext);
@@ -94,6 +96,17 @@ FmgrInfo *ExtensionFunction(Oid schema, const char *name, int nargs, const Oid *
   entry->next = cached_functions;
   cached_functions = entry;
   return &entry->flinfo;
+}
+
+FmgrInfo *ExtensionFunction(Oid schema, const char *name, int nargs, const Oid *argtypes) {
+  FmgrInfo *fn = ExtensionFunctionIfExists(schema, name, nargs, argtypes);
+  if (fn == nullptr) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                    errmsg("function %s.%s of extension pg_fencing does not exist",
+                           get_namespace_name(schema), name),
+                    errhint("Update the extension: ALTER EXTENSION pg_fencing UPDATE.")));
+  }
+  return fn;
 }
 
 Datum CallExtensionFunction(FmgrInfo *fn, int nargs, const Datum *args, const bool *nulls,

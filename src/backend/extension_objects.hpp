@@ -19,6 +19,10 @@ Oid TokenTypeOid(Oid schema);
 // 42883 if it does not exist.  The FmgrInfo lives in a long-lived context.
 FmgrInfo *ExtensionFunction(Oid schema, const char *name, int nargs, const Oid *argtypes);
 
+// The same, or nullptr when the function does not exist (a database whose
+// extension has not been updated to the version that created it).
+FmgrInfo *ExtensionFunctionIfExists(Oid schema, const char *name, int nargs, const Oid *argtypes);
+
 // Calls fn with nargs arguments; nulls (or nullptr: none) marks NULL ones.
 // *is_null reports a NULL result.
 Datum CallExtensionFunction(FmgrInfo *fn, int nargs, const Datum *args, const bool *nulls,

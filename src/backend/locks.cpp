@@ -25,7 +25,8 @@ namespace pg_fencing {
 
 int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create, Oid for_table) {
   static const Oid kArgTypes[] = {TEXTOID, OIDOID, BOOLOID, REGCLASSOID};
-  FmgrInfo *fn = ExtensionFunction(schema, "fencing_lock_authorize", 4, kArgTypes);
+  FmgrInfo *fn = ExtensionFunctionIfExists(schema, "fencing_lock_authorize", 4, kArgTypes);
+  if (fn == nullptr) return 0;  // before 1.2: no lock model (see locks.hpp)
   const Datum args[] = {CStringGetTextDatum(lock_name), ObjectIdGetDatum(role),
                         BoolGetDatum(may_create), ObjectIdGetDatum(for_table)};
   const bool nulls[] = {false, false, false, !OidIsValid(for_table)};

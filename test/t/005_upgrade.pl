@@ -326,6 +326,11 @@ WITH ext AS (
       'function=' || coalesce(ca.castfunc::regprocedure::text, '-'),
       'context=' || ca.castcontext::text, 'method=' || ca.castmethod::text)
       FROM pg_catalog.pg_cast ca WHERE ca.oid = m.objid)
+  WHEN 'pg_catalog.pg_event_trigger'::regclass THEN (
+    SELECT concat_ws(' ; ', 'event=' || et.evtevent, 'enabled=' || et.evtenabled::text,
+      'tags=' || coalesce(et.evttags::text, '-'), 'function=' || et.evtfoid::regprocedure,
+      'owner=' || et.evtowner::regrole)
+      FROM pg_catalog.pg_event_trigger et WHERE et.oid = m.objid)
   ELSE 'UNCOMPARED CATALOG ' || m.classid::regclass
   END AS definition,
   (SELECT string_agg(ds.objsubid || ': ' || ds.description, ' ; ' ORDER BY ds.objsubid)
@@ -405,6 +410,7 @@ SELECT string_agg(pg_describe_object(m.classid, m.objid, 0), ', '
        WHEN 'pg_proc'::regclass THEN m.objid NOT IN (SELECT fn FROM internal_fn)
        WHEN 'pg_type'::regclass THEN (SELECT typtype = 'b' FROM pg_type WHERE oid = m.objid)
        WHEN 'pg_class'::regclass THEN (SELECT relkind IN ('r', 'v', 'S', 'p', 'm') FROM pg_class WHERE oid = m.objid)
+       WHEN 'pg_event_trigger'::regclass THEN true
        ELSE false END
 }),
 		'',
