@@ -118,9 +118,6 @@ DECLARE
   l @extschema@.fencing_lock;
   creator regrole;
 BEGIN
-  IF lock_name IS NULL OR lock_name = '' THEN
-    RAISE EXCEPTION 'lock name must not be NULL or empty' USING ERRCODE = '22023';
-  END IF;
   SELECT * INTO l FROM @extschema@.fencing_lock k WHERE k.lock_name = fencing_lock_authorize.lock_name;
   IF NOT FOUND AND may_create THEN
     creator := @extschema@.fencing_creator_for(lock_name, role);
@@ -157,6 +154,11 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_lock_authorize(text, oid, boolean, re
 COMMENT ON FUNCTION @extschema@.fencing_lock_authorize(text, oid, boolean, regclass) IS
   'checks that a role may use a lock (creating it if allowed) and returns its id; internal';
 
+-- Lock names are checked (not NULL, not empty) in one place, the C
+-- function CheckLockName (src/backend/locks.cpp), by every public function
+-- that takes one before anything below runs; the SQL here takes them as
+-- given.
+--
 -- The calling role for the functions below.  Public functions that act for
 -- the caller are C "gates" (fencing_gate in src/backend/locks.cpp): a gate
 -- runs as the caller, so GetUserId() is the role every PostgreSQL privilege
@@ -173,9 +175,6 @@ CREATE FUNCTION @extschema@.fencing_lock_for_owner(lock_name text, caller oid)
 DECLARE
   l @extschema@.fencing_lock;
 BEGIN
-  IF lock_name IS NULL OR lock_name = '' THEN
-    RAISE EXCEPTION 'lock name must not be NULL or empty' USING ERRCODE = '22023';
-  END IF;
   SELECT * INTO l FROM @extschema@.fencing_lock k
    WHERE k.lock_name = fencing_lock_for_owner.lock_name FOR UPDATE;
   IF NOT FOUND THEN
@@ -196,9 +195,6 @@ CREATE FUNCTION @extschema@.fencing_create_lock_as(caller oid, lock_name text, o
 DECLARE
   creator regrole;
 BEGIN
-  IF lock_name IS NULL OR lock_name = '' THEN
-    RAISE EXCEPTION 'lock name must not be NULL or empty' USING ERRCODE = '22023';
-  END IF;
   creator := @extschema@.fencing_creator_for(lock_name, caller);
   IF creator IS NULL THEN
     RAISE EXCEPTION 'permission denied to create fencing lock "%"', lock_name
@@ -557,11 +553,7 @@ CREATE FUNCTION @extschema@.fencing_release_as(
     caller oid, lock_name text, token @extschema@.fencing_token)
   RETURNS boolean LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  checked boolean;
 BEGIN
-  -- The lock name is checked as for every lease call (1.1 did not here).
-  checked := @extschema@.fencing_check_lease_args(lock_name, NULL, interval '1 second', false);
   RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, interval '0');
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_release_as(oid, text, @extschema@.fencing_token) FROM PUBLIC;
@@ -573,9 +565,6 @@ CREATE FUNCTION @extschema@.fencing_leader_as(caller oid, lock_name text) RETURN
 DECLARE
   leader text;
 BEGIN
-  IF lock_name IS NULL OR lock_name = '' THEN
-    RAISE EXCEPTION 'lock name must not be NULL or empty' USING ERRCODE = '22023';
-  END IF;
   IF NOT EXISTS (SELECT FROM @extschema@.fencing_lock k WHERE k.lock_name = fencing_leader_as.lock_name) THEN
     RETURN NULL;
   END IF;

@@ -15,6 +15,9 @@ Oid ExtensionSchema(FunctionCallInfo fcinfo);
 // The fencing_token type in schema.
 Oid TokenTypeOid(Oid schema);
 
+// The sequence fencing_grant() takes tokens from, fencing_token_seq in schema.
+Oid TokenSequenceOid(Oid schema);
+
 // The extension's SQL function schema.name(argtypes), ready to call; raises
 // 42883 if it does not exist.  The FmgrInfo lives in a long-lived context.
 FmgrInfo *ExtensionFunction(Oid schema, const char *name, int nargs, const Oid *argtypes);

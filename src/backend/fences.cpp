@@ -1,12 +1,13 @@
 // Lock-wide fences: the transaction's presented tokens (fencing_present)
 // and its locked view of each lock's high-water mark.
 //
-// The mark itself lives in the table fencing_fence, one row per lock, and
-// is read and moved only by the SQL function fencing_fence_advance(), which
-// locks the row for the rest of the transaction.  So writers under one lock
-// are serialised on that one row whatever tables they write, and a
-// transaction that has locked the mark can judge every further row against
-// its cached copy without another query.
+// The mark itself lives in the table fencing_fence, one row per lock.  Writes
+// read and move it through the SQL function fencing_fence_advance(),
+// presentations read it through fencing_fence_lock(), and a lease grant
+// raises it in fencing_try_acquire(); each locks the row for the rest of the
+// transaction.  So writers under one lock are serialised on that one row
+// whatever tables they write, and a transaction that has locked the mark can
+// judge every further row against its cached copy without another query.
 #include "fences.hpp"
 
 extern "C" {
@@ -168,15 +169,7 @@ extern "C" {
 // fencing_present(lock_name text, token fencing_token) RETURNS void
 PG_FUNCTION_INFO_V1(fencing_present);
 Datum fencing_present(PG_FUNCTION_ARGS) {
-  if (PG_ARGISNULL(0)) {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("lock name must not be NULL or empty")));
-  }
-  const char *lock_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-  if (lock_name[0] == '\0') {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("lock name must not be NULL or empty")));
-  }
+  const char *lock_name = CheckLockName(fcinfo, 0);
   if (PG_ARGISNULL(1)) {
     ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
                     errmsg("missing fencing token for lock \"%s\": fencing_present() was given NULL",

@@ -20,7 +20,7 @@
 // unreplicated token.  Unlike a commit, a grant waits whatever the session's
 // synchronous_commit says: a commit that skips the wait loses only its own
 // data, but a token leaves the database at once and its holder acts on it.
-#include "boundary.hpp"
+#include "extension_objects.hpp"
 
 extern "C" {
 #include "access/relation.h"
@@ -41,29 +41,6 @@ extern "C" {
 
 namespace pg_fencing {
 namespace {
-
-constexpr const char *kTokenSequence = "fencing_token_seq";
-
-// The sequence lives in the extension's schema, which is where this
-// function lives too; the OID is cached for the life of the FmgrInfo.
-Oid TokenSequenceOid(FunctionCallInfo fcinfo) {
-  FmgrInfo *flinfo = fcinfo->flinfo;
-  if (flinfo->fn_extra != nullptr) return *static_cast<Oid *>(flinfo->fn_extra);
-
-  const Oid schema = get_func_namespace(flinfo->fn_oid);
-  const Oid seq = get_relname_relid(kTokenSequence, schema);
-  if (!OidIsValid(seq)) {
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("sequence \"%s\" of extension pg_fencing does not exist in schema \"%s\"",
-                           kTokenSequence, get_namespace_name(schema)),
-                    errhint("Reinstall the extension: DROP EXTENSION pg_fencing; CREATE EXTENSION "
-                            "pg_fencing.")));
-  }
-  Oid *cached = static_cast<Oid *>(MemoryContextAlloc(flinfo->fn_mcxt, sizeof(Oid)));
-  *cached = seq;
-  flinfo->fn_extra = cached;
-  return seq;
-}
 
 // LSN of the last WAL record applied to the sequence's only page.
 XLogRecPtr SequencePageLsn(Oid seq) {
@@ -157,7 +134,7 @@ PG_FUNCTION_INFO_V1(fencing_grant);
 Datum fencing_grant(PG_FUNCTION_ARGS) {
   // Checked here so the error names fencing_grant(), not nextval().
   PreventCommandIfReadOnly("fencing_grant()");
-  const Oid seq = TokenSequenceOid(fcinfo);
+  const Oid seq = TokenSequenceOid(ExtensionSchema(fcinfo));
   // Callers need EXECUTE on fencing_grant, not USAGE on the sequence, which
   // stays private to the extension.
   const int64 token = nextval_internal(seq, false);

@@ -271,24 +271,89 @@ Oid OwnerOfRelation(Oid relid) {
   pg_unreachable();
 }
 
-// what says what was missing, e.g. "column \"token\" is set to NULL".
-[[noreturn]] void ReportMissing(const TriggerData *td, const GuardCache &guard, const char *what,
-                                const char *hint) {
-  const char *table = RelationGetRelationName(td->tg_relation);
-  if (guard.lock_name != nullptr) {
-    ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                    errmsg("missing fencing token for table \"%s\" under lock \"%s\": %s", table,
-                           guard.lock_name, what),
-                    errhint("%s", hint), errtablecol(td->tg_relation, guard.attnum)));
-  }
-  ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                  errmsg("missing fencing token for table \"%s\": %s", table, what),
-                  errhint("%s", hint), errtablecol(td->tg_relation, guard.attnum)));
-  pg_unreachable();
-}
+// Why a write carries no token.  Each reason has its own complete message
+// (PostgreSQL's style: no message assembled from fragments).
+enum class MissingReason {
+  kSetToNull,             // the UPDATE sets the token column to NULL
+  kNotSet,                // per-row fence: the UPDATE does not set the column
+  kNotSetNonePresented,   // lock-wide: the UPDATE does not set it, nothing presented
+  kInsertNull,            // lock-wide: the new row's token is NULL, nothing presented
+  kDeleteNonePresented,   // lock-wide: DELETE without a presented token
+  kTruncateNonePresented  // lock-wide: TRUNCATE without a presented token
+};
 
-const char *ColumnName(const TriggerData *td, const GuardCache &guard) {
-  return NameStr(TupleDescAttr(RelationGetDescr(td->tg_relation), guard.attnum - 1)->attname);
+[[noreturn]] void ReportMissing(const TriggerData *td, const GuardCache &guard,
+                                MissingReason reason) {
+  const char *table = RelationGetRelationName(td->tg_relation);
+  const char *column =
+      NameStr(TupleDescAttr(RelationGetDescr(td->tg_relation), guard.attnum - 1)->attname);
+  const char *lock = guard.lock_name;
+  switch (reason) {
+    case MissingReason::kSetToNull:
+      if (lock != nullptr) {
+        ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                        errmsg("missing fencing token for table \"%s\" under lock \"%s\": column "
+                               "\"%s\" is set to NULL",
+                               table, lock, column),
+                        errhint("Set \"%s\" to your token, or call fencing_present('%s', token) "
+                                "first in this transaction.",
+                                column, lock),
+                        errtablecol(td->tg_relation, guard.attnum)));
+      }
+      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                      errmsg("missing fencing token for table \"%s\": column \"%s\" is set to NULL",
+                             table, column),
+                      errhint("Set \"%s\" to the fencing token of the lock you hold.", column),
+                      errtablecol(td->tg_relation, guard.attnum)));
+      break;
+    case MissingReason::kNotSet:
+      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                      errmsg("missing fencing token for table \"%s\": the UPDATE does not set "
+                             "column \"%s\"",
+                             table, column),
+                      errhint("Set \"%s\" to the fencing token of the lock you hold, or protect "
+                              "the table with option 'allow_unset'.",
+                              column),
+                      errtablecol(td->tg_relation, guard.attnum)));
+      break;
+    case MissingReason::kNotSetNonePresented:
+      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": the UPDATE "
+                             "does not set column \"%s\" and the transaction presented no token",
+                             table, lock, column),
+                      errhint("Set \"%s\" to your token, or call fencing_present('%s', token) "
+                              "first in this transaction.",
+                              column, lock),
+                      errtablecol(td->tg_relation, guard.attnum)));
+      break;
+    case MissingReason::kInsertNull:
+      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": the new "
+                             "row's \"%s\" is NULL and the transaction presented no token",
+                             table, lock, column),
+                      errhint("Set \"%s\" to your token, or call fencing_present('%s', token) "
+                              "first in this transaction.",
+                              column, lock),
+                      errtablecol(td->tg_relation, guard.attnum)));
+      break;
+    case MissingReason::kDeleteNonePresented:
+      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": DELETE "
+                             "needs the token presented for the transaction",
+                             table, lock),
+                      errhint("Call fencing_present('%s', token) first in this transaction.", lock),
+                      errtablecol(td->tg_relation, guard.attnum)));
+      break;
+    case MissingReason::kTruncateNonePresented:
+      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
+                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": TRUNCATE "
+                             "needs the token presented for the transaction",
+                             table, lock),
+                      errhint("Call fencing_present('%s', token) first in this transaction.", lock),
+                      errtablecol(td->tg_relation, guard.attnum)));
+      break;
+  }
+  pg_unreachable();
 }
 
 // ---- The two kinds of fence ---------------------------------------------------
@@ -315,7 +380,6 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
       ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token, in.new_is_null);
 
   const GuardVerdict verdict = PGF_CORE(DecideGuard(in, guard.options));
-  const char *column = ColumnName(td, guard);
   switch (verdict) {
     case GuardVerdict::kAccept:
       return PointerGetDatum(td->tg_newtuple);
@@ -324,14 +388,8 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
     case GuardVerdict::kRejectStale:
       ReportStaleForRow(td, guard.attnum, in.new_token, in.old_token);
     case GuardVerdict::kRejectMissing:
-      if (in.column_assigned) {
-        ReportMissing(td, guard, psprintf("column \"%s\" is set to NULL", column),
-                      psprintf("Set \"%s\" to the fencing token of the lock you hold.", column));
-      }
-      ReportMissing(td, guard, psprintf("the UPDATE does not set column \"%s\"", column),
-                    psprintf("Set \"%s\" to the fencing token of the lock you hold, or protect "
-                             "the table with option 'allow_unset'.",
-                             column));
+      ReportMissing(td, guard,
+                    in.column_assigned ? MissingReason::kSetToNull : MissingReason::kNotSet);
   }
   pg_unreachable();
 }
@@ -393,9 +451,7 @@ bool IsDeleteHalfOfAcceptedMove(const TriggerData *td) {
 Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   const LockFence *fence = FindTransactionFence(guard.lock_name);
   if (fence == nullptr || !fence->presented) {
-    ReportMissing(td, guard, "TRUNCATE needs the token presented for the transaction",
-                  psprintf("Call fencing_present('%s', token) first in this transaction.",
-                           guard.lock_name));
+    ReportMissing(td, guard, MissingReason::kTruncateNonePresented);
   }
   const Token token = fence->presented_token;
   Token mark = 0;
@@ -436,11 +492,6 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
   }
 
   const LockWriteDecision decision = PGF_CORE(DecideLockWrite(in, guard.options));
-  const char *column = ColumnName(td, guard);
-  const char *present_hint =
-      psprintf("Set \"%s\" to your token, or call fencing_present('%s', token) first in this "
-               "transaction.",
-               column, guard.lock_name);
   switch (decision.verdict) {
     case GuardVerdict::kAccept:
       break;
@@ -451,23 +502,13 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
     case GuardVerdict::kRejectMissing:
       switch (in.kind) {
         case WriteKind::kInsert:
-          ReportMissing(td, guard,
-                        psprintf("the new row's \"%s\" is NULL and the transaction presented no "
-                                 "token",
-                                 column),
-                        present_hint);
+          ReportMissing(td, guard, MissingReason::kInsertNull);
         case WriteKind::kUpdate:
           ReportMissing(td, guard,
-                        in.column_assigned
-                            ? psprintf("column \"%s\" is set to NULL", column)
-                            : psprintf("the UPDATE does not set column \"%s\" and the "
-                                       "transaction presented no token",
-                                       column),
-                        present_hint);
+                        in.column_assigned ? MissingReason::kSetToNull
+                                           : MissingReason::kNotSetNonePresented);
         case WriteKind::kDelete:
-          ReportMissing(td, guard, "DELETE needs the token presented for the transaction",
-                        psprintf("Call fencing_present('%s', token) first in this transaction.",
-                                 guard.lock_name));
+          ReportMissing(td, guard, MissingReason::kDeleteNonePresented);
       }
   }
 
@@ -558,11 +599,8 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   }
   const Oid relid = PG_GETARG_OID(0);
   const Oid schema = ExtensionSchema(fcinfo);
-  const char *lock_name = PG_ARGISNULL(3) ? nullptr : text_to_cstring(PG_GETARG_TEXT_PP(3));
-  if (lock_name != nullptr && lock_name[0] == '\0') {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("lock name must not be empty")));
-  }
+  // No lock_name: a per-row fence.
+  const char *lock_name = PG_ARGISNULL(3) ? nullptr : CheckLockName(fcinfo, 3);
   Name column = CheckProtection(fcinfo, relid, lock_name);
 
   const Oid caller = GetUserId();

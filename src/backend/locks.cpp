@@ -23,6 +23,14 @@ extern "C" {
 
 namespace pg_fencing {
 
+const char *CheckLockName(FunctionCallInfo fcinfo, int arg) {
+  if (PG_ARGISNULL(arg) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(arg)) == 0) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("lock name must not be NULL or empty")));
+  }
+  return text_to_cstring(PG_GETARG_TEXT_PP(arg));
+}
+
 int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create, Oid for_table) {
   static const Oid kArgTypes[] = {TEXTOID, OIDOID, BOOLOID, REGCLASSOID};
   FmgrInfo *fn = ExtensionFunctionIfExists(schema, "fencing_lock_authorize", 4, kArgTypes);
@@ -64,6 +72,10 @@ GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
   const auto *form = reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc));
   const int nargs = form->pronargs;
   if (nargs + 1 > FUNC_MAX_ARGS) elog(ERROR, "fencing_gate: too many arguments");
+  // Every gate is a lock function whose first argument is the lock's name.
+  if (nargs < 1 || form->proargtypes.values[0] != TEXTOID) {
+    elog(ERROR, "fencing_gate: %s does not take a lock name first", NameStr(form->proname));
+  }
   Oid argtypes[FUNC_MAX_ARGS];
   argtypes[0] = OIDOID;
   for (int i = 0; i < nargs; ++i) argtypes[i + 1] = form->proargtypes.values[i];
@@ -84,7 +96,7 @@ GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
 
 extern "C" {
 
-// fencing_gate: the body of every public function that acts for its caller
+// fencing_gate: the body of every public function that acts on a lock for its caller
 // (fencing_acquire, fencing_renew, fencing_release, fencing_leader, the
 // lock management functions).  It calls NAME_as(caller, arguments...) with
 // the caller's role; PUBLIC may not call the _as functions directly, so a
@@ -93,6 +105,7 @@ extern "C" {
 PG_FUNCTION_INFO_V1(fencing_gate);
 Datum fencing_gate(PG_FUNCTION_ARGS) {
   const GateTarget *gate = LookupGateTarget(fcinfo);
+  CheckLockName(fcinfo, 0);
   LOCAL_FCINFO(call, FUNC_MAX_ARGS);
   InitFunctionCallInfoData(*call, gate->target, gate->nargs, fcinfo->fncollation, nullptr, nullptr);
   call->args[0].value = ObjectIdGetDatum(GetUserId());

@@ -6,6 +6,12 @@
 
 namespace pg_fencing {
 
+// The lock name in argument arg of a SQL-callable function, checked: a NULL
+// or empty name is an error (22023).  The one place lock names are checked:
+// every public function that takes one calls it (the gates for all of
+// theirs), so the SQL behind them can take the name as given.
+const char *CheckLockName(FunctionCallInfo fcinfo, int arg);
+
 // Checks that role may use lock_name -- creating the lock first when it
 // does not exist, may_create is true and role may create it -- and returns
 // the lock's id; raises 42501 otherwise.  for_table (or InvalidOid) is the
