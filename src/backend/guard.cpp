@@ -282,77 +282,73 @@ enum class MissingReason {
   kTruncateNonePresented  // lock-wide: TRUNCATE without a presented token
 };
 
+// The hints a refused token-less write under a lock gets (called inside
+// ereport's argument list, as errhint itself is).
+int HintSetOrPresent(const char *column, const char *lock) {
+  return errhint("Set \"%s\" to your token, or call fencing_present('%s', token) first in this "
+                 "transaction.",
+                 column, lock);
+}
+
+int HintPresent(const char *lock) {
+  return errhint("Call fencing_present('%s', token) first in this transaction.", lock);
+}
+
 [[noreturn]] void ReportMissing(const TriggerData *td, const GuardCache &guard,
                                 MissingReason reason) {
   const char *table = RelationGetRelationName(td->tg_relation);
   const char *column =
       NameStr(TupleDescAttr(RelationGetDescr(td->tg_relation), guard.attnum - 1)->attname);
   const char *lock = guard.lock_name;
+#define PGF_MISSING(...) \
+  ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN), __VA_ARGS__, \
+                  errtablecol(td->tg_relation, guard.attnum)))
   switch (reason) {
     case MissingReason::kSetToNull:
       if (lock != nullptr) {
-        ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                        errmsg("missing fencing token for table \"%s\" under lock \"%s\": column "
-                               "\"%s\" is set to NULL",
-                               table, lock, column),
-                        errhint("Set \"%s\" to your token, or call fencing_present('%s', token) "
-                                "first in this transaction.",
-                                column, lock),
-                        errtablecol(td->tg_relation, guard.attnum)));
+        PGF_MISSING(errmsg("missing fencing token for table \"%s\" under lock \"%s\": column "
+                           "\"%s\" is set to NULL",
+                           table, lock, column),
+                    HintSetOrPresent(column, lock));
       }
-      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                      errmsg("missing fencing token for table \"%s\": column \"%s\" is set to NULL",
-                             table, column),
-                      errhint("Set \"%s\" to the fencing token of the lock you hold.", column),
-                      errtablecol(td->tg_relation, guard.attnum)));
+      PGF_MISSING(errmsg("missing fencing token for table \"%s\": column \"%s\" is set to NULL",
+                         table, column),
+                  errhint("Set \"%s\" to the fencing token of the lock you hold.", column));
       break;
     case MissingReason::kNotSet:
-      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                      errmsg("missing fencing token for table \"%s\": the UPDATE does not set "
-                             "column \"%s\"",
-                             table, column),
-                      errhint("Set \"%s\" to the fencing token of the lock you hold, or protect "
-                              "the table with option 'allow_unset'.",
-                              column),
-                      errtablecol(td->tg_relation, guard.attnum)));
+      PGF_MISSING(errmsg("missing fencing token for table \"%s\": the UPDATE does not set column "
+                         "\"%s\"",
+                         table, column),
+                  errhint("Set \"%s\" to the fencing token of the lock you hold, or protect the "
+                          "table with option 'allow_unset'.",
+                          column));
       break;
     case MissingReason::kNotSetNonePresented:
-      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": the UPDATE "
-                             "does not set column \"%s\" and the transaction presented no token",
-                             table, lock, column),
-                      errhint("Set \"%s\" to your token, or call fencing_present('%s', token) "
-                              "first in this transaction.",
-                              column, lock),
-                      errtablecol(td->tg_relation, guard.attnum)));
+      PGF_MISSING(errmsg("missing fencing token for table \"%s\" under lock \"%s\": the UPDATE "
+                         "does not set column \"%s\" and the transaction presented no token",
+                         table, lock, column),
+                  HintSetOrPresent(column, lock));
       break;
     case MissingReason::kInsertNull:
-      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": the new "
-                             "row's \"%s\" is NULL and the transaction presented no token",
-                             table, lock, column),
-                      errhint("Set \"%s\" to your token, or call fencing_present('%s', token) "
-                              "first in this transaction.",
-                              column, lock),
-                      errtablecol(td->tg_relation, guard.attnum)));
+      PGF_MISSING(errmsg("missing fencing token for table \"%s\" under lock \"%s\": the new row's "
+                         "\"%s\" is NULL and the transaction presented no token",
+                         table, lock, column),
+                  HintSetOrPresent(column, lock));
       break;
     case MissingReason::kDeleteNonePresented:
-      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": DELETE "
-                             "needs the token presented for the transaction",
-                             table, lock),
-                      errhint("Call fencing_present('%s', token) first in this transaction.", lock),
-                      errtablecol(td->tg_relation, guard.attnum)));
+      PGF_MISSING(errmsg("missing fencing token for table \"%s\" under lock \"%s\": DELETE needs "
+                         "the token presented for the transaction",
+                         table, lock),
+                  HintPresent(lock));
       break;
     case MissingReason::kTruncateNonePresented:
-      ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                      errmsg("missing fencing token for table \"%s\" under lock \"%s\": TRUNCATE "
-                             "needs the token presented for the transaction",
-                             table, lock),
-                      errhint("Call fencing_present('%s', token) first in this transaction.", lock),
-                      errtablecol(td->tg_relation, guard.attnum)));
+      PGF_MISSING(errmsg("missing fencing token for table \"%s\" under lock \"%s\": TRUNCATE "
+                         "needs the token presented for the transaction",
+                         table, lock),
+                  HintPresent(lock));
       break;
   }
+#undef PGF_MISSING
   pg_unreachable();
 }
 
