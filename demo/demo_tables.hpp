@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pg_fencing/core.hpp"
+#include "pg_fencing/token.hpp"
 
 namespace pg_fencing::demo {
 

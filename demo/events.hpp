@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "pg_fencing/core.hpp"
+#include "pg_fencing/token.hpp"
 
 namespace pg_fencing::demo {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "options.hpp"
-#include "pg_fencing/core.hpp"
+#include "pg_fencing/token.hpp"
 
 namespace pg_fencing::demo {
 
