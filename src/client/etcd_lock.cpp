@@ -29,6 +29,7 @@
 #include <thread>
 #include <utility>
 
+#include "busy_retry.hpp"
 #include "pg_fencing/etcd_lock.hpp"
 
 namespace pg_fencing::client {
@@ -42,8 +43,6 @@ using std::chrono::milliseconds;
 // Bound on one request while acquiring and releasing; keepalives get what is
 // left before the lock's deadline, if that is less.
 constexpr milliseconds kRequestTimeout{2000};
-// How often a waiting acquirer looks at the key again.
-constexpr milliseconds kRetryInterval{10};
 // gRPC status NOT_FOUND, as the gateway reports it ("requested lease not found").
 constexpr int kGrpcNotFound = 5;
 
@@ -234,8 +233,7 @@ std::optional<Token> PutIfAbsent(EtcdClient &etcd, const std::string &key, const
 std::unique_ptr<RenewedLock> AcquireEtcdLock(const EtcdLockOptions &options) {
   const long long ttl_seconds = (options.ttl.count() + 999) / 1000;
   auto etcd = std::make_unique<EtcdClient>(options.url);
-  const milliseconds wait = options.wait.value_or(milliseconds(0));
-  const Clock::time_point give_up = Clock::now() + wait;
+  const BusyRetry retry(options.wait, "etcd key " + options.key);
   for (;;) {
     // Granting a lease per attempt would be wasteful while the key is
     // plainly taken: look first.
@@ -262,13 +260,7 @@ std::unique_ptr<RenewedLock> AcquireEtcdLock(const EtcdLockOptions &options) {
       }
       Revoke(*etcd, lease);  // someone else put it first
     }
-    const Clock::time_point now = Clock::now();
-    if (now >= give_up) {
-      throw LeaseUnavailableError(
-          "etcd key " + options.key + " is held by another holder" +
-          (options.wait ? " (waited " + std::to_string(wait.count()) + " ms)" : ""));
-    }
-    std::this_thread::sleep_for(std::min<Clock::duration>(kRetryInterval, give_up - now));
+    retry.AfterBusy();
   }
 }
 

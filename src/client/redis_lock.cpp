@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "busy_retry.hpp"
 #include "pg_fencing/redis_lock.hpp"
 
 namespace pg_fencing::client {
@@ -30,8 +31,6 @@ using std::chrono::milliseconds;
 // Bound on one command while acquiring and releasing; renewals get what is
 // left before the lock's deadline, if that is less.
 constexpr milliseconds kCommandTimeout{2000};
-// How often a waiting acquirer tries SET NX again.
-constexpr milliseconds kRetryInterval{10};
 constexpr std::size_t kIdBytes = 16;
 
 // Extends the key's expiry only while it holds our id: otherwise the lock
@@ -212,8 +211,7 @@ std::unique_ptr<RenewedLock> AcquireRedisLock(const RedisLockOptions &options,
                                               pqxx::connection &db) {
   const std::string id = RandomId();
   auto connection = std::make_unique<RedisConnection>(ParseRedisAddress(options.address));
-  const milliseconds wait = options.wait.value_or(milliseconds(0));
-  const Clock::time_point give_up = Clock::now() + wait;
+  const BusyRetry retry(options.wait, "Redis key " + options.key);
   Clock::time_point sent;
   for (;;) {
     sent = Clock::now();
@@ -224,13 +222,7 @@ std::unique_ptr<RenewedLock> AcquireRedisLock(const RedisLockOptions &options,
     if (reply->type != REDIS_REPLY_NIL) {
       throw std::runtime_error("unexpected reply from " + connection->Where() + " to SET NX");
     }
-    const Clock::time_point now = Clock::now();
-    if (now >= give_up) {
-      throw LeaseUnavailableError(
-          "Redis key " + options.key + " is held by another holder" +
-          (options.wait ? " (waited " + std::to_string(wait.count()) + " ms)" : ""));
-    }
-    std::this_thread::sleep_for(std::min<Clock::duration>(kRetryInterval, give_up - now));
+    retry.AfterBusy();
   }
   auto session =
       std::make_unique<RedisLockSession>(std::move(connection), options.key, id, options.ttl);
