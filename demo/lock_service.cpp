@@ -1,72 +1,56 @@
-// The pg lock service, the extension's own leases through
-// pg_fencing::client::Lease, and the choice among the services (see
-// lock_service.hpp).
+// The choice among the lock services (see lock_service.hpp); the services
+// themselves are the client library's.
 #include "lock_service.hpp"
 
-#include <utility>
-
-#include "lock_backends.hpp"
-#include "pg_fencing/client.hpp"
+#include "pg_fencing/etcd_lock.hpp"
+#include "pg_fencing/redis_lock.hpp"
 
 namespace pg_fencing::demo {
 
-namespace {
-
-class PgHeldLock final : public HeldLock {
- public:
-  explicit PgHeldLock(client::LeaseOptions options) : lease_(std::move(options)) {}
-
-  Token token() const override { return lease_.token(); }
-  std::string Describe() const override { return {}; }
-  bool held() const override { return lease_.held(); }
-  void CheckHeld() const override { lease_.CheckHeld(); }
-  bool Release() override { return lease_.Release(); }
-
- private:
-  client::Lease lease_;
-};
-
-class PgLockService final : public LockService {
- public:
-  explicit PgLockService(std::string conninfo) : conninfo_(std::move(conninfo)) {}
-
-  std::unique_ptr<HeldLock> Acquire(const LockRequest &request) override {
-    client::LeaseOptions lease;
-    lease.conninfo = conninfo_;
-    lease.lock_name = request.lock_name;
-    lease.holder = request.holder;
-    lease.ttl = request.ttl;
-    lease.wait = request.wait;
-    lease.on_lost = request.on_lost;
-    return std::make_unique<PgHeldLock>(std::move(lease));
-  }
-
- private:
-  std::string conninfo_;
-};
-
-}  // namespace
-
-std::unique_ptr<LockService> MakeLockService(LockServiceKind kind, const std::string &address,
-                                             const std::string &conninfo) {
+std::unique_ptr<HeldLock> AcquireFromService(LockServiceKind kind, const std::string &address,
+                                             const std::string &conninfo,
+                                             const LockRequest &request) {
   switch (kind) {
-    case LockServiceKind::kRedis:
-      return MakeRedisLockService(address, conninfo);
-    case LockServiceKind::kEtcd:
-      return MakeEtcdLockService(address);
+    case LockServiceKind::kRedis: {
+      client::RedisLockOptions redis;
+      redis.address = address;
+      redis.key = LockKeyOf(kind, request.lock_name);
+      redis.ttl = request.ttl;
+      redis.wait = request.wait;
+      redis.on_lost = request.on_lost;
+      pqxx::connection db(conninfo);  // for the token: fencing_grant()
+      return client::AcquireRedisLock(redis, db);
+    }
+    case LockServiceKind::kEtcd: {
+      client::EtcdLockOptions etcd;
+      etcd.url = address;
+      etcd.key = LockKeyOf(kind, request.lock_name);
+      etcd.holder = request.holder;
+      etcd.ttl = request.ttl;  // whole seconds: the demo's options insist on it
+      etcd.wait = request.wait;
+      etcd.on_lost = request.on_lost;
+      return client::AcquireEtcdLock(etcd);
+    }
     case LockServiceKind::kPg:
       break;
   }
-  return std::make_unique<PgLockService>(conninfo);
+  client::LeaseOptions lease;
+  lease.conninfo = conninfo;
+  lease.lock_name = request.lock_name;
+  lease.holder = request.holder;
+  lease.ttl = request.ttl;
+  lease.wait = request.wait;
+  lease.on_lost = request.on_lost;
+  return std::make_unique<client::Lease>(std::move(lease));
 }
 
 void CheckLockServiceReachable(LockServiceKind kind, const std::string &address) {
   switch (kind) {
     case LockServiceKind::kRedis:
-      CheckRedisReachable(address);
+      client::CheckRedisReachable(address);
       break;
     case LockServiceKind::kEtcd:
-      CheckEtcdReachable(address);
+      client::CheckEtcdReachable(address);
       break;
     case LockServiceKind::kPg:
       break;  // the database itself, which the demo has just prepared

@@ -60,13 +60,16 @@ std::unique_ptr<HeldLock> AcquireLock(const WorkerOptions &options, const EventW
   request.on_lost = [&events](const std::string &reason) {
     events.Emit(EventKind::kLeaseLost, std::nullopt, reason);
   };
-  return MakeLockService(options.lock_service, options.lock_service_address, options.conninfo)
-      ->Acquire(request);
+  return AcquireFromService(options.lock_service, options.lock_service_address, options.conninfo,
+                            request);
 }
 
-// The acquired event's detail: the lock in its service's terms, and `more`.
-std::string AcquiredDetail(const HeldLock &lock, const std::string &more = {}) {
-  const std::string lock_text = lock.Describe();
+// The acquired event's detail: the lock in its service's terms (nothing for
+// the pg service, whose leases need no introduction), and `more`.
+std::string AcquiredDetail(const WorkerOptions &options, const HeldLock &lock,
+                           const std::string &more = {}) {
+  const std::string lock_text =
+      options.lock_service == LockServiceKind::kPg ? std::string() : lock.Describe();
   if (lock_text.empty() || more.empty()) return lock_text + more;
   return lock_text + ", " + more;
 }
@@ -123,7 +126,7 @@ void RunPauseHolder(const WorkerOptions &options, const EventWriter &events) {
   pqxx::connection db(options.conninfo);
   const std::unique_ptr<HeldLock> lock = AcquireLock(options, events);
   const Token token = lock->token();
-  events.Emit(EventKind::kAcquired, token, AcquiredDetail(*lock));
+  events.Emit(EventKind::kAcquired, token, AcquiredDetail(options, *lock));
 
   lock->CheckHeld();
   WritePauseValue(db, options, events, token, kHolderFirstValue);
@@ -151,7 +154,7 @@ void RunInterleaveHolder(const WorkerOptions &options, const EventWriter &events
   pqxx::connection db(options.conninfo);
   const std::unique_ptr<HeldLock> lock = AcquireLock(options, events);
   const Token token = lock->token();
-  events.Emit(EventKind::kAcquired, token, AcquiredDetail(*lock));
+  events.Emit(EventKind::kAcquired, token, AcquiredDetail(options, *lock));
 
   lock->CheckHeld();
   events.Emit(EventKind::kAboutToWrite, token,
@@ -184,7 +187,7 @@ void RunSuccessor(const WorkerOptions &options, const EventWriter &events, Write
   const Token token = lock->token();
   const std::string waited =
       "after waiting " + std::to_string(ToMilliseconds(Clock::now() - asked)) + " ms";
-  events.Emit(EventKind::kAcquired, token, AcquiredDetail(*lock, waited));
+  events.Emit(EventKind::kAcquired, token, AcquiredDetail(options, *lock, waited));
 
   lock->CheckHeld();
   writes(db, token);

@@ -46,7 +46,8 @@ regress_and_isolation() {
   fi
 }
 
-# The client library against a throwaway cluster (ctest label integration).
+# The client library against a throwaway cluster (ctest label integration),
+# its Redis and etcd locks against throwaway servers that run-inside.sh starts.
 client_integration_tests() {
   with_throwaway_cluster bash test/integration/run-inside.sh build
 }

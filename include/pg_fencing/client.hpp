@@ -16,19 +16,16 @@
 // tells the holder, as early as it can know, that it may no longer act.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <pqxx/pqxx>
 
+#include "pg_fencing/heartbeat.hpp"
 #include "pg_fencing/token.hpp"
 
 namespace pg_fencing::client {
@@ -58,6 +55,30 @@ class LeaseLostError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A lock this process holds, kept alive by a heartbeat until released: a
+// Lease, or a RenewedLock from another service (renewed_lock.hpp).
+// Destroying one releases it if it is still held, and never throws.
+class HeldLock {
+ public:
+  virtual ~HeldLock() = default;
+
+  // The fencing token to send with every write made under the lock.
+  virtual Token token() const noexcept = 0;
+  // The lock in its service's terms, for messages: 'lock "x"', "Redis key lock:x".
+  virtual std::string Describe() const = 0;
+  // False once the lock is known lost, judged on the monotonic clock (see
+  // Heartbeat): a paused process wakes up to held() = false, if it looks.
+  // False after Release() too.
+  virtual bool held() const = 0;
+  // Throws LeaseLostError unless held().
+  virtual void CheckHeld() const = 0;
+  // Why the lock was lost; empty while held.
+  virtual std::string lost_reason() const = 0;
+  // Gives the lock back now; whether the service still had it as ours.
+  // Idempotent: later calls return false.
+  virtual bool Release() = 0;
+};
+
 struct LeaseOptions {
   std::string conninfo;            // libpq connection string
   std::string lock_name;           // fencing_acquire's lock_name
@@ -75,7 +96,7 @@ struct LeaseOptions {
   std::function<void(const std::string &reason)> on_lost;
 };
 
-class Lease {
+class Lease final : public HeldLock {
  public:
   // Acquires the lease (fencing_acquire with or without wait) and starts the
   // heartbeat.  Throws LeaseUnavailableError when the lock is busy, and
@@ -84,69 +105,56 @@ class Lease {
   explicit Lease(LeaseOptions options);
   // Stops the heartbeat and releases the lease if it is still held; never
   // throws.
-  ~Lease();
+  ~Lease() override;
 
   Lease(const Lease &) = delete;
   Lease &operator=(const Lease &) = delete;
 
-  Token token() const noexcept { return token_; }
+  Token token() const noexcept override { return token_; }
   const std::string &lock_name() const noexcept { return options_.lock_name; }
+  // 'lock "name"'.
+  std::string Describe() const override;
 
   // False once the lease is known lost.  Judged conservatively on the
   // client's monotonic clock: the lease counts as lost when the last
   // successful renewal's request was sent more than ttl - SafetyMargin(ttl)
   // ago, whether or not the heartbeat thread has run since (it may have been
   // paused with the rest of the process).  False after Release() too.
-  bool held() const;
+  bool held() const override;
   // Throws LeaseLostError unless held().
-  void CheckHeld() const;
+  void CheckHeld() const override;
   // Why the lease was lost; empty while held.
-  std::string lost_reason() const;
+  std::string lost_reason() const override;
 
   // Releases now (fencing_release); returns whether the server still had it
   // live.  Idempotent: later calls return false.  Stops the heartbeat first.
   // Throws pqxx errors if the server cannot be reached (the lease then ends
   // by itself after ttl).
-  bool Release();
+  bool Release() override;
 
-  // How much earlier than the server the client gives the lease up:
-  // max(ttl / 10, 50 ms), but at most ttl / 2.  held() is false from
-  // (send time of the last successful acquire or renew) + ttl - margin on.
-  // The margin absorbs the client's and the server's clocks running at
-  // slightly different rates, and leaves a little room between a true
-  // held() and the write that follows it (the token, not the margin, is what
-  // makes a late write harmless).
-  static std::chrono::milliseconds SafetyMargin(std::chrono::milliseconds ttl) noexcept;
+  // How much earlier than the server the client gives the lease up (see
+  // Heartbeat::SafetyMargin): held() is false from (send time of the last
+  // successful acquire or renew) + ttl - margin on.
+  static std::chrono::milliseconds SafetyMargin(std::chrono::milliseconds ttl) noexcept {
+    return Heartbeat::SafetyMargin(ttl);
+  }
 
  private:
-  enum class RenewOutcome { kRenewed, kRefused, kTimedOut };
-
-  void HeartbeatLoop();
-  void MarkLost(const std::string &reason);
-  std::chrono::milliseconds HeartbeatPeriod() const noexcept;
-  std::chrono::steady_clock::time_point DeadlineLocked() const;
-  bool HeldLocked(std::chrono::steady_clock::time_point now) const;
-  RenewOutcome RenewOnce(std::chrono::steady_clock::time_point deadline,
-                         std::chrono::steady_clock::time_point &sent);
+  // The heartbeat's renewal: pipelined, given up at the deadline.
+  Heartbeat::Renewal Renew(Heartbeat::Clock::time_point deadline);
+  Heartbeat::Renewal RenewPipelined(Heartbeat::Clock::time_point deadline);
+  // fencing_release, on a new connection if the heartbeat's is gone.
+  bool GiveBack();
 
   LeaseOptions options_;
   Token token_ = 0;
+  // The connection belongs to the constructor until the heartbeat starts,
+  // then to the heartbeat thread, then (once it stopped) to GiveBack().
   std::unique_ptr<pqxx::connection> heartbeat_conn_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  bool released_ = false;
-  std::string lost_reason_;
-  // Send time of the request that last set the server-side expiry.
-  std::chrono::steady_clock::time_point valid_from_;
-  // Set (under mutex_) when the thread starts: Release() and the destructor
-  // called from on_lost must not join the thread they run on.
-  std::thread::id heartbeat_id_;
   // Only the heartbeat thread reads or writes this: a renewal is on the wire
   // and heartbeat_conn_ cannot take another statement.
   bool renew_in_flight_ = false;
-  std::thread heartbeat_;
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 // Runs sql in its own transaction on conn with the token bound as $1 and the

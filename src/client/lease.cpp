@@ -5,9 +5,10 @@
 // clock is never later than the server's expiry (clock rates aside).  held()
 // answers from that alone, minus SafetyMargin(), so a process that was
 // paused, or a heartbeat that is stuck, can never make held() claim a lease
-// the server may already have given away.  The heartbeat thread only moves
-// that deadline forward, and reports the loss (on_lost) as soon as it sees
-// that no renewal can land before the deadline any more.
+// the server may already have given away.  The heartbeat thread (Heartbeat,
+// heartbeat.cpp, shared with the other services' locks) only moves that
+// deadline forward, and reports the loss (on_lost) as soon as it sees that no
+// renewal can land before the deadline any more.
 //
 // Connections.  The lease uses one connection, heartbeat_conn_, for the
 // acquire, every renewal and the release:
@@ -18,7 +19,7 @@
 //    connection guarantees whatever the connection string resolves to;
 //  - one connection per lease, not two.
 // The connection belongs to the constructor until the thread starts, then to
-// the thread, then (after the thread has been joined) to Release().
+// the thread, then (after the thread has been joined) to GiveBack().
 //
 // Renewals are sent asynchronously (pqxx::pipeline, then poll() on the
 // socket) so that the thread can give up waiting for an answer at the
@@ -65,9 +66,6 @@ std::optional<Token> TokenFromField(const pqxx::field &field) {
   return parsed.value;
 }
 
-// The caller's view of a lock for messages: 'lock "name"'.
-std::string Describe(const LeaseOptions &options) { return "lock \"" + options.lock_name + "\""; }
-
 // fencing_release on conn; true if the server still had the lease live.
 bool ReleaseOn(pqxx::connection &conn, const std::string &lock_name, Token token) {
   pqxx::nontransaction tx(conn);
@@ -85,28 +83,8 @@ bool RenewOn(pqxx::connection &conn, const std::string &lock_name, Token token, 
 
 }  // namespace
 
-milliseconds Lease::SafetyMargin(milliseconds ttl) noexcept {
-  return std::min(std::max(ttl / 10, milliseconds(50)), ttl / 2);
-}
-
-milliseconds Lease::HeartbeatPeriod() const noexcept {
-  if (options_.heartbeat.count() > 0) return options_.heartbeat;
-  return std::max(options_.ttl / 3, milliseconds(1));
-}
-
 Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
-  if (options_.ttl <= milliseconds(0)) {
-    throw std::invalid_argument("lease ttl must be positive (" + Describe(options_) + ")");
-  }
-  if (options_.heartbeat < milliseconds(0)) {
-    throw std::invalid_argument("heartbeat must not be negative (" + Describe(options_) + ")");
-  }
-  if (HeartbeatPeriod() >= options_.ttl - SafetyMargin(options_.ttl)) {
-    throw std::invalid_argument(
-        "heartbeat must be shorter than ttl minus the safety margin, or the lease lapses between "
-        "renewals (" +
-        Describe(options_) + ")");
-  }
+  Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, Describe());
 
   heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
 
@@ -130,11 +108,11 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
   }
   if (!granted) {
     throw LeaseUnavailableError(
-        Describe(options_) + " is held by another holder" +
+        Describe() + " is held by another holder" +
         (options_.wait ? " (waited " + std::to_string(options_.wait->count()) + " ms)" : ""));
   }
   token_ = *granted;
-  valid_from_ = sent;
+  Clock::time_point valid_from = sent;
 
   try {
     // A wait can outlast the ttl: the server started the lease when it
@@ -144,16 +122,19 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     if (options_.wait && Clock::now() - sent > SafetyMargin(options_.ttl)) {
       const Clock::time_point renew_sent = Clock::now();
       if (!RenewOn(*heartbeat_conn_, options_.lock_name, token_, options_.ttl)) {
-        throw LeaseUnavailableError(Describe(options_) + " was granted (token " +
-                                    TokenText(token_) +
+        throw LeaseUnavailableError(Describe() + " was granted (token " + TokenText(token_) +
                                     ") but expired before it could be renewed; ttl too short?");
       }
-      valid_from_ = renew_sent;
+      valid_from = renew_sent;
     }
-    // The thread's first act is to take the mutex, so it sees heartbeat_id_.
-    std::lock_guard<std::mutex> lock(mutex_);
-    heartbeat_ = std::thread(&Lease::HeartbeatLoop, this);
-    heartbeat_id_ = heartbeat_.get_id();
+    Heartbeat::Options heartbeat;
+    heartbeat.ttl = options_.ttl;
+    heartbeat.period = options_.heartbeat;
+    heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
+    heartbeat.refused = "the lease expired, was released, or was taken over";
+    heartbeat.on_lost = options_.on_lost;
+    heartbeat_ = std::make_unique<Heartbeat>(std::move(heartbeat), valid_from);
+    heartbeat_->Start();
   } catch (...) {
     // No destructor will run: give the lock back rather than let it linger
     // for a whole ttl.
@@ -167,86 +148,37 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
 
 Lease::~Lease() {
   try {
-    bool on_heartbeat_thread;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-      on_heartbeat_thread = std::this_thread::get_id() == heartbeat_id_;
-    }
-    wake_.notify_all();
-    if (heartbeat_.joinable()) {
-      // Destroying the lease from its own on_lost cannot wait for the thread
-      // it runs on; see on_lost in client.hpp.
-      if (on_heartbeat_thread) {
-        heartbeat_.detach();
-      } else {
-        heartbeat_.join();
-      }
-    }
-    if (held()) Release();
+    // Destroying the lease from its own on_lost cannot wait for the thread
+    // it runs on; see on_lost in client.hpp.
+    const bool live = heartbeat_->held();
+    if (heartbeat_->Stop() && live) GiveBack();
   } catch (...) {
     // A destructor must not throw; the server ends the lease after ttl.
   }
-  // std::thread's destructor terminates the process if it is still joinable.
-  if (heartbeat_.joinable()) {
-    try {
-      heartbeat_.detach();
-    } catch (...) {
-    }
-  }
 }
 
-Clock::time_point Lease::DeadlineLocked() const {
-  return valid_from_ + options_.ttl - SafetyMargin(options_.ttl);
-}
+std::string Lease::Describe() const { return "lock \"" + options_.lock_name + "\""; }
 
-bool Lease::HeldLocked(Clock::time_point now) const {
-  return !released_ && lost_reason_.empty() && now < DeadlineLocked();
-}
-
-bool Lease::held() const {
-  const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  return HeldLocked(now);
-}
+bool Lease::held() const { return heartbeat_->held(); }
 
 void Lease::CheckHeld() const {
   if (!held()) {
-    throw LeaseLostError(Describe(options_) + " (token " + TokenText(token_) +
+    throw LeaseLostError(Describe() + " (token " + TokenText(token_) +
                          ") is no longer held: " + lost_reason());
   }
 }
 
-std::string Lease::lost_reason() const {
-  const Clock::time_point now = Clock::now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!lost_reason_.empty()) return lost_reason_;
-  if (released_) return "released by its holder";
-  if (now >= DeadlineLocked()) {
-    // The heartbeat thread has not run since the deadline passed (say, the
-    // whole process was paused); it will report the same when it does.
-    return "not renewed within ttl minus the safety margin";
-  }
-  return std::string();
-}
+std::string Lease::lost_reason() const { return heartbeat_->lost_reason(); }
 
 bool Lease::Release() {
-  bool on_heartbeat_thread;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (released_) return false;
-    released_ = true;
-    stopping_ = true;
-    on_heartbeat_thread = std::this_thread::get_id() == heartbeat_id_;
-  }
-  wake_.notify_all();
-  if (on_heartbeat_thread) {
-    // Called from on_lost.  If the renewal that timed out is still on the
-    // wire, the connection cannot take the release; the lease is lost anyway.
-    if (renew_in_flight_) return false;
-  } else if (heartbeat_.joinable()) {
-    heartbeat_.join();  // from here on the connection is ours
-  }
+  if (!heartbeat_->Stop()) return false;  // from here on the connection is ours
+  return GiveBack();
+}
+
+bool Lease::GiveBack() {
+  // Called from on_lost.  If the renewal that timed out is still on the
+  // wire, the connection cannot take the release; the lease is lost anyway.
+  if (heartbeat_->OnHeartbeatThread() && renew_in_flight_) return false;
   // The heartbeat may have dropped its connection (a renewal timed out), or
   // found it broken: release on a new one rather than leave the lock to
   // expire.  Likewise if it broke since the last renewal; retrying is safe,
@@ -263,28 +195,25 @@ bool Lease::Release() {
   }
 }
 
-void Lease::MarkLost(const std::string &reason) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Once: and not after the holder let go or began destroying the lease.
-    if (stopping_ || released_ || !lost_reason_.empty()) return;
-    lost_reason_ = reason;
+Heartbeat::Renewal Lease::Renew(Clock::time_point deadline) {
+  Heartbeat::Renewal outcome;
+  try {
+    outcome = RenewPipelined(deadline);
+  } catch (...) {
+    renew_in_flight_ = false;  // the pipeline is gone
+    throw;
   }
-  if (options_.on_lost) {
-    try {
-      options_.on_lost(reason);
-    } catch (...) {
-      // The callback's exception has nowhere to go on this thread.
-    }
-  }
+  renew_in_flight_ = false;
+  // An answer may still be on its way; start afresh if ever needed.
+  if (outcome == Heartbeat::Renewal::kTimedOut) heartbeat_conn_.reset();
+  return outcome;
 }
 
-Lease::RenewOutcome Lease::RenewOnce(Clock::time_point deadline, Clock::time_point &sent) {
+Heartbeat::Renewal Lease::RenewPipelined(Clock::time_point deadline) {
   pqxx::connection &conn = *heartbeat_conn_;
   const std::string sql = "SELECT fencing_renew(" + conn.quote(options_.lock_name) + ", " +
                           conn.quote(TokenText(token_)) + ", " +
                           conn.quote(IntervalText(options_.ttl)) + "::interval)";
-  sent = Clock::now();
   pqxx::nontransaction tx(conn);
   pqxx::pipeline pipe(tx);
   renew_in_flight_ = true;
@@ -296,10 +225,8 @@ Lease::RenewOutcome Lease::RenewOnce(Clock::time_point deadline, Clock::time_poi
     if (now >= deadline) {
       // Report before the pipeline's destructor cancels the query, which
       // needs a connection of its own and may itself hang.
-      MarkLost("renewal got no answer before the lease's safe deadline (ttl minus " +
-               std::to_string(SafetyMargin(options_.ttl).count()) +
-               " ms since the last successful renewal was sent)");
-      return RenewOutcome::kTimedOut;
+      heartbeat_->ReportTimedOut();
+      return Heartbeat::Renewal::kTimedOut;
     }
     const int fd = conn.sock();
     if (fd < 0) throw pqxx::broken_connection("heartbeat connection has no socket");
@@ -315,69 +242,8 @@ Lease::RenewOutcome Lease::RenewOnce(Clock::time_point deadline, Clock::time_poi
     }
   }
   const pqxx::result result = pipe.retrieve(id);  // throws the server's error, if any
-  const bool renewed = result.at(0).at(0).as<bool>();
-  return renewed ? RenewOutcome::kRenewed : RenewOutcome::kRefused;
-}
-
-void Lease::HeartbeatLoop() {
-  try {
-    const milliseconds period = HeartbeatPeriod();
-    std::unique_lock<std::mutex> lock(mutex_);
-    for (;;) {
-      if (stopping_ || !lost_reason_.empty()) return;
-      const Clock::time_point now = Clock::now();
-      const Clock::time_point deadline = DeadlineLocked();
-      if (now >= deadline) {
-        // Woken late (the process was paused) or too late to renew in time.
-        lock.unlock();
-        MarkLost("not renewed before the lease's safe deadline (ttl minus " +
-                 std::to_string(SafetyMargin(options_.ttl).count()) +
-                 " ms since the last successful renewal was sent); was the process paused?");
-        return;
-      }
-      const Clock::time_point next = valid_from_ + period;
-      if (now < next) {
-        // Wake for the deadline too, in case the renewal is due after it.
-        wake_.wait_until(lock, std::min(next, deadline));
-        continue;
-      }
-      lock.unlock();
-
-      Clock::time_point sent;
-      std::string failure;
-      RenewOutcome outcome = RenewOutcome::kRefused;
-      try {
-        outcome = RenewOnce(deadline, sent);
-      } catch (const std::exception &error) {
-        failure = error.what();
-      } catch (...) {
-        failure = "unknown exception";
-      }
-      // The pipeline is gone: the connection may take statements again.
-      renew_in_flight_ = false;
-      if (outcome == RenewOutcome::kTimedOut) {
-        // An answer may still be on its way; start afresh if ever needed.
-        heartbeat_conn_.reset();
-        return;  // RenewOnce has reported the loss
-      }
-      if (outcome == RenewOutcome::kRenewed) {
-        lock.lock();
-        valid_from_ = std::max(valid_from_, sent);
-        continue;
-      }
-      MarkLost(failure.empty()
-                   ? "renewal refused: the lease expired, was released, or was taken over"
-                   : "renewal failed: " + failure);
-      return;
-    }
-  } catch (...) {
-    // Nothing above should throw (only the mutex could); never let anything
-    // out of the thread.
-    try {
-      MarkLost("heartbeat thread failed");
-    } catch (...) {
-    }
-  }
+  return result.at(0).at(0).as<bool>() ? Heartbeat::Renewal::kRenewed
+                                       : Heartbeat::Renewal::kRefused;
 }
 
 }  // namespace pg_fencing::client

@@ -1,9 +1,17 @@
-// Uses the installed headers and both archives: the core (ParseToken), the
-// client (RethrowMapped, Lease) and, through them, libpqxx and threads.
-// Needs no server: the Lease is only constructed when a conninfo is given.
-#include <cstdio>
+// Uses every installed header and all archives: the core (ParseToken), the
+// client (RethrowMapped, Lease, Heartbeat), the Redis and etcd locks and,
+// through them, libpqxx, hiredis, libcurl and threads.  check.sh fails if a
+// header is installed that this file does not include.  Needs no server:
+// nothing connects unless a conninfo is given.
 #include <pg_fencing/client.hpp>
+#include <pg_fencing/etcd_lock.hpp>
+#include <pg_fencing/heartbeat.hpp>
+#include <pg_fencing/redis_lock.hpp>
+#include <pg_fencing/renewed_lock.hpp>
 #include <pg_fencing/token.hpp>
+
+#include <cstdio>
+#include <stdexcept>
 #include <string>
 
 namespace pfc = pg_fencing::client;
@@ -22,6 +30,28 @@ int main(int argc, char **argv) {
   } catch (...) {
     std::fprintf(stderr, "RethrowMapped did not map 55Z01\n");
     return 1;
+  }
+
+  if (pfc::Heartbeat::SafetyMargin(std::chrono::seconds(10)) != std::chrono::seconds(1)) {
+    std::fprintf(stderr, "Heartbeat::SafetyMargin is broken\n");
+    return 1;
+  }
+
+  // Links the Redis part without a server: the address is checked first.
+  try {
+    pfc::CheckRedisReachable("not an address");
+    std::fprintf(stderr, "CheckRedisReachable accepted a malformed address\n");
+    return 1;
+  } catch (const std::invalid_argument &) {
+    // expected
+  }
+  // Links the etcd part: nothing listens on port 1.
+  try {
+    pfc::CheckEtcdReachable("http://127.0.0.1:1");
+    std::fprintf(stderr, "CheckEtcdReachable reached nothing\n");
+    return 1;
+  } catch (const std::runtime_error &) {
+    // expected
   }
 
   if (argc > 1) {

@@ -3,6 +3,8 @@
 # throwaway cluster's environment: scripts/test.sh calls it through
 # with_throwaway_cluster, which sets PGHOST, PGPORT, PGUSER, PGPASSWORD and
 # PGDATABASE.  libpq takes the connection from them, hence the empty DSN.
+# The Redis and etcd locks' tests get throwaway servers of their own
+# (demo/services.sh), stopped again at the end.
 #
 #   with_throwaway_cluster bash test/integration/run-inside.sh BUILD_DIR [ctest arguments]
 set -euo pipefail
@@ -10,4 +12,11 @@ build=$1
 shift
 psql -X -q -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION IF NOT EXISTS pg_fencing'
 export PG_FENCING_TEST_DSN=
+
+source "$(dirname "${BASH_SOURCE[0]}")/../../demo/services.sh"
+trap stop_services EXIT
+start_redis
+start_etcd
+export PG_FENCING_TEST_REDIS=$REDIS_ADDRESS PG_FENCING_TEST_ETCD=$ETCD_URL
+
 ctest --test-dir "$build" -L integration --output-on-failure "$@"

@@ -1,5 +1,6 @@
-// The redis lock service (--lock redis): the single-instance Redis lock
-//   SET lock:<name> <random id> NX PX <ttl>
+// A Redis lock with a token from fencing_grant() (see redis_lock.hpp): the
+// single-instance Redis lock
+//   SET <key> <random id> NX PX <ttl>
 // with the fencing token from the database's fencing_grant(), taken right
 // after the SET succeeds.  Renewal and release are Lua scripts that act only
 // while the key still holds our id.  Client: hiredis.
@@ -11,28 +12,25 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
-#include <pqxx/pqxx>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "lock_backends.hpp"
-#include "pg_fencing/client.hpp"
-#include "renewed_lock.hpp"
+#include "busy_retry.hpp"
+#include "pg_fencing/redis_lock.hpp"
 
-namespace pg_fencing::demo {
+namespace pg_fencing::client {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Bound on one command while acquiring and releasing; renewals get what is
 // left before the lock's deadline, if that is less.
 constexpr milliseconds kCommandTimeout{2000};
-// How often a waiting acquirer tries SET NX again.
-constexpr milliseconds kRetryInterval{10};
 constexpr std::size_t kIdBytes = 16;
 
 // Extends the key's expiry only while it holds our id: otherwise the lock
@@ -187,88 +185,61 @@ class RedisLockSession final : public LockSession {
   const milliseconds ttl_;
 };
 
-class RedisLockService final : public LockService {
- public:
-  RedisLockService(RedisAddress address, std::string conninfo)
-      : address_(std::move(address)), conninfo_(std::move(conninfo)) {}
-
-  std::unique_ptr<HeldLock> Acquire(const LockRequest &request) override {
-    const std::string key = LockKeyOf(LockServiceKind::kRedis, request.lock_name);
-    const std::string id = RandomId();
-    auto connection = std::make_unique<RedisConnection>(address_);
-    const milliseconds wait = request.wait.value_or(milliseconds(0));
-    const Clock::time_point give_up = Clock::now() + wait;
-    Clock::time_point sent;
-    for (;;) {
-      sent = Clock::now();
-      const ReplyPtr reply = connection->Run(
-          {"SET", key, id, "NX", "PX", std::to_string(request.ttl.count())}, kCommandTimeout);
-      if (reply->type == REDIS_REPLY_STATUS) break;  // OK: the key is ours for ttl
-      if (reply->type != REDIS_REPLY_NIL) {
-        throw std::runtime_error("unexpected reply from " + connection->Where() + " to SET NX");
-      }
-      const Clock::time_point now = Clock::now();
-      if (now >= give_up) {
-        throw client::LeaseUnavailableError(
-            "Redis key " + key + " is held by another holder" +
-            (request.wait ? " (waited " + std::to_string(wait.count()) + " ms)" : ""));
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(kRetryInterval, give_up - now));
-    }
-    auto session = std::make_unique<RedisLockSession>(std::move(connection), key, id, request.ttl);
-    Token token;
-    try {
-      token = GrantToken();
-    } catch (...) {
-      try {
-        session->Release();  // rather than leave the lock to run out
-      } catch (...) {
-      }
-      throw;
-    }
-    return std::make_unique<RenewedLock>(std::move(session), token, request.ttl, sent,
-                                         request.on_lost);
-  }
-
- private:
-  // The token comes from the database the writes go to, not from Redis.  A
-  // Redis counter (INCR fencing:<name>) looks simpler but is weaker:
-  //  - it is not durable: with the usual persistence (RDB snapshots, or AOF
-  //    with appendfsync everysec) a Redis restart loses the increments since
-  //    the last snapshot or fsync, and a failover to a replica loses those
-  //    the replica had not received yet (replication is asynchronous).  The
-  //    counter then hands out values it has handed out before, and a new
-  //    holder's token can be at or below a stale holder's: fencing silently
-  //    stops working.  Only appendfsync always on a single node avoids it;
-  //  - it is not ordered with the database's own state: it lives in another
-  //    system, so nothing ties it to the highest token a row has seen (a
-  //    restored or rolled-back Redis has no idea what the tables hold).
-  // fencing_grant() is flushed to WAL before it returns, survives crashes
-  // and pg_dump/restore, and with synchronous replication failover too (see
-  // the README).  The Redis lock stays what it is good at: keeping two
-  // holders from working at once most of the time, cheaply.
-  //
-  // A holder that pauses between its SET and this grant gets a token above
-  // the next holder's: then it fences out that holder, rather than the other
-  // way round, and the guard still accepts writes only in token order.
-  Token GrantToken() {
-    if (!db_) db_ = std::make_unique<pqxx::connection>(conninfo_);
-    pqxx::work tx(*db_);
-    const Token token = tx.exec1("SELECT fencing_grant()::bigint")[0].as<Token>();
-    tx.commit();
-    return token;
-  }
-
-  const RedisAddress address_;
-  const std::string conninfo_;
-  std::unique_ptr<pqxx::connection> db_;
-};
-
 }  // namespace
 
-std::unique_ptr<LockService> MakeRedisLockService(const std::string &address,
-                                                  const std::string &conninfo) {
-  return std::make_unique<RedisLockService>(ParseRedisAddress(address), conninfo);
+// The token comes from the database the writes go to, not from Redis.  A
+// Redis counter (INCR fencing:<name>) looks simpler but is weaker:
+//  - it is not durable: with the usual persistence (RDB snapshots, or AOF
+//    with appendfsync everysec) a Redis restart loses the increments since
+//    the last snapshot or fsync, and a failover to a replica loses those the
+//    replica had not received yet (replication is asynchronous).  The counter
+//    then hands out values it has handed out before, and a new holder's token
+//    can be at or below a stale holder's: fencing silently stops working.
+//    Only appendfsync always on a single node avoids it;
+//  - it is not ordered with the database's own state: it lives in another
+//    system, so nothing ties it to the highest token a row has seen (a
+//    restored or rolled-back Redis has no idea what the tables hold).
+// fencing_grant() is flushed to WAL before it returns, survives crashes and
+// pg_dump/restore, and with synchronous replication failover too (see the
+// README).  The Redis lock stays what it is good at: keeping two holders
+// from working at once most of the time, cheaply.
+//
+// A holder that pauses between its SET and this grant gets a token above the
+// next holder's: then it fences out that holder, rather than the other way
+// round, and the guard still accepts writes only in token order.
+std::unique_ptr<RenewedLock> AcquireRedisLock(const RedisLockOptions &options,
+                                              pqxx::connection &db) {
+  const std::string id = RandomId();
+  auto connection = std::make_unique<RedisConnection>(ParseRedisAddress(options.address));
+  const BusyRetry retry(options.wait, "Redis key " + options.key);
+  Clock::time_point sent;
+  for (;;) {
+    sent = Clock::now();
+    const ReplyPtr reply = connection->Run(
+        {"SET", options.key, id, "NX", "PX", std::to_string(options.ttl.count())},
+        kCommandTimeout);
+    if (reply->type == REDIS_REPLY_STATUS) break;  // OK: the key is ours for ttl
+    if (reply->type != REDIS_REPLY_NIL) {
+      throw std::runtime_error("unexpected reply from " + connection->Where() + " to SET NX");
+    }
+    retry.AfterBusy();
+  }
+  auto session =
+      std::make_unique<RedisLockSession>(std::move(connection), options.key, id, options.ttl);
+  Token token;
+  try {
+    pqxx::work tx(db);
+    token = tx.exec1("SELECT fencing_grant()::bigint")[0].as<Token>();
+    tx.commit();
+  } catch (...) {
+    try {
+      session->Release();  // rather than leave the lock to run out
+    } catch (...) {
+    }
+    throw;
+  }
+  return std::make_unique<RenewedLock>(std::move(session), token, options.ttl, sent,
+                                       options.on_lost);
 }
 
 void CheckRedisReachable(const std::string &address) {
@@ -279,4 +250,4 @@ void CheckRedisReachable(const std::string &address) {
   }
 }
 
-}  // namespace pg_fencing::demo
+}  // namespace pg_fencing::client

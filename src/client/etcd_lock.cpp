@@ -1,6 +1,6 @@
-// The etcd lock service (--lock etcd): a key put under an etcd lease if it is
-// absent, in one transaction,
-//   compare create_revision(lock/<name>) == 0  ->  put lock/<name> under the lease; range it
+// An etcd lock whose key revision is the token (see etcd_lock.hpp): a key put
+// under an etcd lease if it is absent, in one transaction,
+//   compare create_revision(<key>) == 0  ->  put <key> under the lease; range it
 // and the key's create_revision as the fencing token.  The lease is kept
 // alive every ttl / 3; a holder that stops sending keepalives loses the lease
 // after its TTL, and etcd deletes the key with it.
@@ -23,27 +23,26 @@
 
 #include <charconv>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 
-#include "lock_backends.hpp"
-#include "pg_fencing/client.hpp"
-#include "renewed_lock.hpp"
+#include "busy_retry.hpp"
+#include "pg_fencing/etcd_lock.hpp"
 
-namespace pg_fencing::demo {
+namespace pg_fencing::client {
 
 namespace {
 
 using nlohmann::json;
+using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // Bound on one request while acquiring and releasing; keepalives get what is
 // left before the lock's deadline, if that is less.
 constexpr milliseconds kRequestTimeout{2000};
-// How often a waiting acquirer looks at the key again.
-constexpr milliseconds kRetryInterval{10};
 // gRPC status NOT_FOUND, as the gateway reports it ("requested lease not found").
 constexpr int kGrpcNotFound = 5;
 
@@ -209,80 +208,60 @@ class EtcdLockSession final : public LockSession {
   const std::string lease_;
 };
 
-class EtcdLockService final : public LockService {
- public:
-  explicit EtcdLockService(std::string url) : url_(std::move(url)) {}
-
-  std::unique_ptr<HeldLock> Acquire(const LockRequest &request) override {
-    // Whole seconds (the demo's options insist on it; round up otherwise).
-    const long long ttl_seconds = (request.ttl.count() + 999) / 1000;
-    const std::string key = LockKeyOf(LockServiceKind::kEtcd, request.lock_name);
-    auto etcd = std::make_unique<EtcdClient>(url_);
-    const milliseconds wait = request.wait.value_or(milliseconds(0));
-    const Clock::time_point give_up = Clock::now() + wait;
-    for (;;) {
-      // Granting a lease per attempt would be wasteful while the key is
-      // plainly taken: look first.
-      if (!KeyExists(*etcd, key)) {
-        const Clock::time_point sent = Clock::now();
-        const json grant = etcd->Post("/v3/lease/grant", {{"TTL", ttl_seconds}}, kRequestTimeout);
-        const std::string lease = std::to_string(Int64Field(grant, "ID"));
-        const long long granted_seconds = Int64Field(grant, "TTL");
-        if (granted_seconds != ttl_seconds) {
-          Revoke(*etcd, lease);
-          throw std::runtime_error(
-              "etcd at " + url_ + " granted a " + std::to_string(granted_seconds) +
-              " s lease when asked for " + std::to_string(ttl_seconds) +
-              " s: its minimum TTL is 1.5 x its election timeout, rounded up to whole seconds. "
-              "Use a longer --ttl, or start etcd with --heartbeat-interval 10 "
-              "--election-timeout 100 (as demo/services.sh does)");
-        }
-        if (const std::optional<Token> token = PutIfAbsent(*etcd, key, lease, request.holder)) {
-          auto session = std::make_unique<EtcdLockSession>(std::move(etcd), key, lease);
-          return std::make_unique<RenewedLock>(std::move(session), *token,
-                                               std::chrono::seconds(granted_seconds), sent,
-                                               request.on_lost);
-        }
-        Revoke(*etcd, lease);  // someone else put it first
-      }
-      const Clock::time_point now = Clock::now();
-      if (now >= give_up) {
-        throw client::LeaseUnavailableError(
-            "etcd key " + key + " is held by another holder" +
-            (request.wait ? " (waited " + std::to_string(wait.count()) + " ms)" : ""));
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(kRetryInterval, give_up - now));
-    }
-  }
-
- private:
-  // Puts key = holder under the lease if the key does not exist, and reads it
-  // back in the same transaction; its create_revision (the revision of this
-  // very transaction) is the token.  nullopt if the key existed.
-  static std::optional<Token> PutIfAbsent(EtcdClient &etcd, const std::string &key,
-                                          const std::string &lease, const std::string &holder) {
-    const std::string key64 = Base64(key);
-    const json absent = {{"target", "CREATE"}, {"key", key64}, {"create_revision", "0"}};
-    const json put = {
-        {"request_put", {{"key", key64}, {"value", Base64(holder)}, {"lease", lease}}}};
-    const json read_back = {{"request_range", {{"key", key64}}}};
-    const json txn = {{"compare", json::array({absent})},
-                      {"success", json::array({put, read_back})}};
-    const json answer = etcd.Post("/v3/kv/txn", txn, kRequestTimeout);
-    if (!answer.value("succeeded", false)) return std::nullopt;
-    const json &kvs = answer.at("responses").at(1).at("response_range").at("kvs");
-    const Token token = Int64Field(kvs.at(0), "create_revision");
-    if (token <= 0) throw std::runtime_error("etcd put " + key + " without a create_revision");
-    return token;
-  }
-
-  const std::string url_;
-};
+// Puts key = holder under the lease if the key does not exist, and reads it
+// back in the same transaction; its create_revision (the revision of this
+// very transaction) is the token.  nullopt if the key existed.
+std::optional<Token> PutIfAbsent(EtcdClient &etcd, const std::string &key, const std::string &lease,
+                                 const std::string &holder) {
+  const std::string key64 = Base64(key);
+  const json absent = {{"target", "CREATE"}, {"key", key64}, {"create_revision", "0"}};
+  const json put = {
+      {"request_put", {{"key", key64}, {"value", Base64(holder)}, {"lease", lease}}}};
+  const json read_back = {{"request_range", {{"key", key64}}}};
+  const json txn = {{"compare", json::array({absent})},
+                    {"success", json::array({put, read_back})}};
+  const json answer = etcd.Post("/v3/kv/txn", txn, kRequestTimeout);
+  if (!answer.value("succeeded", false)) return std::nullopt;
+  const json &kvs = answer.at("responses").at(1).at("response_range").at("kvs");
+  const Token token = Int64Field(kvs.at(0), "create_revision");
+  if (token <= 0) throw std::runtime_error("etcd put " + key + " without a create_revision");
+  return token;
+}
 
 }  // namespace
 
-std::unique_ptr<LockService> MakeEtcdLockService(const std::string &url) {
-  return std::make_unique<EtcdLockService>(url);
+std::unique_ptr<RenewedLock> AcquireEtcdLock(const EtcdLockOptions &options) {
+  const long long ttl_seconds = (options.ttl.count() + 999) / 1000;
+  auto etcd = std::make_unique<EtcdClient>(options.url);
+  const BusyRetry retry(options.wait, "etcd key " + options.key);
+  for (;;) {
+    // Granting a lease per attempt would be wasteful while the key is
+    // plainly taken: look first.
+    if (!KeyExists(*etcd, options.key)) {
+      const Clock::time_point sent = Clock::now();
+      const json grant = etcd->Post("/v3/lease/grant", {{"TTL", ttl_seconds}}, kRequestTimeout);
+      const std::string lease = std::to_string(Int64Field(grant, "ID"));
+      const long long granted_seconds = Int64Field(grant, "TTL");
+      if (granted_seconds != ttl_seconds) {
+        Revoke(*etcd, lease);
+        throw std::runtime_error(
+            "etcd at " + options.url + " granted a " + std::to_string(granted_seconds) +
+            " s lease when asked for " + std::to_string(ttl_seconds) +
+            " s: its minimum TTL is 1.5 x its election timeout, rounded up to whole seconds. "
+            "Use a longer ttl, or start etcd with a shorter --election-timeout "
+            "(demo/services.sh uses --heartbeat-interval 10 --election-timeout 100)");
+      }
+      if (const std::optional<Token> token =
+              PutIfAbsent(*etcd, options.key, lease, options.holder)) {
+        auto session = std::make_unique<EtcdLockSession>(std::move(etcd), options.key, lease);
+        return std::make_unique<RenewedLock>(std::move(session), *token,
+                                             std::chrono::seconds(granted_seconds), sent,
+                                             options.on_lost);
+      }
+      Revoke(*etcd, lease);  // someone else put it first
+    }
+    retry.AfterBusy();
+  }
 }
 
 void CheckEtcdReachable(const std::string &url) {
@@ -290,4 +269,4 @@ void CheckEtcdReachable(const std::string &url) {
   etcd.Post("/v3/maintenance/status", json::object(), kRequestTimeout);
 }
 
-}  // namespace pg_fencing::demo
+}  // namespace pg_fencing::client

@@ -1,0 +1,304 @@
+// Unit tests of pg_fencing::client::Heartbeat (include/pg_fencing/heartbeat.hpp),
+// the renewal loop of every lock the client library keeps alive: a fake
+// renewal stands for the service, and a clock the test can jump forward
+// stands for a paused process.  No server.
+#include "pg_fencing/heartbeat.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace pg_fencing::client {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = Heartbeat::Clock;
+using std::chrono::milliseconds;
+
+// The monotonic clock plus an offset the test moves: jumping it forward is
+// what a process sees after a pause (SIGSTOP, a GC pause) it never noticed.
+class JumpingClock {
+ public:
+  Clock::time_point Now() const { return Clock::now() + offset_.load(); }
+  void Jump(Clock::duration by) { offset_ = offset_.load() + by; }
+  std::function<Clock::time_point()> Function() {
+    return [this] { return Now(); };
+  }
+
+ private:
+  std::atomic<Clock::duration> offset_{Clock::duration::zero()};
+};
+
+// Records what the heartbeat did.
+class Probe {
+ public:
+  void Renewed(Clock::time_point deadline) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++renewals_;
+    last_deadline_ = deadline;
+  }
+  void Lost(const std::string &reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++lost_calls_;
+    reason_ = reason;
+    cv_.notify_all();
+  }
+  bool WaitLost(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [this] { return lost_calls_ > 0; });
+  }
+  int renewals() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return renewals_;
+  }
+  int lost_calls() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lost_calls_;
+  }
+  std::string reason() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reason_;
+  }
+  Clock::time_point last_deadline() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_deadline_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  int renewals_ = 0;
+  int lost_calls_ = 0;
+  std::string reason_;
+  Clock::time_point last_deadline_;
+};
+
+Heartbeat::Options MakeOptions(Probe &probe, JumpingClock &clock, milliseconds ttl,
+                               std::function<Heartbeat::Renewal()> answer) {
+  Heartbeat::Options options;
+  options.ttl = ttl;
+  options.renew = [&probe, answer](Clock::time_point deadline) {
+    probe.Renewed(deadline);
+    return answer();
+  };
+  options.refused = "the fake service said no";
+  options.on_lost = [&probe](const std::string &reason) { probe.Lost(reason); };
+  options.now = clock.Function();
+  return options;
+}
+
+Heartbeat::Renewal Renewed() { return Heartbeat::Renewal::kRenewed; }
+
+TEST(HeartbeatTest, RenewalsKeepTheLockHeldAcrossSeveralTtls) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms, Renewed), clock.Now());
+  heartbeat.Start();
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(heartbeat.held()) << "after " << (i + 1) * 100 << " ms: "
+                                  << heartbeat.lost_reason();
+  }
+  // Every ttl / 3: about ten in a second.
+  EXPECT_GE(probe.renewals(), 5);
+  EXPECT_EQ(probe.lost_calls(), 0) << probe.reason();
+  EXPECT_EQ(heartbeat.lost_reason(), "");
+}
+
+TEST(HeartbeatTest, WithoutRenewalsTheLockLapsesAtTtlMinusTheMargin) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat::Options options = MakeOptions(probe, clock, 1000ms, Renewed);
+  const Clock::time_point sent = clock.Now();
+  Heartbeat heartbeat(std::move(options), sent);  // not started: nothing renews
+  EXPECT_EQ(Heartbeat::SafetyMargin(1000ms), 100ms);
+  EXPECT_EQ(heartbeat.deadline(), sent + 900ms);
+  EXPECT_TRUE(heartbeat.held());
+  clock.Jump(sent + 900ms - clock.Now() - 1ms);
+  EXPECT_TRUE(heartbeat.held());
+  clock.Jump(1ms);
+  EXPECT_FALSE(heartbeat.held());
+  EXPECT_NE(heartbeat.lost_reason().find("not renewed within ttl minus 100 ms"),
+            std::string::npos)
+      << heartbeat.lost_reason();
+}
+
+TEST(HeartbeatTest, DeadlineMovesFromTheRenewalsSendTimeNotItsAnswer) {
+  Probe probe;
+  JumpingClock clock;
+  std::atomic<int> calls{0};
+  std::atomic<long long> sent_ns{0};
+  Heartbeat::Options options = MakeOptions(probe, clock, 3000ms, Renewed);
+  options.period = 100ms;
+  options.renew = [&](Clock::time_point deadline) {
+    probe.Renewed(deadline);
+    switch (++calls) {
+      case 1:  // sent now, answered two seconds later
+        sent_ns = clock.Now().time_since_epoch().count();
+        clock.Jump(2s);
+        return Heartbeat::Renewal::kRenewed;
+      default:  // the next one ends the loop, so the deadline stays put
+        return Heartbeat::Renewal::kRefused;
+    }
+  };
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  heartbeat.Start();
+  ASSERT_TRUE(probe.WaitLost(2s));
+  const Clock::time_point sent{Clock::duration(sent_ns.load())};
+  // ttl 3000 - margin 300 from the send time, not from the answer 2 s later.
+  EXPECT_LE(heartbeat.deadline(), sent + 2700ms);
+  EXPECT_GT(heartbeat.deadline(), sent + 2700ms - 50ms);
+}
+
+TEST(HeartbeatTest, RenewalIsGivenTheDeadline) {
+  Probe probe;
+  JumpingClock clock;
+  const Clock::time_point sent = clock.Now();
+  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms, Renewed), sent);
+  heartbeat.Start();
+  std::this_thread::sleep_for(150ms);
+  heartbeat.Stop();
+  ASSERT_GE(probe.renewals(), 1);
+  // The first renewal's budget ends at the first deadline: sent + 300 - 50.
+  // (Later ones end later; the last one's deadline is what it was given.)
+  EXPECT_GE(probe.last_deadline(), sent + 250ms);
+  EXPECT_LE(probe.last_deadline(), heartbeat.deadline());
+}
+
+TEST(HeartbeatTest, RefusedRenewalMarksTheLockLostOnce) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat heartbeat(
+      MakeOptions(probe, clock, 300ms, [] { return Heartbeat::Renewal::kRefused; }), clock.Now());
+  heartbeat.Start();
+  ASSERT_TRUE(probe.WaitLost(2s));
+  EXPECT_EQ(probe.reason(), "renewal refused: the fake service said no");
+  EXPECT_FALSE(heartbeat.held());
+  EXPECT_EQ(heartbeat.lost_reason(), probe.reason());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(probe.renewals(), 1) << "a lost lock must never be renewed again";
+  EXPECT_EQ(probe.lost_calls(), 1);
+}
+
+TEST(HeartbeatTest, FailedRenewalMarksTheLockLostWithTheError) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms,
+                                  []() -> Heartbeat::Renewal {
+                                    throw std::runtime_error("connection reset");
+                                  }),
+                      clock.Now());
+  heartbeat.Start();
+  ASSERT_TRUE(probe.WaitLost(2s));
+  EXPECT_EQ(probe.reason(), "renewal failed: connection reset");
+  EXPECT_FALSE(heartbeat.held());
+}
+
+TEST(HeartbeatTest, TimedOutRenewalMarksTheLockLost) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat heartbeat(
+      MakeOptions(probe, clock, 300ms, [] { return Heartbeat::Renewal::kTimedOut; }), clock.Now());
+  heartbeat.Start();
+  ASSERT_TRUE(probe.WaitLost(2s));
+  EXPECT_NE(probe.reason().find("no answer before the lock's safe deadline"), std::string::npos)
+      << probe.reason();
+  EXPECT_FALSE(heartbeat.held());
+}
+
+TEST(HeartbeatTest, ReportTimedOutFromTheRenewalReportsBeforeItReturns) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat *self = nullptr;
+  std::atomic<int> lost_before_return{-1};
+  Heartbeat::Options options = MakeOptions(probe, clock, 300ms, Renewed);
+  options.renew = [&](Clock::time_point) {
+    self->ReportTimedOut();
+    lost_before_return = probe.lost_calls();
+    return Heartbeat::Renewal::kTimedOut;
+  };
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  self = &heartbeat;
+  heartbeat.Start();
+  ASSERT_TRUE(probe.WaitLost(2s));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(lost_before_return.load(), 1);
+  EXPECT_EQ(probe.lost_calls(), 1) << "reported twice";
+}
+
+// A process paused past its deadline wakes up to held() = false at once, and
+// its heartbeat must not revive the lock with a renewal: the service may have
+// given it away meanwhile.
+TEST(HeartbeatTest, PausedProcessWakesUpToALostLockThatIsNeverRenewed) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms, Renewed), clock.Now());
+  heartbeat.Start();
+  std::this_thread::sleep_for(50ms);
+  const int renewals_before = probe.renewals();
+  clock.Jump(10s);
+  EXPECT_FALSE(heartbeat.held()) << "held() must not wait for the heartbeat thread";
+  ASSERT_TRUE(probe.WaitLost(2s));
+  EXPECT_NE(probe.reason().find("was the process paused?"), std::string::npos) << probe.reason();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(heartbeat.held());
+  EXPECT_EQ(probe.renewals(), renewals_before);
+  EXPECT_EQ(probe.lost_calls(), 1);
+}
+
+TEST(HeartbeatTest, StopEndsRenewalsAndSilencesOnLost) {
+  Probe probe;
+  JumpingClock clock;
+  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms, Renewed), clock.Now());
+  heartbeat.Start();
+  std::this_thread::sleep_for(150ms);
+  EXPECT_TRUE(heartbeat.Stop());
+  EXPECT_FALSE(heartbeat.Stop()) << "only the first Stop() gives the lock back";
+  const int renewals = probe.renewals();
+  EXPECT_FALSE(heartbeat.held());
+  EXPECT_EQ(heartbeat.lost_reason(), "released by its holder");
+  clock.Jump(10s);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(probe.renewals(), renewals);
+  EXPECT_EQ(probe.lost_calls(), 0) << probe.reason();
+}
+
+TEST(HeartbeatTest, OnLostMayStopTheHeartbeatItRunsOn) {
+  JumpingClock clock;
+  std::atomic<bool> stopped{false};
+  Heartbeat *self = nullptr;
+  Heartbeat::Options options;
+  options.ttl = 300ms;
+  options.renew = [](Clock::time_point) { return Heartbeat::Renewal::kRefused; };
+  options.on_lost = [&](const std::string &) {
+    EXPECT_TRUE(self->OnHeartbeatThread());
+    stopped = self->Stop();  // must not join the thread it runs on
+  };
+  options.now = clock.Function();
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  self = &heartbeat;
+  heartbeat.Start();
+  for (int i = 0; i < 200 && !stopped; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(stopped.load());
+  EXPECT_FALSE(heartbeat.OnHeartbeatThread());
+}
+
+TEST(HeartbeatTest, TimingIsCheckedBeforeAnythingStarts) {
+  EXPECT_THROW(Heartbeat::CheckTiming(0ms, 0ms, "x"), std::invalid_argument);
+  EXPECT_THROW(Heartbeat::CheckTiming(1000ms, -1ms, "x"), std::invalid_argument);
+  EXPECT_THROW(Heartbeat::CheckTiming(1000ms, 900ms, "x"), std::invalid_argument);
+  EXPECT_NO_THROW(Heartbeat::CheckTiming(1000ms, 0ms, "x"));
+  EXPECT_NO_THROW(Heartbeat::CheckTiming(1000ms, 899ms, "x"));
+  EXPECT_EQ(Heartbeat::SafetyMargin(100ms), 50ms);      // at most ttl / 2
+  EXPECT_EQ(Heartbeat::SafetyMargin(300ms), 50ms);      // at least 50 ms
+  EXPECT_EQ(Heartbeat::SafetyMargin(10000ms), 1000ms);  // ttl / 10
+}
+
+}  // namespace
+}  // namespace pg_fencing::client
