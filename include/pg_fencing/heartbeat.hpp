@@ -121,6 +121,7 @@ class Heartbeat {
   Clock::time_point Now() const;
   Clock::time_point DeadlineLocked() const;
   std::chrono::milliseconds Period() const noexcept;
+  Clock::duration AtRiskAfter() const noexcept;
   std::string MarginText() const;
   void MarkLost(const std::string &reason);
   void DeliverLost(const std::string &reason);
@@ -136,10 +137,11 @@ class Heartbeat {
   Clock::time_point valid_from_;  // send time of the request that last set the expiry
   std::thread::id thread_id_;
   std::thread thread_;
-  // The watch thread (on_at_risk): the stall it last warned about (the
-  // valid_from_ it saw), whether it is in on_at_risk now, and a loss that
-  // came meanwhile, which it then reports itself once on_at_risk returned.
-  Clock::time_point warned_for_ = Clock::time_point::min();
+  // The watch thread (on_at_risk): whether it warned about the current stall
+  // (reset by a renewal that ends it), whether it is in on_at_risk now, and
+  // a loss that came meanwhile, which it then reports itself once
+  // on_at_risk returned.
+  bool warned_ = false;
   bool in_at_risk_ = false;
   bool lost_pending_ = false;
   std::thread::id watcher_id_;

@@ -214,6 +214,9 @@ void Heartbeat::Run() {
       if (outcome == Renewal::kRenewed) {
         lock.lock();
         valid_from_ = std::max(valid_from_, sent);
+        // A late renewal that was sent long ago does not end the stall: the
+        // lock is as short-lived as before, and one warning is enough.
+        if (Now() < valid_from_ + AtRiskAfter()) warned_ = false;
         wake_.notify_all();  // the watch thread's next time to look moved
         continue;
       }
@@ -234,11 +237,13 @@ void Heartbeat::Run() {
   }
 }
 
+Heartbeat::Clock::duration Heartbeat::AtRiskAfter() const noexcept {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+      static_cast<double>(options_.ttl.count()) * options_.at_risk_fraction));
+}
+
 void Heartbeat::Watch() {
   try {
-    const auto at_risk_after =
-        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
-            static_cast<double>(options_.ttl.count()) * options_.at_risk_fraction));
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       if (stopped_ || !lost_reason_.empty()) return;
@@ -250,13 +255,13 @@ void Heartbeat::Watch() {
         wake_.wait_for(lock, Period());
         continue;
       }
-      const Clock::time_point at_risk = valid_from_ + at_risk_after;
-      if (now < at_risk || warned_for_ == valid_from_) {
+      const Clock::time_point at_risk = valid_from_ + AtRiskAfter();
+      if (now < at_risk || warned_) {
         // Durations, as in Run(): the clock may be a test's.
         wake_.wait_for(lock, (now < at_risk ? at_risk : deadline) - now);
         continue;
       }
-      warned_for_ = valid_from_;
+      warned_ = true;
       in_at_risk_ = true;
       const auto ms = [](Clock::duration d) {
         return std::to_string(std::chrono::duration_cast<milliseconds>(d).count());
