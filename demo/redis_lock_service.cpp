@@ -20,6 +20,7 @@
 
 #include "lock_backends.hpp"
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "renewed_lock.hpp"
 
 namespace pg_fencing::demo {
@@ -254,7 +255,7 @@ class RedisLockService final : public LockService {
   Token GrantToken() {
     if (!db_) db_ = std::make_unique<pqxx::connection>(conninfo_);
     pqxx::work tx(*db_);
-    const Token token = tx.exec1("SELECT fencing_grant()::bigint")[0].as<Token>();
+    const Token token = pqxx_compat::Exec1(tx, "SELECT fencing_grant()::bigint")[0].as<Token>();
     tx.commit();
     return token;
   }

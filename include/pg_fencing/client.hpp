@@ -23,12 +23,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <pqxx/pqxx>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 #include <pqxx/pqxx>
 
+#include "pg_fencing/pqxx_compat.hpp"
 #include "pg_fencing/token.hpp"
 
 namespace pg_fencing::client {
@@ -59,9 +61,9 @@ class LeaseLostError : public std::runtime_error {
 };
 
 struct LeaseOptions {
-  std::string conninfo;            // libpq connection string
-  std::string lock_name;           // fencing_acquire's lock_name
-  std::string holder;              // unique per process, e.g. host:pid
+  std::string conninfo;   // libpq connection string
+  std::string lock_name;  // fencing_acquire's lock_name
+  std::string holder;     // unique per process, e.g. host:pid
   std::chrono::milliseconds ttl{10000};
   // Wait up to this long for a busy lock; nullopt: try once.
   std::optional<std::chrono::milliseconds> wait;
@@ -165,7 +167,7 @@ pqxx::result ExecFenced(pqxx::connection &conn, const std::string &sql, Token to
                         Args &&...args) {
   try {
     pqxx::work tx(conn);
-    pqxx::result result = tx.exec_params(sql, token, std::forward<Args>(args)...);
+    pqxx::result result = pqxx_compat::ExecParams(tx, sql, token, std::forward<Args>(args)...);
     tx.commit();
     return result;
   } catch (const pqxx::sql_error &error) {

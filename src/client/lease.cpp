@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::client {
 
@@ -55,7 +56,7 @@ std::string TokenText(Token token) {
 }
 
 // The value fencing_acquire returned: a token, or NULL when the lock is busy.
-std::optional<Token> TokenFromField(const pqxx::field &field) {
+std::optional<Token> TokenFromField(const pqxx_compat::Field &field) {
   if (field.is_null()) return std::nullopt;
   const ParseResult parsed = ParseToken(field.c_str());
   if (parsed.status != ParseStatus::kOk) {
@@ -71,15 +72,15 @@ std::string Describe(const LeaseOptions &options) { return "lock \"" + options.l
 // fencing_release on conn; true if the server still had the lease live.
 bool ReleaseOn(pqxx::connection &conn, const std::string &lock_name, Token token) {
   pqxx::nontransaction tx(conn);
-  return tx.exec_params1("SELECT fencing_release($1, $2)", lock_name, token)[0].as<bool>();
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock_name, token)[0]
+      .as<bool>();
 }
 
 // Renews synchronously; used only by the constructor, before the thread runs.
 bool RenewOn(pqxx::connection &conn, const std::string &lock_name, Token token, milliseconds ttl) {
   pqxx::nontransaction tx(conn);
-  return tx
-      .exec_params1("SELECT fencing_renew($1, $2, $3::interval)", lock_name, token,
-                    IntervalText(ttl))[0]
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_renew($1, $2, $3::interval)", lock_name,
+                                  token, IntervalText(ttl))[0]
       .as<bool>();
 }
 
@@ -117,14 +118,15 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     // The waiting form needs READ COMMITTED; pqxx's BEGIN leaves the level to
     // default_transaction_isolation, which may say otherwise.  The other
     // form then cannot fail on a serialization conflict either.
-    tx.exec0("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
     const pqxx::row row =
-        options_.wait
-            ? tx.exec_params1("SELECT fencing_acquire($1, $2, $3::interval, $4::interval)",
-                              options_.lock_name, options_.holder, IntervalText(options_.ttl),
-                              IntervalText(*options_.wait))
-            : tx.exec_params1("SELECT fencing_acquire($1, $2, $3::interval)", options_.lock_name,
-                              options_.holder, IntervalText(options_.ttl));
+        options_.wait ? pqxx_compat::ExecParams1(
+                            tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval)",
+                            options_.lock_name, options_.holder, IntervalText(options_.ttl),
+                            IntervalText(*options_.wait))
+                      : pqxx_compat::ExecParams1(tx, "SELECT fencing_acquire($1, $2, $3::interval)",
+                                                 options_.lock_name, options_.holder,
+                                                 IntervalText(options_.ttl));
     granted = TokenFromField(row[0]);
     tx.commit();
   }
