@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "pg_fencing/heartbeat.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "pg_fencing/token.hpp"
 
 namespace pg_fencing::client {
@@ -273,7 +274,7 @@ pqxx::result ExecFenced(pqxx::connection &conn, const std::string &sql, Token to
                         Args &&...args) {
   try {
     pqxx::work tx(conn);
-    pqxx::result result = tx.exec_params(sql, token, std::forward<Args>(args)...);
+    pqxx::result result = pqxx_compat::ExecParams(tx, sql, token, std::forward<Args>(args)...);
     tx.commit();
     return result;
   } catch (const pqxx::sql_error &error) {

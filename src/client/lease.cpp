@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::client {
 
@@ -56,7 +57,7 @@ std::string TokenText(Token token) {
 }
 
 // The value fencing_acquire returned: a token, or NULL when the lock is busy.
-std::optional<Token> TokenFromField(const pqxx::field &field) {
+std::optional<Token> TokenFromField(const pqxx_compat::Field &field) {
   if (field.is_null()) return std::nullopt;
   const ParseResult parsed = ParseToken(field.c_str());
   if (parsed.status != ParseStatus::kOk) {
@@ -69,15 +70,15 @@ std::optional<Token> TokenFromField(const pqxx::field &field) {
 // fencing_release on conn; true if the server still had the lease live.
 bool ReleaseOn(pqxx::connection &conn, const std::string &lock_name, Token token) {
   pqxx::nontransaction tx(conn);
-  return tx.exec_params1("SELECT fencing_release($1, $2)", lock_name, token)[0].as<bool>();
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock_name, token)[0]
+      .as<bool>();
 }
 
 // Renews synchronously; used only by the constructor, before the thread runs.
 bool RenewOn(pqxx::connection &conn, const std::string &lock_name, Token token, milliseconds ttl) {
   pqxx::nontransaction tx(conn);
-  return tx
-      .exec_params1("SELECT fencing_renew($1, $2, $3::interval)", lock_name, token,
-                    IntervalText(ttl))[0]
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_renew($1, $2, $3::interval)", lock_name,
+                                  token, IntervalText(ttl))[0]
       .as<bool>();
 }
 
@@ -100,12 +101,12 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     // The waiting form needs READ COMMITTED; pqxx's BEGIN leaves the level to
     // default_transaction_isolation, which may say otherwise.  The other
     // form then cannot fail on a serialization conflict either.
-    tx.exec0("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
     // One function for both forms: a NULL wait is no wait.  A null char
     // pointer is SQL NULL to libpqxx 6 and 7 alike.
     const std::string wait = options_.wait ? IntervalText(*options_.wait) : std::string();
-    const pqxx::row row = tx.exec_params1(
-        "SELECT fencing_acquire($1, $2, $3::interval, $4::interval, payload => $5::jsonb)",
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval, payload => $5::jsonb)",
         options_.lock_name, options_.holder, IntervalText(options_.ttl),
         options_.wait ? wait.c_str() : nullptr,
         options_.payload ? options_.payload->c_str() : nullptr);
@@ -349,10 +350,11 @@ void Lease::HandOverRun() {
 
 std::optional<LeaderInfo> ReadLeader(pqxx::connection &conn, const std::string &lock_name) {
   pqxx::nontransaction tx(conn);
-  const pqxx::result result = tx.exec_params(
-      "SELECT holder, token::text, payload::text FROM fencing_leases "
-      "WHERE lock_name = $1 AND state = 'live'",
-      lock_name);
+  const pqxx::result result =
+      pqxx_compat::ExecParams(tx,
+                              "SELECT holder, token::text, payload::text FROM fencing_leases "
+                              "WHERE lock_name = $1 AND state = 'live'",
+                              lock_name);
   if (result.empty()) return std::nullopt;
   const pqxx::row row = result[0];
   LeaderInfo leader;
@@ -364,8 +366,8 @@ std::optional<LeaderInfo> ReadLeader(pqxx::connection &conn, const std::string &
 
 Token Revoke(pqxx::connection &conn, const std::string &lock_name, const std::string &reason) {
   pqxx::nontransaction tx(conn);
-  const pqxx::row row = tx.exec_params1("SELECT fencing_revoke($1, $2)", lock_name,
-                                        reason.empty() ? nullptr : reason.c_str());
+  const pqxx::row row = pqxx_compat::ExecParams1(tx, "SELECT fencing_revoke($1, $2)", lock_name,
+                                                 reason.empty() ? nullptr : reason.c_str());
   const std::optional<Token> mark = TokenFromField(row[0]);
   if (!mark) throw std::runtime_error("fencing_revoke returned NULL");
   return *mark;

@@ -29,6 +29,8 @@
 #include <string>
 #include <thread>
 
+#include "pg_fencing/pqxx_compat.hpp"
+
 namespace pg_fencing::client {
 namespace {
 
@@ -216,12 +218,13 @@ class ClientTest : public ::testing::Test {
 
   bool IsSuperuser() {
     pqxx::nontransaction tx(*conn_);
-    return tx.exec1("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0].as<bool>();
+    return pqxx_compat::Exec1(tx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0]
+        .as<bool>();
   }
 
   std::optional<std::string> Leader(const std::string &lock) {
     pqxx::nontransaction tx(*conn_);
-    const pqxx::row row = tx.exec_params1("SELECT fencing_leader($1)", lock);
+    const pqxx::row row = pqxx_compat::ExecParams1(tx, "SELECT fencing_leader($1)", lock);
     if (row[0].is_null()) return std::nullopt;
     return row[0].as<std::string>();
   }
@@ -233,7 +236,8 @@ class ClientTest : public ::testing::Test {
   };
   LeaseRow Row(const std::string &lock) {
     pqxx::nontransaction tx(*conn_);
-    const pqxx::row row = tx.exec_params1(
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx,
         "SELECT token::bigint, live, extract(epoch FROM expires_at)::float8 "
         "FROM fencing_leases WHERE lock_name = $1",
         lock);
@@ -245,9 +249,10 @@ class ClientTest : public ::testing::Test {
     const std::string table = Name(what);
     pqxx::work tx(*conn_);
     const std::string quoted = tx.quote_name(table);
-    tx.exec0("CREATE TABLE " + quoted + " (id int PRIMARY KEY, token fencing_token, val text)");
-    tx.exec_params("SELECT fencing_protect($1::regclass)", quoted);
-    tx.exec0("INSERT INTO " + quoted + " VALUES (1, NULL, 'initial')");
+    pqxx_compat::Exec0(
+        tx, "CREATE TABLE " + quoted + " (id int PRIMARY KEY, token fencing_token, val text)");
+    pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass)", quoted);
+    pqxx_compat::Exec0(tx, "INSERT INTO " + quoted + " VALUES (1, NULL, 'initial')");
     tx.commit();
     return quoted;
   }
@@ -469,7 +474,8 @@ TEST_F(ClientTest, PausedHolderLosesLeaseAndIsFenced) {
   EXPECT_NE(output.find("stale write refused"), std::string::npos) << output;
 
   pqxx::nontransaction tx(*conn_);
-  const pqxx::row row = tx.exec1("SELECT token::bigint, val FROM " + table + " WHERE id = 1");
+  const pqxx::row row =
+      pqxx_compat::Exec1(tx, "SELECT token::bigint, val FROM " + table + " WHERE id = 1");
   EXPECT_EQ(row[0].as<Token>(), newer.token());
   EXPECT_EQ(row[1].as<std::string>(), "parent");
 }
@@ -518,7 +524,8 @@ TEST_F(ClientTest, OnLostFiresWhenLeaseExpiredBehindItsBack) {
   const Clock::time_point expired = Clock::now();
   {
     pqxx::work tx(*conn_);
-    tx.exec_params0("UPDATE fencing_lease SET expires_at = now() WHERE lock_name = $1", lock);
+    pqxx_compat::ExecParams0(tx, "UPDATE fencing_lease SET expires_at = now() WHERE lock_name = $1",
+                             lock);
     tx.commit();
   }
   ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
@@ -546,7 +553,8 @@ TEST_F(ClientTest, OnLostFiresWhenReleasedFromAnotherConnection) {
   {
     pqxx::nontransaction tx(*conn_);
     ASSERT_TRUE(
-        tx.exec_params1("SELECT fencing_release($1, $2)", lock, lease.token())[0].as<bool>());
+        pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock, lease.token())[0]
+            .as<bool>());
   }
   ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
   EXPECT_LT(Ms(lost.at() - released), 300 + 300) << "later than about one heartbeat";
@@ -569,12 +577,14 @@ TEST_F(ClientTest, OnLostFiresWhenHeartbeatConnectionDies) {
   const Clock::time_point cut = Clock::now();
   {
     pqxx::nontransaction tx(*conn_);
-    ASSERT_EQ(tx.exec_params1("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                              "WHERE pid <> pg_backend_pid() "
-                              "AND query LIKE 'SELECT fencing_renew(%' || $1 || '%'",
-                              lock)[0]
-                  .as<int>(),
-              1);
+    ASSERT_EQ(
+        pqxx_compat::ExecParams1(tx,
+                                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                 "WHERE pid <> pg_backend_pid() "
+                                 "AND query LIKE 'SELECT fencing_renew(%' || $1 || '%'",
+                                 lock)[0]
+            .as<int>(),
+        1);
   }
   ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
   EXPECT_LT(Ms(lost.at() - cut), 300 + 300) << "later than about one heartbeat";
@@ -599,7 +609,8 @@ TEST_F(ClientTest, OnLostFiresWhileRenewalIsStuck) {
 
   pqxx::connection blocker_conn(Dsn());
   pqxx::work blocker(blocker_conn);
-  blocker.exec_params1("SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE", lock);
+  pqxx_compat::ExecParams1(blocker, "SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE",
+                           lock);
   const Clock::time_point blocked = Clock::now();
 
   // The next renewal queues behind the row lock.
@@ -608,7 +619,7 @@ TEST_F(ClientTest, OnLostFiresWhileRenewalIsStuck) {
       "AND query LIKE 'SELECT fencing_renew(%' AND query LIKE '%' || $1 || '%'";
   auto count_waiting = [&] {
     pqxx::nontransaction tx(*conn_);
-    return tx.exec_params1(waiting_renewals, lock)[0].as<int>();
+    return pqxx_compat::ExecParams1(tx, waiting_renewals, lock)[0].as<int>();
   };
   const Clock::time_point look = Clock::now();
   while (count_waiting() == 0 && Since(look) < 1000) std::this_thread::sleep_for(10ms);
@@ -694,8 +705,8 @@ TEST_F(ClientTest, RevokeEndsTheLeaseAndRaisesTheMark) {
   EXPECT_FALSE(lease.held());
   {
     pqxx::nontransaction tx(*conn_);
-    const pqxx::row row =
-        tx.exec_params1("SELECT state, end_reason FROM fencing_leases WHERE lock_name = $1", lock);
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx, "SELECT state, end_reason FROM fencing_leases WHERE lock_name = $1", lock);
     EXPECT_EQ(row[0].as<std::string>(), "revoked");
     EXPECT_EQ(row[1].as<std::string>(), "incident 42");
   }
@@ -704,7 +715,8 @@ TEST_F(ClientTest, RevokeEndsTheLeaseAndRaisesTheMark) {
   EXPECT_GT(next.token(), mark);
   EXPECT_GT(Revoke(*conn_, lock, ""), next.token());
   pqxx::nontransaction tx(*conn_);
-  EXPECT_TRUE(tx.exec_params1("SELECT end_reason FROM fencing_leases WHERE lock_name = $1", lock)[0]
+  EXPECT_TRUE(pqxx_compat::ExecParams1(
+                  tx, "SELECT end_reason FROM fencing_leases WHERE lock_name = $1", lock)[0]
                   .is_null());
 }
 
@@ -735,7 +747,8 @@ TEST_F(ClientTest, OnAtRiskFiresBeforeOnLostWhileRenewalIsStuck) {
 
   pqxx::connection blocker_conn(Dsn());
   pqxx::work blocker(blocker_conn);
-  blocker.exec_params1("SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE", lock);
+  pqxx_compat::ExecParams1(blocker, "SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE",
+                           lock);
   const Clock::time_point blocked = Clock::now();
 
   ASSERT_TRUE(at_risk.WaitFor(3s)) << "on_at_risk not called while the renewal hung";
@@ -957,7 +970,8 @@ TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
   const pqxx::result equal = ExecFenced(*conn_, update, Token{10}, "ten again", 1);
   ASSERT_EQ(equal.size(), 1u);
   pqxx::nontransaction tx(*conn_);
-  const pqxx::row row = tx.exec1("SELECT token::bigint, val FROM " + table + " WHERE id = 1");
+  const pqxx::row row =
+      pqxx_compat::Exec1(tx, "SELECT token::bigint, val FROM " + table + " WHERE id = 1");
   EXPECT_EQ(row[0].as<Token>(), 10);
   EXPECT_EQ(row[1].as<std::string>(), "ten again");
 }
@@ -980,7 +994,7 @@ TEST(RethrowMappedTest, RethrowsTheHandledObjectUnchanged) {
     }
     FAIL() << "nothing thrown";
   } catch (const pqxx::unique_violation &error) {
-    EXPECT_EQ(error.sqlstate(), "23505");
+    EXPECT_EQ(pqxx_compat::SqlState(error), "23505");
   }
   // Handling one exception, mapping another: the other is thrown.
   try {
@@ -991,7 +1005,7 @@ TEST(RethrowMappedTest, RethrowsTheHandledObjectUnchanged) {
     }
     FAIL() << "nothing thrown";
   } catch (const pqxx::sql_error &error) {
-    EXPECT_EQ(error.sqlstate(), "42P01");
+    EXPECT_EQ(pqxx_compat::SqlState(error), "42P01");
   }
 }
 
