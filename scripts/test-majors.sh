@@ -288,7 +288,11 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     DUMP_DIR=$dump_parent/dump
     trap 'cleanup; rm -rf "$dump_parent"' EXIT
     log "PostgreSQL $PG_MAJOR: the database to restore in each major (test/majors/dump-restore.sh dump)"
-    if ! timeout "$STEP_TIMEOUT" flock /tmp/pg_fencing-install.lock bash -c "
+    # A caller that holds the lock already (a session running this under
+    # its own flock) says so with PG_FENCING_INSTALL_LOCK_HELD=1.
+    local_lock=(flock /tmp/pg_fencing-install.lock)
+    [[ ${PG_FENCING_INSTALL_LOCK_HELD:-0} == 1 ]] && local_lock=()
+    if ! timeout "$STEP_TIMEOUT" "${local_lock[@]}" bash -c "
         make -C '$PROJECT_ROOT' -j2 >/dev/null && make -C '$PROJECT_ROOT' install >/dev/null &&
         source '$PROJECT_ROOT/scripts/lib.sh' &&
         with_throwaway_cluster bash '$PROJECT_ROOT/test/majors/dump-restore.sh' dump '$DUMP_DIR'" |
