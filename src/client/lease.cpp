@@ -356,7 +356,7 @@ std::optional<LeaderInfo> ReadLeader(pqxx::connection &conn, const std::string &
                               "WHERE lock_name = $1 AND state = 'live'",
                               lock_name);
   if (result.empty()) return std::nullopt;
-  const pqxx::row row = result[0];
+  const auto row = result[0];  // a row_ref in libpqxx 8
   LeaderInfo leader;
   leader.holder = row[0].as<std::string>();
   leader.token = *TokenFromField(row[1]);
