@@ -455,8 +455,6 @@ CREATE FUNCTION @extschema@.fencing_acquire_as(
 DECLARE
   deadline timestamptz;
   granted @extschema@.fencing_token;
-  pause double precision := 0.001;  -- seconds; doubles up to max_pause
-  max_pause CONSTANT double precision := 0.02;
   max_wait CONSTANT interval := interval '2147483.647 seconds';
   saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
   checked boolean;
@@ -499,8 +497,10 @@ BEGIN
       RETURN granted;
     END IF;
     EXIT WHEN clock_timestamp() >= deadline;
-    PERFORM pg_catalog.pg_sleep(least(pause, extract(epoch FROM deadline - clock_timestamp())));
-    pause := least(pause * 2, max_pause);
+    -- Sleep until the commit of a release wakes us (fencing_wake_waiters_at_commit), the lease
+    -- ends or the wait is over.
+    PERFORM @extschema@.fencing_wait_for_wakeup(least(deadline,
+      (SELECT l.expires_at FROM @extschema@.fencing_lease l WHERE l.lock_name = fencing_acquire_as.lock_name)));
   END LOOP;
   RETURN NULL;
 END $$;
@@ -529,6 +529,8 @@ BEGIN
     RETURN false;
   END IF;
   PERFORM @extschema@.fencing_commit_durably();
+  -- A release frees the lock, a renew may bring its end closer: the first waiter looks again.
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(k.lock_id) FROM @extschema@.fencing_lock k WHERE k.lock_name = p_lock;
   RETURN true;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval) FROM PUBLIC;
@@ -1022,3 +1024,22 @@ COMMENT ON FUNCTION @extschema@.fencing_guard() IS
   'the guard trigger: BEFORE UPDATE FOR EACH ROW for a per-row fence; with option lock=NAME, BEFORE INSERT, UPDATE or DELETE FOR EACH ROW and BEFORE TRUNCATE; refuses a lower token (55Z01) or a missing one (55Z02); arguments: column name, then options allow_unset, skip, lock=NAME';
 COMMENT ON TABLE @extschema@.fencing_fence IS
   'highest fencing token seen per lock; written only by the extension''s functions: fencing_fence_advance() (writes), fencing_fence_lock() (presentations) and lease grants';
+
+-------------------------------------------------------------------------------
+-- Hand-over without polling (src/backend/lease_wakeup.cpp)
+-------------------------------------------------------------------------------
+-- The first waiter of a lock (the holder of its waiting room) sleeps on its
+-- latch; the commit of a transaction that frees the lease or moves its end
+-- sets that latch.  Nothing session-scoped and nothing preloaded: both sides
+-- act within one call or one transaction.
+CREATE FUNCTION @extschema@.fencing_wake_waiters_at_commit(lock_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_wake_waiters_at_commit' LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_wake_waiters_at_commit(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_wake_waiters_at_commit(bigint) IS
+  'when the current transaction commits, wakes the first acquirer waiting for the lock to look at its lease again; for every change that frees a lease or moves its end; internal';
+
+CREATE FUNCTION @extschema@.fencing_wait_for_wakeup(until timestamptz) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_wait_for_wakeup' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz) IS
+  'sleeps until woken by fencing_wake_waiters_at_commit, until the given time (NULL: none) or for pg_fencing.wait_recheck, whichever comes first; internal';
