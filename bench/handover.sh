@@ -70,7 +70,7 @@ SQL
 
 samples=$((quick ? 3 : 30))
 for i in $(seq 1 "$samples"); do
-  lock="bench-expiry-$i"
+  lock="bench-expiry-$$-$i"  # a lock of its own: the waiter keeps its lease
   psql -X -At -c "SELECT fencing_acquire('$lock', 'holder', '100 ms')" >/dev/null
   ends=$(psql -X -At -c "SELECT expires_at FROM fencing_leases WHERE lock_name = '$lock'")
   psql -X -At -c "SELECT fencing_acquire('$lock', 'waiter', '1 minute', '10 s')" >/dev/null

@@ -10,7 +10,7 @@ open my $in, '<', $raw or die "$raw: $!";
 while (<$in>) {
 	chomp;
 	my ($bench, $variant, $clients, $round, $value, $unit) = split /,/;
-	next unless defined $value && $value =~ /^[\d.]+$/;
+	next unless defined $value && $value =~ /^-?[\d.]+(?:e[-+]?\d+)?$/;
 	push @{ $samples{"$bench|$variant|$clients"} }, $value;
 }
 close $in;
