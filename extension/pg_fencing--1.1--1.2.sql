@@ -42,7 +42,11 @@ CREATE TABLE @extschema@.fencing_lock (
   lock_name text PRIMARY KEY,
   lock_id bigint NOT NULL UNIQUE,
   owner regrole NOT NULL,
-  users regrole[] NOT NULL DEFAULT '{}'
+  users regrole[] NOT NULL DEFAULT '{}',
+  -- After a lease of this lock *expires* (not after a release or a revoke),
+  -- it is not granted again for this long: side effects of the lost holder
+  -- that no guard sees (mail sent, calls to other services) can drain.
+  lock_delay interval NOT NULL DEFAULT '0'
 );
 REVOKE ALL ON @extschema@.fencing_lock FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_lock', '');
@@ -321,7 +325,7 @@ COMMENT ON FUNCTION @extschema@.fencing_disallow_create(regrole, text) IS
 
 -- A lock is visible in the views to the roles that may use it.
 CREATE VIEW @extschema@.fencing_locks WITH (security_barrier) AS
-  SELECT k.lock_name, k.owner, k.users, k.lock_id
+  SELECT k.lock_name, k.owner, k.users, k.lock_id, k.lock_delay
     FROM @extschema@.fencing_lock k
    WHERE @extschema@.fencing_role_may_use(
            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
@@ -361,13 +365,21 @@ CREATE FUNCTION @extschema@.fencing_waiting_room(lock_id bigint) RETURNS bigint
 COMMENT ON FUNCTION @extschema@.fencing_waiting_room(bigint) IS
   'advisory lock key (pg_locks: classid 1178947139, objid the lock''s lock_id) of the queue of acquirers waiting for a lock';
 
+-- How each lease ended, and what its holder publishes.  ended: NULL while
+-- the lease is live or once it ran out (expired), 'released' or 'revoked'
+-- when it was ended before its time; only an expiry starts the lock-delay.
+ALTER TABLE @extschema@.fencing_lease
+  ADD COLUMN payload jsonb,
+  ADD COLUMN ended text,
+  ADD COLUMN end_reason text;
+
 -- One attempt to take the lock: free, expired, or already the caller's.
 -- On failure no row lock is kept (the attempt runs in a subtransaction), so
 -- a caller that lingers in its transaction never blocks the holder's renew.
 -- Called only from the fencing_acquire_as functions and runs in their
 -- context (their owner, their pinned search_path); PUBLIC may not call it.
 CREATE FUNCTION @extschema@.fencing_try_acquire(
-    p_lock text, p_holder text, p_ttl interval, p_lock_id bigint)
+    p_lock text, p_holder text, p_ttl interval, p_lock_id bigint, p_payload jsonb)
   RETURNS @extschema@.fencing_token LANGUAGE plpgsql AS $$
 DECLARE
   cur @extschema@.fencing_lease;
@@ -381,6 +393,11 @@ BEGIN
      AND NOT (cur.holder = p_holder AND cur.holder_role = session_user) THEN
     RETURN NULL;
   END IF;
+  -- An expired lease keeps the lock for its lock-delay.
+  IF FOUND AND cur.ended IS NULL AND cur.expires_at <= clock_timestamp()
+     AND @extschema@.fencing_available_at(p_lock) > clock_timestamp() THEN
+    RETURN NULL;
+  END IF;
 
   BEGIN
     SELECT * INTO cur FROM @extschema@.fencing_lease l WHERE l.lock_name = p_lock FOR UPDATE;
@@ -390,12 +407,18 @@ BEGIN
     now := clock_timestamp();
     IF found_row AND cur.expires_at > now THEN
       IF cur.holder = p_holder AND cur.holder_role = session_user THEN
-        -- The live holder again (say, a retry after a lost reply).
-        UPDATE @extschema@.fencing_lease l SET expires_at = now + p_ttl WHERE l.lock_name = p_lock;
+        -- The live holder again (say, a retry after a lost reply): the same
+        -- token, the lease extended, the payload replaced.
+        UPDATE @extschema@.fencing_lease l SET expires_at = now + p_ttl, payload = p_payload
+         WHERE l.lock_name = p_lock;
         PERFORM @extschema@.fencing_commit_durably();
         RETURN cur.token;
       END IF;
       RAISE SQLSTATE 'PFBSY';
+    END IF;
+    IF found_row AND cur.ended IS NULL
+       AND @extschema@.fencing_available_at(p_lock) > now THEN
+      RAISE SQLSTATE 'PFBSY';  -- expired, and still within its lock-delay
     END IF;
     IF NOT pg_catalog.pg_try_advisory_xact_lock(@extschema@.fencing_waiting_room(p_lock_id)) THEN
       RAISE SQLSTATE 'PFBSY';  -- a waiter is first in line
@@ -409,13 +432,15 @@ BEGIN
     IF found_row THEN
       UPDATE @extschema@.fencing_lease l
          SET holder = p_holder, holder_role = session_user, token = granted,
-             granted_at = now, expires_at = now + p_ttl
+             granted_at = now, expires_at = now + p_ttl, payload = p_payload,
+             ended = NULL, end_reason = NULL
        WHERE l.lock_name = p_lock;
     ELSE
       -- First grant of this lock.  The waiting-room lock serialises first
       -- grants, so a conflict here means another caller just took it.
       INSERT INTO @extschema@.fencing_lease
-        VALUES (p_lock, p_holder, session_user, granted, now, now + p_ttl)
+          (lock_name, holder, holder_role, token, granted_at, expires_at, payload)
+        VALUES (p_lock, p_holder, session_user, granted, now, now + p_ttl, p_payload)
         ON CONFLICT (lock_name) DO NOTHING;
       IF NOT FOUND THEN
         RAISE SQLSTATE 'PFBSY';
@@ -427,11 +452,12 @@ BEGIN
     RETURN NULL;  -- the subtransaction's rollback drops the row lock
   END;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_try_acquire(text, text, interval, bigint) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_try_acquire(text, text, interval, bigint) IS
+REVOKE ALL ON FUNCTION @extschema@.fencing_try_acquire(text, text, interval, bigint, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_try_acquire(text, text, interval, bigint, jsonb) IS
   'one acquire attempt, shared by both forms of fencing_acquire; internal';
 
-CREATE FUNCTION @extschema@.fencing_acquire_as(caller oid, lock_name text, holder text, ttl interval)
+CREATE FUNCTION @extschema@.fencing_acquire_as(
+    caller oid, lock_name text, holder text, ttl interval, payload jsonb)
   RETURNS @extschema@.fencing_token LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -440,16 +466,16 @@ DECLARE
 BEGIN
   checked := @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
   lock_id := @extschema@.fencing_lock_authorize(lock_name, caller, true);
-  RETURN @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id);
+  RETURN @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval) IS
-  'fencing_acquire(lock_name, holder, ttl) for the role that called it; internal';
+REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, jsonb) IS
+  'fencing_acquire without a wait, for the role that called it; internal';
 
 -- The longest wait: the waiting room is queued with lock_timeout, whose
 -- largest value is INT_MAX milliseconds.
 CREATE FUNCTION @extschema@.fencing_acquire_as(
-    caller oid, lock_name text, holder text, ttl interval, wait interval)
+    caller oid, lock_name text, holder text, ttl interval, wait interval, payload jsonb)
   RETURNS @extschema@.fencing_token LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -460,10 +486,14 @@ DECLARE
   checked boolean;
   lock_id bigint;
 BEGIN
+  -- No wait (the argument left out, or NULL): one attempt.
+  IF wait IS NULL THEN
+    RETURN @extschema@.fencing_acquire_as(caller, lock_name, holder, ttl, payload);
+  END IF;
   checked := @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
-  IF wait IS NULL OR wait < interval '0' THEN
-    RAISE EXCEPTION 'wait must not be NULL or negative, got % (lock "%")',
-      coalesce(wait::text, 'NULL'), lock_name USING ERRCODE = '22023';
+  IF wait < interval '0' THEN
+    RAISE EXCEPTION 'wait must not be negative, got % (lock "%")', wait, lock_name
+      USING ERRCODE = '22023';
   END IF;
   IF wait > max_wait THEN
     RAISE EXCEPTION 'wait must be at most 2147483.647 seconds (24.8 days), got % (lock "%")',
@@ -492,7 +522,7 @@ BEGIN
 
   -- First in line: poll the lease until it is free or the wait is over.
   LOOP
-    granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id);
+    granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
     IF granted IS NOT NULL THEN
       RETURN granted;
     END IF;
@@ -504,23 +534,26 @@ BEGIN
   END LOOP;
   RETURN NULL;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval) IS
-  'fencing_acquire(lock_name, holder, ttl, wait) for the role that called it; internal';
+REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_as(oid, text, text, interval, interval, jsonb) IS
+  'fencing_acquire for the role that called it; internal';
 
 -- Renew and release both move the end of a live lease the caller's role
--- holds under token: to now + remaining.  A lock that does not exist has no
+-- holds under token: to now + remaining; a release also marks it 'released'
+-- (ended), which spares the lock its lock-delay.  A lock that does not exist has no
 -- lease: false, as for any lease that is not the caller's.  Called only from
 -- the _as functions below, in their context; PUBLIC may not call it.
 CREATE FUNCTION @extschema@.fencing_move_lease_end(
-    caller oid, p_lock text, p_token @extschema@.fencing_token, remaining interval)
+    caller oid, p_lock text, p_token @extschema@.fencing_token, remaining interval,
+    p_ended text)
   RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
   IF NOT EXISTS (SELECT FROM @extschema@.fencing_lock k WHERE k.lock_name = p_lock) THEN
     RETURN false;
   END IF;
   PERFORM @extschema@.fencing_lock_authorize(p_lock, caller, false);
-  UPDATE @extschema@.fencing_lease l SET expires_at = clock_timestamp() + remaining
+  UPDATE @extschema@.fencing_lease l
+     SET expires_at = clock_timestamp() + remaining, ended = p_ended
    WHERE l.lock_name = p_lock
      AND l.token OPERATOR(@extschema@.=) p_token
      AND l.holder_role = session_user
@@ -533,8 +566,8 @@ BEGIN
   PERFORM @extschema@.fencing_wake_waiters_at_commit(k.lock_id) FROM @extschema@.fencing_lock k WHERE k.lock_name = p_lock;
   RETURN true;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval) IS
+REVOKE ALL ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval, text) IS
   'moves the end of the caller''s live lease, for fencing_renew and fencing_release; internal';
 
 CREATE FUNCTION @extschema@.fencing_renew_as(
@@ -545,7 +578,7 @@ DECLARE
   checked boolean;
 BEGIN
   checked := @extschema@.fencing_check_lease_args(lock_name, NULL, ttl, false);
-  RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, ttl);
+  RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, ttl, NULL);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_renew_as(oid, text, @extschema@.fencing_token, interval) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_renew_as(oid, text, @extschema@.fencing_token, interval) IS
@@ -556,7 +589,7 @@ CREATE FUNCTION @extschema@.fencing_release_as(
   RETURNS boolean LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, interval '0');
+  RETURN @extschema@.fencing_move_lease_end(caller, lock_name, token, interval '0', 'released');
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_release_as(oid, text, @extschema@.fencing_token) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_release_as(oid, text, @extschema@.fencing_token) IS
@@ -580,11 +613,16 @@ COMMENT ON FUNCTION @extschema@.fencing_leader_as(oid, text) IS
   'fencing_leader() for the role that called it; internal';
 
 -- The public lease functions become gates (see fencing_gate above).
-CREATE OR REPLACE FUNCTION @extschema@.fencing_acquire(lock_name text, holder text, ttl interval)
-  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_gate'
-  LANGUAGE C VOLATILE PARALLEL UNSAFE;
-CREATE OR REPLACE FUNCTION @extschema@.fencing_acquire(
-    lock_name text, holder text, ttl interval, wait interval)
+-- fencing_acquire's two forms, with and without a wait, become one function
+-- whose wait defaults to none: a payload (payload => jsonb, in named
+-- notation) could not be added to both forms as separate functions without
+-- making fencing_acquire('l', 'h', '30 s', '10 s') ambiguous.  A NULL wait
+-- now means no wait (1.1 refused it).
+DROP FUNCTION @extschema@.fencing_acquire(text, text, interval);
+DROP FUNCTION @extschema@.fencing_acquire(text, text, interval, interval);
+CREATE FUNCTION @extschema@.fencing_acquire(
+    lock_name text, holder text, ttl interval, wait interval DEFAULT NULL,
+    payload jsonb DEFAULT NULL)
   RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_gate'
   LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE OR REPLACE FUNCTION @extschema@.fencing_renew(
@@ -598,19 +636,93 @@ CREATE FUNCTION @extschema@.fencing_leader(lock_name text) RETURNS text
   AS 'MODULE_PATHNAME', 'fencing_gate' LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.fencing_leader(text) IS
   'the live holder of the lock, or NULL; 42501 if the caller may not use the lock';
-COMMENT ON FUNCTION @extschema@.fencing_acquire(text, text, interval) IS
-  'takes the lock for ttl and returns a new fencing token, or NULL if another holder has a live lease; the live holder gets its own token back with the lease extended; 42501 unless the caller may use (or create) the lock';
+COMMENT ON FUNCTION @extschema@.fencing_acquire(text, text, interval, interval, jsonb) IS
+  'takes the lock for ttl and returns a new fencing token; with wait, waits up to that long in arrival order; NULL if another holder has a live lease (or an expired one is within its lock-delay); the live holder gets its own token back with the lease extended and its payload replaced; 42501 unless the caller may use (or create) the lock';
 
 -- Views: a lock's rows are visible to the roles that may use it.
 CREATE OR REPLACE VIEW @extschema@.fencing_leases AS
   SELECT l.lock_name, l.holder, l.token, l.granted_at, l.expires_at,
-         l.expires_at > clock_timestamp() AS live
+         l.expires_at > clock_timestamp() AS live,
+         l.payload, k.lock_delay,
+         CASE WHEN l.ended IS NULL THEN l.expires_at + k.lock_delay ELSE l.expires_at END
+           AS available_at,
+         CASE WHEN l.expires_at > clock_timestamp() THEN 'live'
+              ELSE coalesce(l.ended, 'expired') END AS state,
+         l.end_reason
     FROM @extschema@.fencing_lease l
     JOIN @extschema@.fencing_locks k ON k.lock_name = l.lock_name;
 CREATE OR REPLACE VIEW @extschema@.fencing_fences AS
   SELECT f.lock_name, f.high_water
     FROM @extschema@.fencing_fence f
     JOIN @extschema@.fencing_locks k ON k.lock_name = f.lock_name;
+
+-- When the lock can next be granted as things stand (the view's
+-- available_at, the one place the rule is written): the end of a live
+-- lease plus the lock-delay (it may expire), the end of an expired one plus
+-- the delay, or the moment a released or revoked lease ended.  NULL: no
+-- lease yet.  fencing_try_acquire runs as the extension's owner, which sees
+-- every lock in the view.
+CREATE FUNCTION @extschema@.fencing_available_at(p_lock text) RETURNS timestamptz
+  LANGUAGE sql STABLE STRICT
+  BEGIN ATOMIC
+    SELECT v.available_at FROM @extschema@.fencing_leases v WHERE v.lock_name = p_lock;
+  END;
+REVOKE ALL ON FUNCTION @extschema@.fencing_available_at(text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_available_at(text) IS
+  'when a lock can next be granted, as things stand (its lease''s end, plus the lock-delay after an expiry); internal';
+
+-- Revoke: an operator ends a lease during an incident.  Only the lock's
+-- owner (a role with its privileges) or a superuser.  The mark is raised
+-- to a new token, above the holder's, so every write of the holder under
+-- the lock is refused from the commit on, and the next grant is above it.
+-- It waits for a transaction writing under the lock to end (that
+-- transaction holds the mark's row): a write in flight is not cut in half.
+CREATE FUNCTION @extschema@.fencing_revoke_as(caller oid, lock_name text, reason text)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  l @extschema@.fencing_lock := @extschema@.fencing_lock_for_owner(lock_name, caller);
+  new_mark @extschema@.fencing_token;
+BEGIN
+  UPDATE @extschema@.fencing_lease e
+     SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason
+   WHERE e.lock_name = l.lock_name AND e.expires_at > clock_timestamp();
+  new_mark := @extschema@.fencing_grant();
+  INSERT INTO @extschema@.fencing_fence AS f VALUES (l.lock_name, new_mark)
+    ON CONFLICT ON CONSTRAINT fencing_fence_pkey
+    DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN new_mark;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_revoke_as(oid, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_revoke_as(oid, text, text) IS
+  'fencing_revoke() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_revoke(lock_name text, reason text DEFAULT NULL)
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_gate'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_revoke(text, text) IS
+  'ends the live lease at once (no lock-delay) and raises the lock''s mark to a new token above the holder''s, which it returns; the lock''s owner or a superuser only';
+
+CREATE FUNCTION @extschema@.fencing_set_lock_delay_as(caller oid, lock_name text, lock_delay interval)
+  RETURNS void LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  l @extschema@.fencing_lock := @extschema@.fencing_lock_for_owner(lock_name, caller);
+BEGIN
+  IF lock_delay IS NULL OR lock_delay < interval '0' THEN
+    RAISE EXCEPTION 'lock delay must not be NULL or negative, got % (lock "%")',
+      coalesce(lock_delay::text, 'NULL'), lock_name USING ERRCODE = '22023';
+  END IF;
+  UPDATE @extschema@.fencing_lock k SET lock_delay = fencing_set_lock_delay_as.lock_delay
+   WHERE k.lock_name = l.lock_name;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_set_lock_delay_as(oid, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_set_lock_delay_as(oid, text, interval) IS
+  'fencing_set_lock_delay() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_set_lock_delay(lock_name text, lock_delay interval)
+  RETURNS void AS 'MODULE_PATHNAME', 'fencing_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_set_lock_delay(text, interval) IS
+  'after a lease of the lock expires (not after a release or revoke), it is not granted again for lock_delay; the lock''s owner or a superuser only';
 
 -------------------------------------------------------------------------------
 -- Protecting tables, through the lock model

@@ -26,7 +26,8 @@ FROM pg_sequence WHERE seqrelid = 'fencing_token_seq'::regclass;
 SELECT c.relname, x.cond AS dump_condition
 FROM pg_extension e, LATERAL unnest(e.extconfig, e.extcondition) AS x(cfg, cond)
 JOIN pg_class c ON c.oid = x.cfg
-WHERE e.extname = 'pg_fencing';
+WHERE e.extname = 'pg_fencing'
+ORDER BY c.relname;
 
 -- A grant needs a writable transaction; it is volatile and parallel unsafe.
 BEGIN READ ONLY;

@@ -58,7 +58,7 @@ UPDATE fencing_lock SET users = '{fencing_mallory}';
 INSERT INTO fencing_lock_creator VALUES ('fencing_mallory', '');
 SELECT fencing_unprotect('app_rows');
 -- Nor call the internal functions with a role of its choosing.
-SELECT fencing_acquire_as('fencing_app'::regrole, 'h-tenant-7', 'x', '1 minute');
+SELECT fencing_acquire_as('fencing_app'::regrole, 'h-tenant-7', 'x', '1 minute', NULL::interval, NULL::jsonb);
 SELECT fencing_lock_authorize('h-tenant-7', 'fencing_app'::regrole, true);
 SELECT fencing_protect_as('fencing_app'::regrole, 'mine', 'tok', '{}', 'h-tenant-7');
 RESET ROLE;

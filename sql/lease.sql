@@ -65,7 +65,8 @@ SELECT fencing_acquire('x', 'w', '1 s', '-1 s');
 -- overflow).
 SELECT fencing_acquire('x', 'w', '1 s', '30 days');
 SELECT fencing_acquire('long-wait', 'w', '1 s', '2147483.647 seconds') IS NOT NULL AS granted_at_once;
-SELECT fencing_acquire('x', 'w', '1 s', NULL);
+-- A NULL wait is no wait (the one fencing_acquire function's default).
+SELECT fencing_acquire('null-wait', 'w', '1 s', NULL) IS NOT NULL AS granted_without_waiting;
 SELECT fencing_renew('x', '1', '0 s');
 SELECT fencing_renew(NULL, '1', '1 s');
 SELECT fencing_release(NULL, '1');
@@ -105,8 +106,8 @@ SET SESSION AUTHORIZATION lease_user_1;
 SELECT count(*) FROM fencing_lease;
 UPDATE fencing_lease SET expires_at = 'infinity';
 INSERT INTO fencing_lease VALUES ('forged', 'me', 'lease_user_1', 1, now(), 'infinity');
-SELECT fencing_try_acquire('x', 'y', '1 s', 1);
-SELECT fencing_acquire_as(10, 'x', 'y', '1 s');
+SELECT fencing_try_acquire('x', 'y', '1 s', 1, NULL);
+SELECT fencing_acquire_as(10, 'x', 'y', '1 s', NULL::jsonb);
 SELECT fencing_acquire('roles', 'app', '10 s') AS role_token \gset
 -- The view shows the leases of the locks the role may use, and no others.
 SELECT array_agg(lock_name) AS visible_leases FROM fencing_leases;
