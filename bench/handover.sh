@@ -4,8 +4,9 @@
 # "benchmark,variant,clients,round,value,unit" to $1.  QUICK=1: a smoke test.
 #
 # Waiters on one lock (1, 10, 100): waiters + 1 pgbench clients loop on
-# acquire (waiting up to 60 s) -> hold 2 ms -> release, so that while one
-# client holds the lock the others wait and the first of them sleeps.  Each
+# acquire (waiting up to 60 s) -> hold 50 ms -> release, so that while one
+# client holds the lock the others wait and the first of them sleeps (long
+# enough for the poll of 1.1, 1 ms doubling to 20 ms, to reach its pace).  Each
 # hand-over: from the release's commit to the next holder's grant
 # (granted_at, the server's clock_timestamp() in the granting statement).
 # The commit's instant is bracketed by two readings of the server's clock:
@@ -33,7 +34,7 @@ SQL
 script=$(mktemp)
 cat >"$script" <<'PGB'
 SELECT CAST(fencing_acquire('bench-handover-' || :waiters, 'c' || :client_id, '1 minute', '60 s') AS bigint) AS tok \gset
-\sleep 2 ms
+\sleep 50 ms
 BEGIN;
 SELECT fencing_release('bench-handover-' || :waiters, CAST(:tok AS fencing_token));
 INSERT INTO bench_handover (waiters, token, granted_at, before_commit)
@@ -44,7 +45,8 @@ UPDATE bench_handover SET after_commit = clock_timestamp() WHERE waiters = :wait
 PGB
 for waiters in 1 10 100; do
   clients=$((waiters + 1))
-  # About 300 hand-overs per size (30 in a smoke run), bounded by count.
+  # About 300 hand-overs per size (30 in a smoke run), bounded by count:
+  # about 20 s per size.
   per_client=$(((quick ? 30 : 300) / clients))
   ((per_client >= 2)) || per_client=2
   pgbench -n -f "$script" -D waiters="$waiters" -c "$clients" -j 2 -t "$per_client" >/dev/null 2>&1 ||
