@@ -520,17 +520,17 @@ BEGIN
     RETURN NULL;  -- still queued behind others at the deadline
   END;
 
-  -- First in line: poll the lease until it is free or the wait is over.
+  -- First in line: look at the lease until it is free or the wait is over.
   LOOP
     granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
     IF granted IS NOT NULL THEN
       RETURN granted;
     END IF;
     EXIT WHEN clock_timestamp() >= deadline;
-    -- Sleep until the commit of a release wakes us (fencing_wake_waiters_at_commit), the lease
-    -- ends or the wait is over.
-    PERFORM @extschema@.fencing_wait_for_wakeup(least(deadline,
-      (SELECT l.expires_at FROM @extschema@.fencing_lease l WHERE l.lock_name = fencing_acquire_as.lock_name)));
+    -- Sleep until the commit of a release wakes us (fencing_wake_waiters_at_commit), the lock
+    -- becomes available (the lease's end, plus its lock-delay) or the wait is over.
+    PERFORM @extschema@.fencing_wait_for_wakeup(
+      least(deadline, @extschema@.fencing_available_at(lock_name)));
   END LOOP;
   RETURN NULL;
 END $$;
@@ -692,6 +692,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT fencing_fence_pkey
     DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
   PERFORM @extschema@.fencing_commit_durably();
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
   RETURN new_mark;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_revoke_as(oid, text, text) FROM PUBLIC;
@@ -715,6 +716,8 @@ BEGIN
   END IF;
   UPDATE @extschema@.fencing_lock k SET lock_delay = fencing_set_lock_delay_as.lock_delay
    WHERE k.lock_name = l.lock_name;
+  -- A shorter delay may make the lock available sooner: the first waiter looks again.
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_set_lock_delay_as(oid, text, interval) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_set_lock_delay_as(oid, text, interval) IS

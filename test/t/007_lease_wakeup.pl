@@ -22,6 +22,9 @@ use Time::HiRes qw(time);
 my $node = PostgreSQL::Test::Cluster->new('wakeup');
 $node->init;
 $node->append_conf('postgresql.conf', "pg_fencing.wait_recheck = '1h'");
+# Counts the waiters' attempts (pg_stat_user_functions): a waiter that is
+# woken makes a few, one that polls or spins makes many.
+$node->append_conf('postgresql.conf', "track_functions = 'pl'");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_fencing');
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
@@ -162,6 +165,52 @@ for my $p (@waiters)
 $took = time - $released;
 cmp_ok($took, '<', $prompt, "the lock went down a queue of $queue waiters by wake-ups")
   or diag "the queue took $took s";
+
+###############################################################################
+# A revoke wakes the waiter.
+###############################################################################
+
+$held = $node->safe_psql('postgres', "SELECT fencing_acquire('w-revoke', 'holder', '1 hour')");
+$waiter = start_psql('w-revoke-waiter', $wait_sql->('w-revoke', 'waiter'));
+wait_until_asleep('w-revoke-waiter');
+$released = time;
+$node->safe_psql('postgres', "SELECT fencing_revoke('w-revoke', 'test')");
+($rc, $out, $err) = finish_psql($waiter);
+$took = time - $released;
+is($rc, 0, 'the waiter ended cleanly') or diag $err;
+cmp_ok($out, '>', $held, 'the waiter got the revoked lock');
+cmp_ok($took, '<', $prompt, 'woken by the revoke, not by its deadline')
+  or diag "handed over after $took s";
+
+###############################################################################
+# A lease that expires under a lock-delay: the waiter sleeps until the lock
+# is available (the lease's end plus the delay), without spinning meanwhile.
+###############################################################################
+
+# The attempts fencing_try_acquire has made so far, in every session.
+sub attempts
+{
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions WHERE funcname = 'fencing_try_acquire'");
+}
+$node->safe_psql('postgres', "SELECT fencing_create_lock('w-delay')");
+$node->safe_psql('postgres', "SELECT fencing_set_lock_delay('w-delay', '3 seconds')");
+$held = $node->safe_psql('postgres', "SELECT fencing_acquire('w-delay', 'holder', '1 second')");
+$ends = $node->safe_psql('postgres',
+	"SELECT expires_at FROM fencing_leases WHERE lock_name = 'w-delay'");
+my $attempts_before = attempts();
+$waiter = start_psql('w-delay-waiter', $wait_sql->('w-delay', 'waiter'));
+($rc, $out, $err) = finish_psql($waiter);
+is($rc, 0, 'the waiter ended cleanly') or diag $err;
+cmp_ok($out, '>', $held, 'the waiter got the lock after its lock-delay');
+is($node->safe_psql('postgres',
+		"SELECT granted_at >= '$ends'::timestamptz + interval '3 seconds' "
+		  . "AND granted_at < '$ends'::timestamptz + interval '$prompt s' "
+		  . "FROM fencing_leases WHERE lock_name = 'w-delay'"),
+	't', 'at the end of the lock-delay: not before it, and not at the deadline');
+my $attempts = attempts() - $attempts_before;
+cmp_ok($attempts, '<=', 20, 'the waiter slept through the lease and its delay (few attempts)')
+  or diag "$attempts attempts";
 
 ###############################################################################
 # A sleeping waiter can be cancelled.
