@@ -1,14 +1,14 @@
 # Hand-over without polling: the first waiter for a lease sleeps on its latch
-# and is woken by the commit of the release (or of a renew that brings the
-# lease's end closer), or wakes on its own at the lease's end.
+# and is woken by the commit of a release, a revoke or a renew that brings
+# the lease's end closer, or wakes on its own when the lock becomes
+# available (the lease's end, plus a lock-delay).
 #
 # The server runs with pg_fencing.wait_recheck = 1h and without
-# shared_preload_libraries: a waiter that is not woken sleeps until the
-# lease's end or its own deadline (60 s here), and then returns NULL.  So
-# each hand-over below happens only through the wake-up (or the lease's end
-# where that is the point), and the assertions allow tens of seconds: they
-# tell a wake-up from a missed one, never how fast it was (bench/ measures
-# that).
+# shared_preload_libraries: a waiter that is not woken sleeps until the lock
+# is available or until its own deadline (120 s here).  So each hand-over
+# below happens only through the wake-up (or the lease's end where that is
+# the point), and the assertions allow tens of seconds: they tell a wake-up
+# from a missed one, never how fast it was (bench/ measures that).
 
 use strict;
 use warnings;
@@ -30,8 +30,8 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_fencing');
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'', 'the module is not preloaded');
 
-my $deadline = 60;    # seconds a waiter waits; a missed wake-up ends there
-my $prompt = 30;      # "handed over by the wake-up": well before the deadline
+my $deadline = 120;    # seconds a waiter waits; a missed wake-up ends there
+my $prompt = 30;       # "handed over by the wake-up": well before the deadline
 
 # Starts psql on the script $sql as application $name, in the background.
 # (The script goes through a file: IPC::Run only feeds stdin while the
