@@ -5,10 +5,12 @@
 #
 # The server runs with pg_fencing.wait_recheck = 1h and without
 # shared_preload_libraries: a waiter that is not woken sleeps until the lock
-# is available or until its own deadline (120 s here).  So each hand-over
-# below happens only through the wake-up (or the lease's end where that is
-# the point), and the assertions allow tens of seconds: they tell a wake-up
-# from a missed one, never how fast it was (bench/ measures that).
+# is available, its own deadline (60 s here) or a spurious wake-up of its
+# latch -- PostgreSQL sets it for its own reasons too, e.g. the timer that
+# flushes a backend's statistics 10 s after it went idle.  So a hand-over
+# within 5 s of the release is the wake-up's doing; the wake-up takes about
+# a millisecond (bench/ measures it), and 5 s leaves room for a loaded
+# machine.  Without the wake-up these checks fail.
 
 use strict;
 use warnings;
@@ -30,8 +32,8 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_fencing');
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'', 'the module is not preloaded');
 
-my $deadline = 120;    # seconds a waiter waits; a missed wake-up ends there
-my $prompt = 30;       # "handed over by the wake-up": well before the deadline
+my $deadline = 60;    # seconds a waiter waits
+my $prompt = 5;       # seconds: "handed over by the wake-up" (see above)
 
 # Starts psql on the script $sql as application $name, in the background.
 # (The script goes through a file: IPC::Run only feeds stdin while the
@@ -94,7 +96,7 @@ my ($rc, $out, $err) = finish_psql($waiter);
 my $took = time - $released;
 is($rc, 0, 'the waiter ended cleanly') or diag $err;
 cmp_ok($out, '>', $held, 'the waiter got the lock with a newer token');
-cmp_ok($took, '<', $prompt, 'woken by the release, not by its deadline')
+cmp_ok($took, '<', $prompt, 'woken by the release')
   or diag "handed over after $took s";
 
 ###############################################################################
@@ -112,7 +114,7 @@ my $renewed = time;
 $took = time - $renewed;
 is($rc, 0, 'the waiter ended cleanly') or diag $err;
 cmp_ok($out, '>', $held, 'the waiter got the lock once the shortened lease ended');
-cmp_ok($took, '<', $prompt, 'at the new end, not at the old one or its deadline')
+cmp_ok($took, '<', $prompt, 'at the new end, not at the old one')
   or diag "handed over after $took s";
 
 ###############################################################################
@@ -179,7 +181,7 @@ $node->safe_psql('postgres', "SELECT fencing_revoke('w-revoke', 'test')");
 $took = time - $released;
 is($rc, 0, 'the waiter ended cleanly') or diag $err;
 cmp_ok($out, '>', $held, 'the waiter got the revoked lock');
-cmp_ok($took, '<', $prompt, 'woken by the revoke, not by its deadline')
+cmp_ok($took, '<', $prompt, 'woken by the revoke')
   or diag "handed over after $took s";
 
 ###############################################################################
@@ -205,7 +207,7 @@ is($rc, 0, 'the waiter ended cleanly') or diag $err;
 cmp_ok($out, '>', $held, 'the waiter got the lock after its lock-delay');
 is($node->safe_psql('postgres',
 		"SELECT granted_at >= '$ends'::timestamptz + interval '3 seconds' "
-		  . "AND granted_at < '$ends'::timestamptz + interval '$prompt s' "
+		  . "AND granted_at < '$ends'::timestamptz + interval '3 seconds' + interval '$prompt s' "
 		  . "FROM fencing_leases WHERE lock_name = 'w-delay'"),
 	't', 'at the end of the lock-delay: not before it, and not at the deadline');
 my $attempts = attempts() - $attempts_before;
