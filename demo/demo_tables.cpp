@@ -2,6 +2,7 @@
 #include "demo_tables.hpp"
 
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::demo {
 
@@ -15,10 +16,10 @@ std::string LogTableOf(const std::string &table) { return table + "_log"; }
 void Protect(pqxx::work &tx, const std::string &table,
              const std::optional<std::string> &lock_name = std::nullopt) {
   if (lock_name) {
-    tx.exec_params("SELECT fencing_protect($1::regclass, lock_name => $2)", tx.quote_name(table),
-                   *lock_name);
+    pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass, lock_name => $2)",
+                            tx.quote_name(table), *lock_name);
   } else {
-    tx.exec_params("SELECT fencing_protect($1::regclass)", tx.quote_name(table));
+    pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass)", tx.quote_name(table));
   }
 }
 
@@ -27,9 +28,10 @@ void Protect(pqxx::work &tx, const std::string &table,
 void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on) {
   pqxx::work tx(db);
   const std::string name = tx.quote_name(table);
-  tx.exec0("DROP TABLE IF EXISTS " + name);
-  tx.exec0("CREATE TABLE " + name + " (id int PRIMARY KEY, token fencing_token, val text)");
-  tx.exec_params("INSERT INTO " + name + " VALUES ($1, NULL, 'initial')", kRowId);
+  pqxx_compat::Exec0(tx, "DROP TABLE IF EXISTS " + name);
+  pqxx_compat::Exec0(
+      tx, "CREATE TABLE " + name + " (id int PRIMARY KEY, token fencing_token, val text)");
+  pqxx_compat::ExecParams(tx, "INSERT INTO " + name + " VALUES ($1, NULL, 'initial')", kRowId);
   if (fencing_on) Protect(tx, table);
   tx.commit();
 }
@@ -43,8 +45,8 @@ void WritePauseRow(pqxx::connection &db, const std::string &table, Token token,
 
 PauseRow ReadPauseRow(pqxx::connection &db, const std::string &table) {
   pqxx::work tx(db);
-  const pqxx::row row = tx.exec_params1(
-      "SELECT token::bigint, val FROM " + tx.quote_name(table) + " WHERE id = $1", kRowId);
+  const pqxx::row row = pqxx_compat::ExecParams1(
+      tx, "SELECT token::bigint, val FROM " + tx.quote_name(table) + " WHERE id = $1", kRowId);
   PauseRow result;
   if (!row[0].is_null()) result.token = row[0].as<Token>();
   result.value = row[1].as<std::string>();
@@ -55,17 +57,18 @@ void CreateLeaderTables(pqxx::connection &db, const std::string &table) {
   pqxx::work tx(db);
   const std::string name = tx.quote_name(table);
   const std::string log = tx.quote_name(LogTableOf(table));
-  tx.exec0("DROP TABLE IF EXISTS " + name + ", " + log);
-  tx.exec0("CREATE TABLE " + name +
-           " (id int PRIMARY KEY, token fencing_token, holder text,"
-           "  writes bigint NOT NULL DEFAULT 0)");
-  tx.exec_params("INSERT INTO " + name + " (id) VALUES ($1)", kRowId);
+  pqxx_compat::Exec0(tx, "DROP TABLE IF EXISTS " + name + ", " + log);
+  pqxx_compat::Exec0(tx, "CREATE TABLE " + name +
+                             " (id int PRIMARY KEY, token fencing_token, holder text,"
+                             "  writes bigint NOT NULL DEFAULT 0)");
+  pqxx_compat::ExecParams(tx, "INSERT INTO " + name + " (id) VALUES ($1)", kRowId);
   Protect(tx, table);
   // seq orders the log: the guarded UPDATE holds the row lock until commit,
   // so the writes take their seq values in the order they took the row.
-  tx.exec0("CREATE TABLE " + log +
-           " (seq bigserial PRIMARY KEY, token fencing_token NOT NULL, holder text NOT NULL,"
-           "  written_at timestamptz NOT NULL DEFAULT clock_timestamp())");
+  pqxx_compat::Exec0(
+      tx, "CREATE TABLE " + log +
+              " (seq bigserial PRIMARY KEY, token fencing_token NOT NULL, holder text NOT NULL,"
+              "  written_at timestamptz NOT NULL DEFAULT clock_timestamp())");
   tx.commit();
 }
 
@@ -86,7 +89,7 @@ void WriteLeaderRow(pqxx::connection &db, const std::string &table, Token token,
 std::vector<Token> ReadLeaderLogTokens(pqxx::connection &db, const std::string &table) {
   pqxx::work tx(db);
   std::vector<Token> tokens;
-  for (const pqxx::row &row :
+  for (const auto &row :
        tx.exec("SELECT token::bigint FROM " + tx.quote_name(LogTableOf(table)) + " ORDER BY seq")) {
     tokens.push_back(row[0].as<Token>());
   }
@@ -127,10 +130,11 @@ void CreateInterleaveTable(pqxx::connection &db, const std::string &table, int r
                            const std::optional<std::string> &lock_name) {
   pqxx::work tx(db);
   const std::string name = tx.quote_name(table);
-  tx.exec0("DROP TABLE IF EXISTS " + name);
-  tx.exec0("CREATE TABLE " + name +
-           " (id int PRIMARY KEY, token fencing_token, writer text, written_at timestamptz)");
-  tx.exec_params("INSERT INTO " + name + " (id) SELECT generate_series(1, $1)", rows);
+  pqxx_compat::Exec0(tx, "DROP TABLE IF EXISTS " + name);
+  pqxx_compat::Exec0(
+      tx, "CREATE TABLE " + name +
+              " (id int PRIMARY KEY, token fencing_token, writer text, written_at timestamptz)");
+  pqxx_compat::ExecParams(tx, "INSERT INTO " + name + " (id) SELECT generate_series(1, $1)", rows);
   Protect(tx, table, lock_name);
   tx.commit();
 }
@@ -148,15 +152,16 @@ std::vector<InterleaveRow> ReadInterleaveRows(pqxx::connection &db, const std::s
                                               const std::string &lock_name, Token grant) {
   pqxx::work tx(db);
   std::vector<InterleaveRow> rows;
-  for (const pqxx::row &row :
-       tx.exec_params("SELECT t.id, t.token::bigint, t.writer,"
-                      "       coalesce(t.written_at > g.granted_at, false)"
-                      "  FROM " +
-                          tx.quote_name(table) +
-                          " t LEFT JOIN (SELECT granted_at FROM fencing_leases"
-                          "               WHERE lock_name = $1 AND token::bigint = $2) g ON true"
-                          " ORDER BY t.id",
-                      lock_name, grant)) {
+  for (const auto &row : pqxx_compat::ExecParams(
+           tx,
+           "SELECT t.id, t.token::bigint, t.writer,"
+           "       coalesce(t.written_at > g.granted_at, false)"
+           "  FROM " +
+               tx.quote_name(table) +
+               " t LEFT JOIN (SELECT granted_at FROM fencing_leases"
+               "               WHERE lock_name = $1 AND token::bigint = $2) g ON true"
+               " ORDER BY t.id",
+           lock_name, grant)) {
     InterleaveRow result;
     result.id = row[0].as<int>();
     if (!row[1].is_null()) result.token = row[1].as<Token>();

@@ -9,6 +9,7 @@
 
 #include "demo_tables.hpp"
 #include "events.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "run.hpp"
 #include "scenarios.hpp"
 
@@ -63,7 +64,8 @@ WorkerOptions CandidateOptions(const DemoOptions &options, int number, const std
 WorkerProcess *FindLeader(pqxx::connection &db, const std::string &lock_name,
                           const std::vector<WorkerProcess *> &candidates) {
   pqxx::work tx(db);
-  const pqxx::field holder = tx.exec_params1("SELECT fencing_leader($1)", lock_name)[0];
+  const pqxx_compat::Field holder =
+      pqxx_compat::ExecParams1(tx, "SELECT fencing_leader($1)", lock_name)[0];
   if (holder.is_null()) return nullptr;
   for (WorkerProcess *candidate : candidates) {
     if (!candidate->killed() && candidate->lease_holder() == holder.as<std::string>()) {

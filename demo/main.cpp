@@ -12,6 +12,7 @@
 
 #include "lock_service.hpp"
 #include "options.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "scenarios.hpp"
 #include "timeline.hpp"
 #include "worker.hpp"
@@ -36,8 +37,8 @@ Timeline::Format OutputFormat(const DemoOptions &options) {
 void PrepareDatabase(pqxx::connection &db) {
   pqxx::nontransaction tx(db);
   // The demo's own DROP TABLE IF EXISTS and friends would chatter on stderr.
-  tx.exec0("SET client_min_messages = warning");
-  tx.exec0("CREATE EXTENSION IF NOT EXISTS pg_fencing");
+  pqxx_compat::Exec0(tx, "SET client_min_messages = warning");
+  pqxx_compat::Exec0(tx, "CREATE EXTENSION IF NOT EXISTS pg_fencing");
 }
 
 template <typename Scenario>

@@ -4,7 +4,7 @@
 # that a fresh Debian 12 machine (as root) needs nothing else.
 
 PROJECT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_MAJOR=15
+PG_MAJOR=${PG_MAJOR:-15}  # the roots of scripts/test-majors.sh set their own
 
 # Debian packages, one concern a line.
 PACKAGES=(

@@ -32,8 +32,6 @@ SELECT pg_temp.outcome($$SELECT fencing_unprotect(424242)$$) AS unprotect_missin
 SELECT pg_temp.outcome($$SELECT fencing_protect('pg_class', 'relname')$$) AS protect_wrong_type;
 SELECT pg_temp.outcome($$SELECT fencing_present(repeat('x', 10000), '1')$$) AS long_lock_name;
 SELECT pg_temp.outcome($$SELECT fencing_present(string_agg(md5(g::text), ''), '1') FROM generate_series(1, 300) g$$) AS incompressible_long_lock_name;
-SELECT pg_temp.outcome($$SELECT fencing_acquire('x', 'h', 'infinity')$$) AS infinite_ttl;
-SELECT pg_temp.outcome($$SELECT fencing_acquire('x', 'h', '1 s', 'infinity')$$) AS infinite_wait;
 SELECT pg_temp.outcome($$SELECT fencing_present('x', '-1')$$) AS negative_token;
 SELECT pg_temp.outcome($$SELECT fencing_waiting_room(-1)$$) AS negative_lock_id;
 ROLLBACK;

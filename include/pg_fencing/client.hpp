@@ -17,15 +17,17 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <pqxx/pqxx>
 #include <stdexcept>
 #include <string>
-
-#include <pqxx/pqxx>
+#include <thread>
 
 #include "pg_fencing/heartbeat.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "pg_fencing/token.hpp"
 
 namespace pg_fencing::client {
@@ -80,9 +82,9 @@ class HeldLock {
 };
 
 struct LeaseOptions {
-  std::string conninfo;            // libpq connection string
-  std::string lock_name;           // fencing_acquire's lock_name
-  std::string holder;              // unique per process, e.g. host:pid
+  std::string conninfo;   // libpq connection string
+  std::string lock_name;  // fencing_acquire's lock_name
+  std::string holder;     // unique per process, e.g. host:pid
   std::chrono::milliseconds ttl{10000};
   // Wait up to this long for a busy lock; nullopt: try once.
   std::optional<std::chrono::milliseconds> wait;
@@ -94,6 +96,20 @@ struct LeaseOptions {
   // may call Release() (which then returns without waiting for the thread),
   // but must not destroy the Lease.
   std::function<void(const std::string &reason)> on_lost;
+  // What the holder publishes with its lease, as JSON text (say, where it can
+  // be reached): fencing_leases.payload, read back with ReadLeader().
+  // nullopt: none.  Sent with either form of the acquire; invalid JSON is
+  // the server's error (pqxx::data_exception).
+  std::optional<std::string> payload;
+  // Called from a watch thread once no renewal has succeeded for
+  // at_risk_fraction * ttl while the lease is still held (a renewal hangs,
+  // the network is slow): the lease may be lost soon.  Once per stall, and
+  // never together with or after on_lost (see Heartbeat::Options).  A
+  // refused or failed renewal is no stall: it is lost at once (on_lost).
+  // The fraction must lie between heartbeat / ttl and (ttl - SafetyMargin) /
+  // ttl, or the constructor throws std::invalid_argument.
+  std::function<void(const std::string &reason)> on_at_risk;
+  double at_risk_fraction = 0.5;
 };
 
 class Lease final : public HeldLock {
@@ -139,7 +155,60 @@ class Lease final : public HeldLock {
     return Heartbeat::SafetyMargin(ttl);
   }
 
+  // ---- Graceful hand-over ----
+  //
+  //   while (auto work = lease.BeginWork()) { /* one unit of work */ }
+  //   // elsewhere, on shutdown:  lease.HandOver(std::chrono::seconds(20));
+  //
+  // One unit of work in progress under the lease: the lease is not handed
+  // over while it lives.  Ends when destroyed (or at Finish()).  Must not
+  // outlive its Lease.  Empty (false) when BeginWork() refused.
+  class WorkGuard {
+   public:
+    WorkGuard() = default;
+    WorkGuard(WorkGuard &&other) noexcept : lease_(other.lease_) { other.lease_ = nullptr; }
+    WorkGuard &operator=(WorkGuard &&other) noexcept;
+    ~WorkGuard() { Finish(); }
+    WorkGuard(const WorkGuard &) = delete;
+    WorkGuard &operator=(const WorkGuard &) = delete;
+
+    explicit operator bool() const noexcept { return lease_ != nullptr; }
+    // Ends the unit now; idempotent.
+    void Finish() noexcept;
+
+   private:
+    friend class Lease;
+    explicit WorkGuard(Lease *lease) noexcept : lease_(lease) {}
+    Lease *lease_ = nullptr;
+  };
+
+  // Starts a unit of work: an empty guard once a hand-over was asked for, or
+  // when the lease is not held() (lost, released).
+  WorkGuard BeginWork();
+  // Gives the lease up gracefully: from now on BeginWork() refuses, and the
+  // lease is released (fencing_release, so a waiter gets it at once) as soon
+  // as no unit of work is in progress, or when `grace` has passed, whichever
+  // comes first.  At that deadline it is released anyway, with the units
+  // still running: held() turns false for them, and their writes are refused
+  // once the next holder has written with its higher token, as after any
+  // loss.  Releasing rather than letting the lease lapse frees the lock for
+  // the next holder at once instead of after a ttl.  Returns at once; the
+  // release runs on a thread of the lease's.  A second call can only bring
+  // the deadline forward.  Nothing happens if the lease is no longer held;
+  // it ends as it would have.
+  void HandOver(std::chrono::milliseconds grace);
+  // Whether HandOver() was called: the application stops starting work.
+  bool handing_over() const;
+  // Waits until the hand-over released the lease; false on timeout (or when
+  // there is no hand-over).
+  bool WaitHandedOver(std::chrono::milliseconds timeout) const;
+  // Units of work in progress.
+  int work_in_flight() const;
+
  private:
+  void EndWork() noexcept;
+  void HandOverRun();
+
   // The heartbeat's renewal: pipelined, given up at the deadline.
   Heartbeat::Renewal Renew(Heartbeat::Clock::time_point deadline);
   Heartbeat::Renewal RenewPipelined(Heartbeat::Clock::time_point deadline);
@@ -155,7 +224,39 @@ class Lease final : public HeldLock {
   // and heartbeat_conn_ cannot take another statement.
   bool renew_in_flight_ = false;
   std::unique_ptr<Heartbeat> heartbeat_;
+
+  // The hand-over: units of work in progress, and the thread that releases
+  // the lease when they are done or the deadline passed.
+  mutable std::mutex work_mutex_;
+  mutable std::condition_variable work_changed_;
+  int in_flight_ = 0;
+  bool handing_over_ = false;
+  bool handed_over_ = false;
+  bool closing_ = false;  // the destructor runs: the hand-over thread leaves
+  Heartbeat::Clock::time_point hand_over_deadline_;
+  std::thread hand_over_thread_;
 };
+
+// The live lease of a lock as fencing_leases shows it: who leads, and what
+// it published.  For followers (where to send requests) and operators.
+struct LeaderInfo {
+  std::string holder;
+  Token token = 0;
+  std::optional<std::string> payload;  // JSON text, as the server prints it
+};
+
+// Reads the live lease of lock_name from fencing_leases on conn, in a
+// statement of its own; nullopt when no lease is live (or the caller's role
+// may not see the lock).  Throws pqxx errors.
+std::optional<LeaderInfo> ReadLeader(pqxx::connection &conn, const std::string &lock_name);
+
+// fencing_revoke on conn, for the lock's owner or a superuser, in a statement
+// of its own: ends the live lease at once and raises the lock's mark to a
+// new token above the holder's, which it returns.  From then on the holder's
+// renewals are refused (its on_lost fires) and its writes under the lock are
+// refused with 55Z01.  An empty reason is sent as NULL.  Throws pqxx errors
+// (pqxx::insufficient_privilege for a role that may not revoke).
+Token Revoke(pqxx::connection &conn, const std::string &lock_name, const std::string &reason);
 
 // Runs sql in its own transaction on conn with the token bound as $1 and the
 // remaining arguments as $2, $3, ...; commits and returns the result.
@@ -173,7 +274,7 @@ pqxx::result ExecFenced(pqxx::connection &conn, const std::string &sql, Token to
                         Args &&...args) {
   try {
     pqxx::work tx(conn);
-    pqxx::result result = tx.exec_params(sql, token, std::forward<Args>(args)...);
+    pqxx::result result = pqxx_compat::ExecParams(tx, sql, token, std::forward<Args>(args)...);
     tx.commit();
     return result;
   } catch (const pqxx::sql_error &error) {

@@ -9,6 +9,9 @@
 //    each renewal only until that deadline to answer;
 //  - the loss is reported once (on_lost), as soon as a renewal is refused,
 //    fails or gets no answer in time, or the thread wakes past the deadline;
+//  - optionally, a warning comes first (on_at_risk): no renewal has
+//    succeeded for a fraction of the ttl (a renewal hangs, the network is
+//    slow), while the lock is still held;
 //  - a lock that was lost is never renewed again: acquire anew, with a new
 //    token.
 #pragma once
@@ -48,6 +51,21 @@ class Heartbeat {
     std::function<void(const std::string &reason)> on_lost;
     // The monotonic clock; tests give their own.  Empty: Clock::now.
     std::function<Clock::time_point()> now;
+    // Called when no renewal has succeeded for at_risk_fraction * ttl (the
+    // last successful one's send time, as for held()) while the lock is
+    // still held: the lock may be lost soon, say, stop starting new work.
+    // Once per stall: again only after a renewal succeeded in between.
+    // Never after on_lost began nor after Stop() returned, and on_lost waits
+    // until it has returned.  Runs on a watch thread of its own (started
+    // only when this is set), because the heartbeat thread may be stuck in
+    // the very renewal that is late.  It may call Stop() (which then waits
+    // for a renewal in flight to end, at the deadline at the latest), but
+    // must not destroy the Heartbeat.
+    std::function<void(const std::string &reason)> on_at_risk;
+    // Must lie strictly between period / ttl and (ttl - SafetyMargin) / ttl,
+    // so that a renewal that is merely due does not count, and the warning
+    // comes while the lock is held.
+    double at_risk_fraction = 0.5;
   };
 
   // `valid_from`: when the request that started the lock's ttl was sent.
@@ -73,7 +91,9 @@ class Heartbeat {
   // for the thread, unless called on it (from on_lost).  True the first time
   // only, so that exactly one caller gives the lock back.
   bool Stop();
-  // Whether the caller runs on the heartbeat thread (in on_lost or renew).
+  // Whether the caller runs on the heartbeat thread (in on_lost or renew),
+  // not the watch thread: Stop() from the watch thread waits for the
+  // heartbeat thread, so what it used is free once Stop() returned.
   bool OnHeartbeatThread() const;
 
   // Reports a renewal that got no answer in time, now rather than when renew
@@ -92,14 +112,21 @@ class Heartbeat {
   // lock in the message.
   static void CheckTiming(std::chrono::milliseconds ttl, std::chrono::milliseconds period,
                           const std::string &what);
+  // Throws std::invalid_argument unless at_risk_fraction * ttl lies strictly
+  // between the period and ttl - SafetyMargin(ttl).
+  static void CheckAtRiskFraction(std::chrono::milliseconds ttl, std::chrono::milliseconds period,
+                                  double fraction, const std::string &what);
 
  private:
   Clock::time_point Now() const;
   Clock::time_point DeadlineLocked() const;
   std::chrono::milliseconds Period() const noexcept;
+  Clock::duration AtRiskAfter() const noexcept;
   std::string MarginText() const;
   void MarkLost(const std::string &reason);
+  void DeliverLost(const std::string &reason);
   void Run();
+  void Watch();
 
   const Options options_;
 
@@ -110,6 +137,15 @@ class Heartbeat {
   Clock::time_point valid_from_;  // send time of the request that last set the expiry
   std::thread::id thread_id_;
   std::thread thread_;
+  // The watch thread (on_at_risk): whether it warned about the current stall
+  // (reset by a renewal that ends it), whether it is in on_at_risk now, and
+  // a loss that came meanwhile, which it then reports itself once
+  // on_at_risk returned.
+  bool warned_ = false;
+  bool in_at_risk_ = false;
+  bool lost_pending_ = false;
+  std::thread::id watcher_id_;
+  std::thread watcher_;
 };
 
 }  // namespace pg_fencing::client

@@ -39,6 +39,8 @@ extern "C" {
 #include "utils/rel.h"
 }
 
+#include "pg_compat.hpp"
+
 namespace pg_fencing {
 namespace {
 
@@ -60,11 +62,7 @@ bool SynchronousStandbysConfigured() {
   if (max_wal_senders == 0) return false;  // no standby can connect
   if (SyncRepStandbyNames != nullptr && SyncRepStandbyNames[0] != '\0') return true;
   LWLockAcquire(SyncRepLock, LW_SHARED);
-#ifdef SYNC_STANDBY_DEFINED  // 15.13 and later: a bit in sync_standbys_status
-  const bool defined = (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
-#else
-  const bool defined = WalSndCtl->sync_standbys_defined;
-#endif
+  const bool defined = compat::SyncStandbysDefinedInSharedState();
   LWLockRelease(SyncRepLock);
   return defined;
 }

@@ -12,6 +12,8 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "pg_compat.hpp"  // VARSIZE_ANY_EXHDR (varatt.h from 16 on), infinite intervals (17)
+
 extern "C" {
 
 // fencing_check_lease_args(lock_name text, holder text, ttl interval,
@@ -31,6 +33,13 @@ Datum fencing_check_lease_args(PG_FUNCTION_ARGS) {
   }
   Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
   const Datum ttl = PG_GETARG_DATUM(2);
+  // A lease that never expires is no lease: its holder could vanish and
+  // keep the lock forever.  Only 17 and later can express one.
+  if (!pg_fencing::compat::IntervalIsFinite(DatumGetIntervalP(ttl))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("lease ttl must be finite, got %s (lock \"%s\")",
+                           DatumGetCString(DirectFunctionCall1(interval_out, ttl)), lock_name)));
+  }
   if (!DatumGetBool(DirectFunctionCall2(interval_gt, ttl, IntervalPGetDatum(zero)))) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("lease ttl must be positive, got %s (lock \"%s\")",

@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include "extension_objects.hpp"
+#include "pg_compat.hpp"  // VARSIZE_ANY_EXHDR: varatt.h from 16 on
 
 namespace pg_fencing {
 

@@ -1,13 +1,37 @@
-// The differences between the PostgreSQL majors we build against, named by
-// feature.  Every PG_VERSION_NUM test of the backend code lives here.
+// The differences between the PostgreSQL majors we build against (15, 16,
+// 17, 18), named by feature.  Every PG_VERSION_NUM test of the backend code,
+// and every test for a definition that some releases lack, lives here: the
+// rest of the code includes this header and uses the names below.
 #pragma once
 
 #include "boundary.hpp"
 
+// 16 moved the varlena macros (VARSIZE_ANY_EXHDR, VARDATA_ANY, ...) out of
+// postgres.h into varatt.h; 15 has no varatt.h.
+#if PG_VERSION_NUM >= 160000
+#define PGF_HAVE_VARATT_H 1
+#else
+#define PGF_HAVE_VARATT_H 0
+#endif
+
 extern "C" {
+#if PGF_HAVE_VARATT_H
+#include "varatt.h"
+#endif
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
+#include "replication/walsender_private.h"
+#include "storage/lwlock.h"
+#include "utils/timestamp.h"
 }
+
+// 17 added infinite intervals ('infinity', '-infinity'); 15 and 16 reject
+// them on input, so every interval there is finite.
+#if PG_VERSION_NUM >= 170000
+#define PGF_HAVE_INFINITE_INTERVALS 1
+#else
+#define PGF_HAVE_INFINITE_INTERVALS 0
+#endif
 
 // 17 keeps the MERGE action being executed in ModifyTableState.mt_merge_action,
 // set before the BEFORE UPDATE row triggers fire; 15 and 16 keep it in a
@@ -30,7 +54,35 @@ extern "C" {
 // ExecutorStart_hook_type is void (QueryDesc *, int) in every major we
 // build against (15 to 18).
 
+// Whether the shared state says synchronous standbys are defined.  The
+// minor releases of May 2025 (15.13, 16.9, 17.5) and 18 replaced the bool
+// WalSndCtl->sync_standbys_defined with bits in sync_standbys_status; the
+// major alone does not tell, so the test is for the bit's definition.
+#ifdef SYNC_STANDBY_DEFINED
+#define PGF_HAVE_SYNC_STANDBYS_STATUS 1
+#else
+#define PGF_HAVE_SYNC_STANDBYS_STATUS 0
+#endif
+
 namespace pg_fencing::compat {
+
+inline bool IntervalIsFinite(const Interval *interval) {
+#if PGF_HAVE_INFINITE_INTERVALS
+  return !INTERVAL_NOT_FINITE(interval);
+#else
+  (void)interval;
+  return true;
+#endif
+}
+
+// The caller holds SyncRepLock (shared is enough).
+inline bool SyncStandbysDefinedInSharedState() {
+#if PGF_HAVE_SYNC_STANDBYS_STATUS
+  return (WalSndCtl->sync_standbys_status & SYNC_STANDBY_DEFINED) != 0;
+#else
+  return WalSndCtl->sync_standbys_defined;
+#endif
+}
 
 // How many lists of MergeActionState can UPDATE an existing row.
 constexpr int kMergeRowActionLists = PGF_HAVE_MERGE_ACTIONS_BY_MATCH_KIND ? 2 : 1;

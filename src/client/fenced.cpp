@@ -3,6 +3,7 @@
 #include <string>
 
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::client {
 
@@ -13,7 +14,7 @@ constexpr const char kMissingTokenState[] = "55Z02";
 }  // namespace
 
 void RethrowMapped(const pqxx::sql_error &error) {
-  const std::string &state = error.sqlstate();
+  const std::string &state = pqxx_compat::SqlState(error);
   if (state == kStaleTokenState) throw StaleTokenError(error.what());
   if (state == kMissingTokenState) throw MissingTokenError(error.what());
 

@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::client {
 
@@ -56,11 +57,11 @@ std::string TokenText(Token token) {
 }
 
 // The value fencing_acquire returned: a token, or NULL when the lock is busy.
-std::optional<Token> TokenFromField(const pqxx::field &field) {
+std::optional<Token> TokenFromField(const pqxx_compat::Field &field) {
   if (field.is_null()) return std::nullopt;
   const ParseResult parsed = ParseToken(field.c_str());
   if (parsed.status != ParseStatus::kOk) {
-    throw std::runtime_error(std::string("fencing_acquire returned a malformed token: \"") +
+    throw std::runtime_error(std::string("the server returned a malformed token: \"") +
                              field.c_str() + "\"");
   }
   return parsed.value;
@@ -69,22 +70,27 @@ std::optional<Token> TokenFromField(const pqxx::field &field) {
 // fencing_release on conn; true if the server still had the lease live.
 bool ReleaseOn(pqxx::connection &conn, const std::string &lock_name, Token token) {
   pqxx::nontransaction tx(conn);
-  return tx.exec_params1("SELECT fencing_release($1, $2)", lock_name, token)[0].as<bool>();
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock_name, token)[0]
+      .as<bool>();
 }
 
 // Renews synchronously; used only by the constructor, before the thread runs.
 bool RenewOn(pqxx::connection &conn, const std::string &lock_name, Token token, milliseconds ttl) {
   pqxx::nontransaction tx(conn);
-  return tx
-      .exec_params1("SELECT fencing_renew($1, $2, $3::interval)", lock_name, token,
-                    IntervalText(ttl))[0]
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_renew($1, $2, $3::interval)", lock_name,
+                                  token, IntervalText(ttl))[0]
       .as<bool>();
 }
 
 }  // namespace
 
 Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
-  Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, Describe());
+  if (options_.on_at_risk) {
+    Heartbeat::CheckAtRiskFraction(options_.ttl, options_.heartbeat, options_.at_risk_fraction,
+                                   Describe());
+  } else {
+    Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, Describe());
+  }
 
   heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
 
@@ -95,14 +101,15 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     // The waiting form needs READ COMMITTED; pqxx's BEGIN leaves the level to
     // default_transaction_isolation, which may say otherwise.  The other
     // form then cannot fail on a serialization conflict either.
-    tx.exec0("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
-    const pqxx::row row =
-        options_.wait
-            ? tx.exec_params1("SELECT fencing_acquire($1, $2, $3::interval, $4::interval)",
-                              options_.lock_name, options_.holder, IntervalText(options_.ttl),
-                              IntervalText(*options_.wait))
-            : tx.exec_params1("SELECT fencing_acquire($1, $2, $3::interval)", options_.lock_name,
-                              options_.holder, IntervalText(options_.ttl));
+    pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    // One function for both forms: a NULL wait is no wait.  A null char
+    // pointer is SQL NULL to libpqxx 6 and 7 alike.
+    const std::string wait = options_.wait ? IntervalText(*options_.wait) : std::string();
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval, payload => $5::jsonb)",
+        options_.lock_name, options_.holder, IntervalText(options_.ttl),
+        options_.wait ? wait.c_str() : nullptr,
+        options_.payload ? options_.payload->c_str() : nullptr);
     granted = TokenFromField(row[0]);
     tx.commit();
   }
@@ -131,8 +138,10 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     heartbeat.ttl = options_.ttl;
     heartbeat.period = options_.heartbeat;
     heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
-    heartbeat.refused = "the lease expired, was released, or was taken over";
+    heartbeat.refused = "the lease expired, was released or revoked, or was taken over";
     heartbeat.on_lost = options_.on_lost;
+    heartbeat.on_at_risk = options_.on_at_risk;
+    heartbeat.at_risk_fraction = options_.at_risk_fraction;
     heartbeat_ = std::make_unique<Heartbeat>(std::move(heartbeat), valid_from);
     heartbeat_->Start();
   } catch (...) {
@@ -147,6 +156,13 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
 }
 
 Lease::~Lease() {
+  // The hand-over thread leaves without releasing; the release is ours.
+  {
+    std::lock_guard<std::mutex> lock(work_mutex_);
+    closing_ = true;
+  }
+  work_changed_.notify_all();
+  if (hand_over_thread_.joinable()) hand_over_thread_.join();
   try {
     // Destroying the lease from its own on_lost cannot wait for the thread
     // it runs on; see on_lost in client.hpp.
@@ -244,6 +260,117 @@ Heartbeat::Renewal Lease::RenewPipelined(Clock::time_point deadline) {
   const pqxx::result result = pipe.retrieve(id);  // throws the server's error, if any
   return result.at(0).at(0).as<bool>() ? Heartbeat::Renewal::kRenewed
                                        : Heartbeat::Renewal::kRefused;
+}
+
+// ---- Graceful hand-over ----------------------------------------------------
+
+Lease::WorkGuard &Lease::WorkGuard::operator=(WorkGuard &&other) noexcept {
+  if (this != &other) {
+    Finish();
+    lease_ = other.lease_;
+    other.lease_ = nullptr;
+  }
+  return *this;
+}
+
+void Lease::WorkGuard::Finish() noexcept {
+  if (lease_ == nullptr) return;
+  lease_->EndWork();
+  lease_ = nullptr;
+}
+
+Lease::WorkGuard Lease::BeginWork() {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  if (handing_over_ || !held()) return WorkGuard();
+  ++in_flight_;
+  return WorkGuard(this);
+}
+
+void Lease::EndWork() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(work_mutex_);
+    --in_flight_;
+  }
+  work_changed_.notify_all();
+}
+
+void Lease::HandOver(milliseconds grace) {
+  const Clock::time_point deadline = Clock::now() + grace;
+  {
+    std::lock_guard<std::mutex> lock(work_mutex_);
+    if (handing_over_) {
+      hand_over_deadline_ = std::min(hand_over_deadline_, deadline);
+    } else {
+      handing_over_ = true;
+      hand_over_deadline_ = deadline;
+      hand_over_thread_ = std::thread(&Lease::HandOverRun, this);
+    }
+  }
+  work_changed_.notify_all();
+}
+
+bool Lease::handing_over() const {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  return handing_over_;
+}
+
+bool Lease::WaitHandedOver(milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(work_mutex_);
+  return work_changed_.wait_for(lock, timeout, [this] { return handed_over_; });
+}
+
+int Lease::work_in_flight() const {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  return in_flight_;
+}
+
+void Lease::HandOverRun() {
+  {
+    std::unique_lock<std::mutex> lock(work_mutex_);
+    // The deadline may move forward (a second HandOver): wait in rounds.
+    while (!closing_ && in_flight_ > 0 && Clock::now() < hand_over_deadline_) {
+      work_changed_.wait_until(lock, hand_over_deadline_);
+    }
+    if (closing_) return;
+  }
+  try {
+    Release();
+  } catch (...) {
+    // The server cannot be reached: the lease ends by itself after its ttl,
+    // and the heartbeat has stopped renewing it.
+  }
+  {
+    std::lock_guard<std::mutex> lock(work_mutex_);
+    handed_over_ = true;
+  }
+  work_changed_.notify_all();
+}
+
+// ---- Reading the leader, revoking --------------------------------------------
+
+std::optional<LeaderInfo> ReadLeader(pqxx::connection &conn, const std::string &lock_name) {
+  pqxx::nontransaction tx(conn);
+  const pqxx::result result =
+      pqxx_compat::ExecParams(tx,
+                              "SELECT holder, token::text, payload::text FROM fencing_leases "
+                              "WHERE lock_name = $1 AND state = 'live'",
+                              lock_name);
+  if (result.empty()) return std::nullopt;
+  const pqxx::row row = result[0];
+  LeaderInfo leader;
+  leader.holder = row[0].as<std::string>();
+  leader.token = *TokenFromField(row[1]);
+  if (!row[2].is_null()) leader.payload = row[2].as<std::string>();
+  return leader;
+}
+
+Token Revoke(pqxx::connection &conn, const std::string &lock_name, const std::string &reason) {
+  pqxx::nontransaction tx(conn);
+  const pqxx::row row = pqxx_compat::ExecParams1(tx, "SELECT fencing_revoke($1, $2)", lock_name,
+                                                 reason.empty() ? nullptr : reason.c_str());
+  const std::optional<Token> mark = TokenFromField(row[0]);
+  if (!mark) throw std::runtime_error("fencing_revoke returned NULL");
+  return *mark;
 }
 
 }  // namespace pg_fencing::client

@@ -4,6 +4,8 @@
 // with the fencing token from the database's fencing_grant(), taken right
 // after the SET succeeds.  Renewal and release are Lua scripts that act only
 // while the key still holds our id.  Client: hiredis.
+#include "pg_fencing/redis_lock.hpp"
+
 #include <hiredis/hiredis.h>
 #include <sys/random.h>
 #include <sys/time.h>
@@ -19,7 +21,7 @@
 #include <vector>
 
 #include "busy_retry.hpp"
-#include "pg_fencing/redis_lock.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::client {
 
@@ -216,8 +218,7 @@ std::unique_ptr<RenewedLock> AcquireRedisLock(const RedisLockOptions &options,
   for (;;) {
     sent = Clock::now();
     const ReplyPtr reply = connection->Run(
-        {"SET", options.key, id, "NX", "PX", std::to_string(options.ttl.count())},
-        kCommandTimeout);
+        {"SET", options.key, id, "NX", "PX", std::to_string(options.ttl.count())}, kCommandTimeout);
     if (reply->type == REDIS_REPLY_STATUS) break;  // OK: the key is ours for ttl
     if (reply->type != REDIS_REPLY_NIL) {
       throw std::runtime_error("unexpected reply from " + connection->Where() + " to SET NX");
@@ -229,7 +230,7 @@ std::unique_ptr<RenewedLock> AcquireRedisLock(const RedisLockOptions &options,
   Token token;
   try {
     pqxx::work tx(db);
-    token = tx.exec1("SELECT fencing_grant()::bigint")[0].as<Token>();
+    token = pqxx_compat::Exec1(tx, "SELECT fencing_grant()::bigint")[0].as<Token>();
     tx.commit();
   } catch (...) {
     try {

@@ -6,6 +6,7 @@
 #include <pg_fencing/client.hpp>
 #include <pg_fencing/etcd_lock.hpp>
 #include <pg_fencing/heartbeat.hpp>
+#include <pg_fencing/pqxx_compat.hpp>
 #include <pg_fencing/redis_lock.hpp>
 #include <pg_fencing/renewed_lock.hpp>
 #include <pg_fencing/token.hpp>

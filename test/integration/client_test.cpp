@@ -29,6 +29,8 @@
 #include <string>
 #include <thread>
 
+#include "pg_fencing/pqxx_compat.hpp"
+
 namespace pg_fencing::client {
 namespace {
 
@@ -216,12 +218,13 @@ class ClientTest : public ::testing::Test {
 
   bool IsSuperuser() {
     pqxx::nontransaction tx(*conn_);
-    return tx.exec1("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0].as<bool>();
+    return pqxx_compat::Exec1(tx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")[0]
+        .as<bool>();
   }
 
   std::optional<std::string> Leader(const std::string &lock) {
     pqxx::nontransaction tx(*conn_);
-    const pqxx::row row = tx.exec_params1("SELECT fencing_leader($1)", lock);
+    const pqxx::row row = pqxx_compat::ExecParams1(tx, "SELECT fencing_leader($1)", lock);
     if (row[0].is_null()) return std::nullopt;
     return row[0].as<std::string>();
   }
@@ -233,7 +236,8 @@ class ClientTest : public ::testing::Test {
   };
   LeaseRow Row(const std::string &lock) {
     pqxx::nontransaction tx(*conn_);
-    const pqxx::row row = tx.exec_params1(
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx,
         "SELECT token::bigint, live, extract(epoch FROM expires_at)::float8 "
         "FROM fencing_leases WHERE lock_name = $1",
         lock);
@@ -245,9 +249,10 @@ class ClientTest : public ::testing::Test {
     const std::string table = Name(what);
     pqxx::work tx(*conn_);
     const std::string quoted = tx.quote_name(table);
-    tx.exec0("CREATE TABLE " + quoted + " (id int PRIMARY KEY, token fencing_token, val text)");
-    tx.exec_params("SELECT fencing_protect($1::regclass)", quoted);
-    tx.exec0("INSERT INTO " + quoted + " VALUES (1, NULL, 'initial')");
+    pqxx_compat::Exec0(
+        tx, "CREATE TABLE " + quoted + " (id int PRIMARY KEY, token fencing_token, val text)");
+    pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass)", quoted);
+    pqxx_compat::Exec0(tx, "INSERT INTO " + quoted + " VALUES (1, NULL, 'initial')");
     tx.commit();
     return quoted;
   }
@@ -469,7 +474,8 @@ TEST_F(ClientTest, PausedHolderLosesLeaseAndIsFenced) {
   EXPECT_NE(output.find("stale write refused"), std::string::npos) << output;
 
   pqxx::nontransaction tx(*conn_);
-  const pqxx::row row = tx.exec1("SELECT token::bigint, val FROM " + table + " WHERE id = 1");
+  const pqxx::row row =
+      pqxx_compat::Exec1(tx, "SELECT token::bigint, val FROM " + table + " WHERE id = 1");
   EXPECT_EQ(row[0].as<Token>(), newer.token());
   EXPECT_EQ(row[1].as<std::string>(), "parent");
 }
@@ -518,7 +524,8 @@ TEST_F(ClientTest, OnLostFiresWhenLeaseExpiredBehindItsBack) {
   const Clock::time_point expired = Clock::now();
   {
     pqxx::work tx(*conn_);
-    tx.exec_params0("UPDATE fencing_lease SET expires_at = now() WHERE lock_name = $1", lock);
+    pqxx_compat::ExecParams0(tx, "UPDATE fencing_lease SET expires_at = now() WHERE lock_name = $1",
+                             lock);
     tx.commit();
   }
   ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
@@ -546,7 +553,8 @@ TEST_F(ClientTest, OnLostFiresWhenReleasedFromAnotherConnection) {
   {
     pqxx::nontransaction tx(*conn_);
     ASSERT_TRUE(
-        tx.exec_params1("SELECT fencing_release($1, $2)", lock, lease.token())[0].as<bool>());
+        pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock, lease.token())[0]
+            .as<bool>());
   }
   ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
   EXPECT_LT(Ms(lost.at() - released), 300 + 300) << "later than about one heartbeat";
@@ -569,12 +577,14 @@ TEST_F(ClientTest, OnLostFiresWhenHeartbeatConnectionDies) {
   const Clock::time_point cut = Clock::now();
   {
     pqxx::nontransaction tx(*conn_);
-    ASSERT_EQ(tx.exec_params1("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                              "WHERE pid <> pg_backend_pid() "
-                              "AND query LIKE 'SELECT fencing_renew(%' || $1 || '%'",
-                              lock)[0]
-                  .as<int>(),
-              1);
+    ASSERT_EQ(
+        pqxx_compat::ExecParams1(tx,
+                                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                 "WHERE pid <> pg_backend_pid() "
+                                 "AND query LIKE 'SELECT fencing_renew(%' || $1 || '%'",
+                                 lock)[0]
+            .as<int>(),
+        1);
   }
   ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
   EXPECT_LT(Ms(lost.at() - cut), 300 + 300) << "later than about one heartbeat";
@@ -599,7 +609,8 @@ TEST_F(ClientTest, OnLostFiresWhileRenewalIsStuck) {
 
   pqxx::connection blocker_conn(Dsn());
   pqxx::work blocker(blocker_conn);
-  blocker.exec_params1("SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE", lock);
+  pqxx_compat::ExecParams1(blocker, "SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE",
+                           lock);
   const Clock::time_point blocked = Clock::now();
 
   // The next renewal queues behind the row lock.
@@ -608,7 +619,7 @@ TEST_F(ClientTest, OnLostFiresWhileRenewalIsStuck) {
       "AND query LIKE 'SELECT fencing_renew(%' AND query LIKE '%' || $1 || '%'";
   auto count_waiting = [&] {
     pqxx::nontransaction tx(*conn_);
-    return tx.exec_params1(waiting_renewals, lock)[0].as<int>();
+    return pqxx_compat::ExecParams1(tx, waiting_renewals, lock)[0].as<int>();
   };
   const Clock::time_point look = Clock::now();
   while (count_waiting() == 0 && Since(look) < 1000) std::this_thread::sleep_for(10ms);
@@ -627,6 +638,272 @@ TEST_F(ClientTest, OnLostFiresWhileRenewalIsStuck) {
   const Clock::time_point start = Clock::now();
   lease.reset();  // must not hang, must not throw
   EXPECT_LT(Since(start), 2000);
+}
+
+// ---- Payload, leader, revoke ----------------------------------------------------
+
+TEST_F(ClientTest, PayloadIsPublishedWithEitherAcquireAndReadBack) {
+  const std::string lock = Name("lock");
+  EXPECT_EQ(ReadLeader(*conn_, lock), std::nullopt) << "no lease yet";
+  Token first_token = 0;
+  {
+    LeaseOptions options = Options(lock, "first", 10s);
+    options.payload = R"({"addr": "10.0.0.1:5000"})";
+    auto first = std::make_unique<Lease>(options);
+    first_token = first->token();
+    const std::optional<LeaderInfo> leader = ReadLeader(*conn_, lock);
+    ASSERT_TRUE(leader);
+    EXPECT_EQ(leader->holder, "first");
+    EXPECT_EQ(leader->token, first->token());
+    EXPECT_EQ(leader->payload, std::optional<std::string>(R"({"addr": "10.0.0.1:5000"})"));
+
+    // The waiting form carries it too.
+    std::thread letter_go([&] {
+      std::this_thread::sleep_for(300ms);
+      first.reset();
+    });
+    LeaseOptions waiting = Options(lock, "second", 10s);
+    waiting.wait = 5s;
+    waiting.payload = R"({"addr": "10.0.0.2:5000", "zone": 2})";
+    Lease second(waiting);
+    letter_go.join();
+    const std::optional<LeaderInfo> next = ReadLeader(*conn_, lock);
+    ASSERT_TRUE(next);
+    EXPECT_EQ(next->holder, "second");
+    EXPECT_GT(next->token, first_token);
+    EXPECT_EQ(next->payload, std::optional<std::string>(R"({"addr": "10.0.0.2:5000", "zone": 2})"));
+  }
+  EXPECT_EQ(ReadLeader(*conn_, lock), std::nullopt) << "released: no live lease";
+  {
+    Lease plain(Options(lock, "plain", 10s));
+    const std::optional<LeaderInfo> leader = ReadLeader(*conn_, lock);
+    ASSERT_TRUE(leader);
+    EXPECT_EQ(leader->holder, "plain");
+    EXPECT_EQ(leader->payload, std::nullopt);
+  }
+  LeaseOptions bad = Options(lock, "bad", 10s);
+  bad.payload = "{not json";
+  EXPECT_THROW(Lease{bad}, pqxx::data_exception);
+}
+
+TEST_F(ClientTest, RevokeEndsTheLeaseAndRaisesTheMark) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs the lock's owner or a superuser to revoke";
+  const std::string lock = Name("lock");
+  LostProbe lost;
+  LeaseOptions options = Options(lock, "victim", 10s);
+  options.heartbeat = 300ms;
+  options.on_lost = lost.Callback();
+  Lease lease(options);
+
+  const Clock::time_point revoked = Clock::now();
+  const Token mark = Revoke(*conn_, lock, "incident 42");
+  EXPECT_GT(mark, lease.token());
+  EXPECT_EQ(ReadLeader(*conn_, lock), std::nullopt);
+  ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
+  EXPECT_LT(Ms(lost.at() - revoked), 300 + 300) << "later than about one heartbeat";
+  EXPECT_NE(lost.reason().find("revoked"), std::string::npos) << lost.reason();
+  EXPECT_FALSE(lease.held());
+  {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx, "SELECT state, end_reason FROM fencing_leases WHERE lock_name = $1", lock);
+    EXPECT_EQ(row[0].as<std::string>(), "revoked");
+    EXPECT_EQ(row[1].as<std::string>(), "incident 42");
+  }
+  // Free at once, above the mark; a revoke without a reason records none.
+  Lease next(Options(lock, "next", 10s));
+  EXPECT_GT(next.token(), mark);
+  EXPECT_GT(Revoke(*conn_, lock, ""), next.token());
+  pqxx::nontransaction tx(*conn_);
+  EXPECT_TRUE(pqxx_compat::ExecParams1(
+                  tx, "SELECT end_reason FROM fencing_leases WHERE lock_name = $1", lock)[0]
+                  .is_null());
+}
+
+// ---- on_at_risk -----------------------------------------------------------------
+
+// A renewal stuck behind a row lock: the warning comes while the lease is
+// still held, about at_risk_fraction * ttl after the last good renewal, and
+// before on_lost.
+TEST_F(ClientTest, OnAtRiskFiresBeforeOnLostWhileRenewalIsStuck) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to lock fencing_lease";
+  const std::string lock = Name("lock");
+  const milliseconds ttl = 1200ms;  // renew every 400 ms, at risk after 600, lost after 1080
+  LostProbe lost;
+  LostProbe at_risk;
+  std::atomic<bool> held_at_risk{false};
+  std::atomic<bool> lost_before_at_risk{false};
+  Lease *self = nullptr;
+  LeaseOptions options = Options(lock, "shaky", ttl);
+  options.on_lost = lost.Callback();
+  options.at_risk_fraction = 0.5;
+  options.on_at_risk = [&, record = at_risk.Callback()](const std::string &reason) {
+    held_at_risk = self->held();
+    lost_before_at_risk = lost.calls() > 0;
+    record(reason);
+  };
+  auto lease = std::make_unique<Lease>(options);
+  self = lease.get();
+
+  pqxx::connection blocker_conn(Dsn());
+  pqxx::work blocker(blocker_conn);
+  pqxx_compat::ExecParams1(blocker, "SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE",
+                           lock);
+  const Clock::time_point blocked = Clock::now();
+
+  ASSERT_TRUE(at_risk.WaitFor(3s)) << "on_at_risk not called while the renewal hung";
+  ASSERT_TRUE(lost.WaitFor(3s)) << "on_lost not called while the renewal hung";
+  EXPECT_TRUE(held_at_risk.load());
+  EXPECT_FALSE(lost_before_at_risk.load());
+  EXPECT_LT(at_risk.at(), lost.at());
+  // The last good renewal was sent at most a period before the row was locked.
+  EXPECT_LT(Ms(at_risk.at() - blocked), 600 + 150);
+  EXPECT_NE(at_risk.reason().find("no renewal has succeeded"), std::string::npos)
+      << at_risk.reason();
+  EXPECT_EQ(at_risk.calls(), 1);
+  blocker.abort();
+  lease.reset();
+}
+
+// ---- Graceful hand-over ---------------------------------------------------------
+
+// Acquires lock with a wait on a thread; records when it got it.
+class Waiter {
+ public:
+  Waiter(LeaseOptions options) {
+    thread_ = std::thread([this, options] {
+      try {
+        auto lease = std::make_unique<Lease>(options);
+        std::lock_guard<std::mutex> lock(mutex_);
+        granted_at_ = Clock::now();
+        lease_ = std::move(lease);
+      } catch (const std::exception &error) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        error_ = error.what();
+      }
+      cv_.notify_all();
+    });
+  }
+  ~Waiter() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool granted() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lease_ != nullptr;
+  }
+  // Waits for the outcome; the lease, or nullptr with error() set.
+  Lease *Wait(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, timeout, [this] { return lease_ != nullptr || !error_.empty(); });
+    return lease_.get();
+  }
+  Clock::time_point granted_at() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return granted_at_;
+  }
+  std::string error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::unique_ptr<Lease> lease_;
+  Clock::time_point granted_at_;
+  std::string error_;
+  std::thread thread_;
+};
+
+TEST_F(ClientTest, HandOverReleasesWhenTheUnitOfWorkFinishes) {
+  const std::string lock = Name("lock");
+  Lease lease(Options(lock, "outgoing", 10s));
+  Lease::WorkGuard work = lease.BeginWork();
+  ASSERT_TRUE(work);
+  EXPECT_EQ(lease.work_in_flight(), 1);
+
+  LeaseOptions waiting = Options(lock, "incoming", 10s);
+  waiting.wait = 10s;
+  Waiter waiter(waiting);
+  std::this_thread::sleep_for(200ms);  // queued in the waiting room
+
+  lease.HandOver(5s);
+  EXPECT_TRUE(lease.handing_over());
+  EXPECT_FALSE(lease.BeginWork()) << "new work is refused during a hand-over";
+  std::this_thread::sleep_for(700ms);
+  EXPECT_FALSE(waiter.granted()) << "handed over while a unit of work was in flight";
+  EXPECT_TRUE(lease.held());
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("outgoing"));
+  EXPECT_FALSE(lease.WaitHandedOver(0ms));
+
+  const Clock::time_point finished = Clock::now();
+  work.Finish();
+  Lease *incoming = waiter.Wait(5s);
+  ASSERT_NE(incoming, nullptr) << waiter.error();
+  EXPECT_GE(Ms(waiter.granted_at() - finished), 0);
+  EXPECT_LT(Ms(waiter.granted_at() - finished), 500) << "not promptly after the unit finished";
+  EXPECT_GT(incoming->token(), lease.token());
+  EXPECT_TRUE(lease.WaitHandedOver(2s));
+  EXPECT_FALSE(lease.held());
+  EXPECT_EQ(lease.lost_reason(), "released by its holder");
+  EXPECT_EQ(lease.work_in_flight(), 0);
+}
+
+TEST_F(ClientTest, HandOverReleasesAtTheDeadlineWithWorkStillInFlight) {
+  const std::string lock = Name("lock");
+  auto lease = std::make_unique<Lease>(Options(lock, "outgoing", 10s));
+  Lease::WorkGuard stuck = lease->BeginWork();
+  ASSERT_TRUE(stuck);
+
+  LeaseOptions waiting = Options(lock, "incoming", 10s);
+  waiting.wait = 10s;
+  Waiter waiter(waiting);
+  std::this_thread::sleep_for(200ms);
+
+  const Clock::time_point asked = Clock::now();
+  lease->HandOver(800ms);
+  Lease *incoming = waiter.Wait(5s);
+  ASSERT_NE(incoming, nullptr) << waiter.error();
+  EXPECT_GE(Ms(waiter.granted_at() - asked), 750) << "released before the deadline";
+  EXPECT_LT(Ms(waiter.granted_at() - asked), 800 + 500) << "not promptly at the deadline";
+  EXPECT_TRUE(stuck) << "still in flight";
+  EXPECT_EQ(lease->work_in_flight(), 1);
+  EXPECT_TRUE(lease->WaitHandedOver(1s));
+  EXPECT_FALSE(lease->held());
+  EXPECT_THROW(lease->CheckHeld(), LeaseLostError);
+  stuck.Finish();
+  EXPECT_EQ(lease->work_in_flight(), 0);
+  lease.reset();
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("incoming"));
+}
+
+TEST_F(ClientTest, HandOverWithoutWorkReleasesAtOnceAndDestructionDuringOneDoesNotHang) {
+  const std::string lock = Name("lock");
+  {
+    Lease lease(Options(lock, "idle", 10s));
+    lease.HandOver(10s);
+    EXPECT_TRUE(lease.WaitHandedOver(2s));
+    EXPECT_EQ(Leader(lock), std::nullopt);
+    EXPECT_FALSE(lease.BeginWork());
+  }
+  const Clock::time_point start = Clock::now();
+  {
+    Lease lease(Options(lock, "busy", 10s));
+    Lease::WorkGuard work = lease.BeginWork();
+    lease.HandOver(10s);
+    work.Finish();
+    Lease::WorkGuard none = lease.BeginWork();
+    EXPECT_FALSE(none);
+  }  // destroyed mid-hand-over (or just after): released either way
+  EXPECT_LT(Since(start), 3000);
+  EXPECT_EQ(Leader(lock), std::nullopt);
+  {
+    Lease lease(Options(lock, "busy", 10s));
+    Lease::WorkGuard work = lease.BeginWork();
+    lease.HandOver(10s);
+  }  // destroyed with work in flight: the destructor releases, now
+  EXPECT_LT(Since(start), 3000);
+  EXPECT_EQ(Leader(lock), std::nullopt);
 }
 
 // ---- Release and destruction ----------------------------------------------------
@@ -693,7 +970,8 @@ TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
   const pqxx::result equal = ExecFenced(*conn_, update, Token{10}, "ten again", 1);
   ASSERT_EQ(equal.size(), 1u);
   pqxx::nontransaction tx(*conn_);
-  const pqxx::row row = tx.exec1("SELECT token::bigint, val FROM " + table + " WHERE id = 1");
+  const pqxx::row row =
+      pqxx_compat::Exec1(tx, "SELECT token::bigint, val FROM " + table + " WHERE id = 1");
   EXPECT_EQ(row[0].as<Token>(), 10);
   EXPECT_EQ(row[1].as<std::string>(), "ten again");
 }
@@ -716,7 +994,7 @@ TEST(RethrowMappedTest, RethrowsTheHandledObjectUnchanged) {
     }
     FAIL() << "nothing thrown";
   } catch (const pqxx::unique_violation &error) {
-    EXPECT_EQ(error.sqlstate(), "23505");
+    EXPECT_EQ(pqxx_compat::SqlState(error), "23505");
   }
   // Handling one exception, mapping another: the other is thrown.
   try {
@@ -727,7 +1005,7 @@ TEST(RethrowMappedTest, RethrowsTheHandledObjectUnchanged) {
     }
     FAIL() << "nothing thrown";
   } catch (const pqxx::sql_error &error) {
-    EXPECT_EQ(error.sqlstate(), "42P01");
+    EXPECT_EQ(pqxx_compat::SqlState(error), "42P01");
   }
 }
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "pg_fencing/etcd_lock.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "pg_fencing/redis_lock.hpp"
 
 namespace pg_fencing::client {
@@ -92,7 +93,8 @@ TEST_F(RedisLockTest, TokensComeFromFencingGrantAndTheKeyIsExclusive) {
   auto second = AcquireRedisLock(options, *db_);
   EXPECT_GT(second->token(), first->token());
   pqxx::work tx(*db_);
-  const auto highest = tx.exec1("SELECT last_value FROM fencing_token_seq")[0].as<long long>();
+  const auto highest =
+      pqxx_compat::Exec1(tx, "SELECT last_value FROM fencing_token_seq")[0].as<long long>();
   EXPECT_EQ(second->token(), highest) << "the token is the database's latest grant";
 }
 
@@ -130,8 +132,7 @@ TEST_F(RedisLockTest, KeyDeletedBehindItsBackIsReportedLost) {
   EXPECT_EQ(RedisInteger("DEL", options.key), 1);
   ASSERT_TRUE(lost.WaitFor(2000ms));
   EXPECT_FALSE(lock->held());
-  EXPECT_NE(lock->lost_reason().find("renewal refused"), std::string::npos)
-      << lock->lost_reason();
+  EXPECT_NE(lock->lost_reason().find("renewal refused"), std::string::npos) << lock->lost_reason();
   EXPECT_THROW(lock->CheckHeld(), LeaseLostError);
   EXPECT_EQ(lost.calls, 1);
 }
@@ -162,11 +163,12 @@ class EtcdLockTest : public ::testing::Test {
     curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
     curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 2000L);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION,
-                     +[](char *data, std::size_t size, std::size_t count, void *out) {
-                       static_cast<std::string *>(out)->append(data, size * count);
-                       return size * count;
-                     });
+    curl_easy_setopt(
+        curl, CURLOPT_WRITEFUNCTION,
+        +[](char *data, std::size_t size, std::size_t count, void *out) {
+          static_cast<std::string *>(out)->append(data, size * count);
+          return size * count;
+        });
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response);
     EXPECT_EQ(curl_easy_perform(curl), CURLE_OK);
     curl_easy_cleanup(curl);
@@ -222,8 +224,7 @@ TEST_F(EtcdLockTest, LeaseRevokedBehindItsBackIsReportedLost) {
   Post("/v3/lease/revoke", "{\"ID\": \"" + lease + "\"}");
   ASSERT_TRUE(lost.WaitFor(2000ms));
   EXPECT_FALSE(lock->held());
-  EXPECT_NE(lock->lost_reason().find("renewal refused"), std::string::npos)
-      << lock->lost_reason();
+  EXPECT_NE(lock->lost_reason().find("renewal refused"), std::string::npos) << lock->lost_reason();
   EXPECT_FALSE(lock->Release()) << "the lease was already gone";
 }
 

@@ -114,6 +114,11 @@ fi
 # Debhelper's leftovers from a build someone ran in the tree itself.
 rm -rf "$src_dir"/debian/{.debhelper,files,debhelper-build-stamp,*.substvars,postgresql-*-pg-fencing}
 
+# debian/control names one binary package per major in debian/pgversions
+# that this system supports (15 on Debian 12, 17 on Debian 13, ...):
+# regenerate it from debian/control.in for this system.
+(cd "$src_dir" && pg_buildext updatecontrol >/dev/null) || fail "pg_buildext updatecontrol"
+
 log "source package"
 orig=$tmp/src/${source_name}_$upstream.orig.tar.gz
 tar -C "$tmp/src" --exclude="$source_name-$upstream/debian" -czf "$orig" "$source_name-$upstream"

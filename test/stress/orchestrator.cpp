@@ -24,6 +24,7 @@
 #include "checker.hpp"
 #include "cluster.hpp"
 #include "common.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "process.hpp"
 #include "worker.hpp"
 
@@ -193,43 +194,46 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
   {
     pqxx::connection admin(cluster.Conninfo("postgres", "postgres"));
     pqxx::nontransaction tx(admin);
-    tx.exec0(std::string("CREATE DATABASE ") + kDatabase);
+    pqxx_compat::Exec0(tx, std::string("CREATE DATABASE ") + kDatabase);
   }
   pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
   pqxx::work tx(db);
-  tx.exec0("SET client_min_messages = warning");
-  tx.exec0("CREATE EXTENSION pg_fencing");
+  pqxx_compat::Exec0(tx, "SET client_min_messages = warning");
+  pqxx_compat::Exec0(tx, "CREATE EXTENSION pg_fencing");
   const long idle_ms = std::max<long>(10, o.worker.ttl.count() / 2);
-  tx.exec0(std::string("CREATE ROLE ") + kAppRole + " LOGIN");
+  pqxx_compat::Exec0(tx, std::string("CREATE ROLE ") + kAppRole + " LOGIN");
   // The application's locks belong to its role (the one line of set-up a
   // single-application database needs).
   tx.exec(std::string("SELECT fencing_allow_create('") + kAppRole + "')");
   // A worker paused inside a transaction holds the lock's fence row (and its
   // row lock); the server ends such a transaction well within a ttl (see the
   // README's "A paused writer holds the fence").
-  tx.exec0(std::string("ALTER ROLE ") + kAppRole + " SET idle_in_transaction_session_timeout = '" +
-           std::to_string(idle_ms) + "ms'");
-  tx.exec0(std::string("ALTER ROLE ") + kAppRole + " SET statement_timeout = '10s'");
+  pqxx_compat::Exec0(tx, std::string("ALTER ROLE ") + kAppRole +
+                             " SET idle_in_transaction_session_timeout = '" +
+                             std::to_string(idle_ms) + "ms'");
+  pqxx_compat::Exec0(tx, std::string("ALTER ROLE ") + kAppRole + " SET statement_timeout = '10s'");
   // The commit order.  Every write and grant takes its number after it has
   // locked what it conflicts on (the row; the lock's fence row), and keeps
   // those locks until it commits: for two writes that conflict, the number
   // order is the commit order.  CACHE 1: numbers ordered across sessions.
-  tx.exec0("CREATE SEQUENCE stress_commit_seq CACHE 1");
-  tx.exec0(R"(CREATE TABLE stress_history (
+  pqxx_compat::Exec0(tx, "CREATE SEQUENCE stress_commit_seq CACHE 1");
+  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_history (
       seq bigint PRIMARY KEY, tbl text NOT NULL, row_id int NOT NULL, token bigint,
       val bigint, write_id text, ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
-  tx.exec0(R"(CREATE TABLE stress_grants (
+  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_grants (
       seq bigint PRIMARY KEY, lock_name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
       ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
   for (const char *table : {kRowTable, kLockTable}) {
-    tx.exec0(std::string("CREATE TABLE ") + table +
-             " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
-    tx.exec0(std::string("INSERT INTO ") + table + " (id) SELECT g FROM generate_series(0, " +
-             std::to_string(o.rows - 1) + ") g");
+    pqxx_compat::Exec0(tx,
+                       std::string("CREATE TABLE ") + table +
+                           " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
+    pqxx_compat::Exec0(tx, std::string("INSERT INTO ") + table +
+                               " (id) SELECT g FROM generate_series(0, " +
+                               std::to_string(o.rows - 1) + ") g");
   }
   // Written in the writing transaction itself: a row here exists iff the
   // write committed.  SECURITY DEFINER: the workers cannot write history.
-  tx.exec0(R"(CREATE FUNCTION stress_record_write() RETURNS trigger LANGUAGE plpgsql
+  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_write() RETURNS trigger LANGUAGE plpgsql
       SECURITY DEFINER SET search_path = pg_catalog, public AS $$
     BEGIN
       INSERT INTO public.stress_history
@@ -237,14 +241,16 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
                 NEW.val, NEW.write_id, clock_timestamp(), pg_postmaster_start_time());
       RETURN NULL;
     END $$)");
-  tx.exec0(std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + kRowTable +
-           " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + kRowTableTag + "')");
-  tx.exec0(std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + kLockTable +
-           " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + kLockTableTag + "')");
+  pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + kRowTable +
+                             " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + kRowTableTag +
+                             "')");
+  pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") +
+                             kLockTable + " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" +
+                             kLockTableTag + "')");
   // Every grant, observed on the extension's lease table in the granting
   // transaction (fencing_try_acquire has locked the lock's fence row by then).
   // A renewal or release changes only expires_at and is not recorded.
-  tx.exec0(R"(CREATE FUNCTION stress_record_grant() RETURNS trigger LANGUAGE plpgsql
+  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_grant() RETURNS trigger LANGUAGE plpgsql
       SECURITY DEFINER SET search_path = pg_catalog, public AS $$
     BEGIN
       IF TG_OP = 'INSERT' OR NEW.token::bigint IS DISTINCT FROM OLD.token::bigint THEN
@@ -254,11 +260,11 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
       END IF;
       RETURN NULL;
     END $$)");
-  tx.exec0(
-      "CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON fencing_lease "
-      "FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
-  tx.exec0(std::string("GRANT SELECT, UPDATE ON ") + kRowTable + ", " + kLockTable + " TO " +
-           kAppRole);
+  pqxx_compat::Exec0(tx,
+                     "CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON fencing_lease "
+                     "FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
+  pqxx_compat::Exec0(tx, std::string("GRANT SELECT, UPDATE ON ") + kRowTable + ", " + kLockTable +
+                             " TO " + kAppRole);
   if (!o.unguarded) {
     tx.exec(std::string("SELECT fencing_protect('") + kRowTable + "')");
     tx.exec(std::string("SELECT fencing_protect('") + kLockTable + "', lock_name => '" + kLockName +
@@ -267,11 +273,11 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
   tx.commit();
 }
 
-std::string Field(const pqxx::field &f) { return f.is_null() ? "\\N" : f.c_str(); }
+std::string Field(const pqxx_compat::Field &f) { return f.is_null() ? "\\N" : f.c_str(); }
 
 void DumpQuery(pqxx::work &tx, const std::string &sql, const std::string &path) {
   std::string out;
-  for (const pqxx::row &row : tx.exec(sql)) {
+  for (const auto &row : tx.exec(sql)) {
     for (pqxx::row::size_type i = 0; i < row.size(); ++i) {
       out += (i ? "\t" : "") + Field(row[i]);
     }
@@ -546,8 +552,9 @@ int RunOrchestrator(int argc, char **argv) {
     {
       pqxx::connection db(cluster->Conninfo("postgres", kDatabase));
       pqxx::nontransaction tx(db);
-      extversion =
-          tx.exec1("SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'")[0].c_str();
+      extversion = pqxx_compat::Exec1(
+                       tx, "SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'")[0]
+                       .c_str();
     }
     std::ostringstream meta;
     meta << "mode=" << mode << "\nseed=" << o.seed << "\nduration_s=" << o.duration_s

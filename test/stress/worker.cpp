@@ -33,6 +33,7 @@
 
 #include "common.hpp"
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "process.hpp"
 
 namespace pg_fencing::stress {
@@ -197,9 +198,9 @@ class Worker {
         // A writer that forgot its token: the guard must refuse it (55Z02).
         try {
           pqxx::work tx(*db_);
-          result = tx.exec_params(
-              std::string("UPDATE ") + table + " SET val = $1, write_id = $2 WHERE id = $3", val,
-              wid, row);
+          result = pqxx_compat::ExecParams(
+              tx, std::string("UPDATE ") + table + " SET val = $1, write_id = $2 WHERE id = $3",
+              val, wid, row);
           tx.commit();
         } catch (const pqxx::sql_error &error) {
           client::RethrowMapped(error);
@@ -230,9 +231,9 @@ class Worker {
       // did not commit.  One that came with the connection going away (a
       // FATAL) may have come after COMMIT did its work: unknown.
       if (db_ && db_->is_open()) {
-        outcome = "err state=" + error.sqlstate();
+        outcome = "err state=" + pqxx_compat::SqlState(error);
       } else {
-        outcome = "info state=" + error.sqlstate();
+        outcome = "info state=" + pqxx_compat::SqlState(error);
         db_.reset();
       }
       detail = FirstLine(error.what());

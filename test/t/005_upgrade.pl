@@ -390,7 +390,8 @@ for my $db ('upgraded', 'fresh')
 {
 	# A user-facing object without a comment: functions other than type I/O,
 	# operator implementations and index or aggregate support; aggregates;
-	# base types; tables, views and sequences.
+	# base types (not their array types, which are the extension's members
+	# too from 17 on, and take no comment); tables, views and sequences.
 	is( $node->safe_psql(
 			$db, q{
 WITH member AS (
@@ -408,7 +409,7 @@ SELECT string_agg(pg_describe_object(m.classid, m.objid, 0), ', '
  WHERE obj_description(m.objid, m.classid::regclass::text) IS NULL
    AND CASE m.classid
        WHEN 'pg_proc'::regclass THEN m.objid NOT IN (SELECT fn FROM internal_fn)
-       WHEN 'pg_type'::regclass THEN (SELECT typtype = 'b' FROM pg_type WHERE oid = m.objid)
+       WHEN 'pg_type'::regclass THEN (SELECT typtype = 'b' AND typcategory <> 'A' FROM pg_type WHERE oid = m.objid)
        WHEN 'pg_class'::regclass THEN (SELECT relkind IN ('r', 'v', 'S', 'p', 'm') FROM pg_class WHERE oid = m.objid)
        WHEN 'pg_event_trigger'::regclass THEN true
        ELSE false END

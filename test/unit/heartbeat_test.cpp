@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace pg_fencing::client {
 namespace {
@@ -102,8 +103,8 @@ TEST(HeartbeatTest, RenewalsKeepTheLockHeldAcrossSeveralTtls) {
   heartbeat.Start();
   for (int i = 0; i < 10; ++i) {
     std::this_thread::sleep_for(100ms);
-    ASSERT_TRUE(heartbeat.held()) << "after " << (i + 1) * 100 << " ms: "
-                                  << heartbeat.lost_reason();
+    ASSERT_TRUE(heartbeat.held()) << "after " << (i + 1) * 100
+                                  << " ms: " << heartbeat.lost_reason();
   }
   // Every ttl / 3: about ten in a second.
   EXPECT_GE(probe.renewals(), 5);
@@ -124,8 +125,7 @@ TEST(HeartbeatTest, WithoutRenewalsTheLockLapsesAtTtlMinusTheMargin) {
   EXPECT_TRUE(heartbeat.held());
   clock.Jump(1ms);
   EXPECT_FALSE(heartbeat.held());
-  EXPECT_NE(heartbeat.lost_reason().find("not renewed within ttl minus 100 ms"),
-            std::string::npos)
+  EXPECT_NE(heartbeat.lost_reason().find("not renewed within ttl minus 100 ms"), std::string::npos)
       << heartbeat.lost_reason();
 }
 
@@ -174,8 +174,8 @@ TEST(HeartbeatTest, RenewalIsGivenTheDeadline) {
 TEST(HeartbeatTest, RefusedRenewalMarksTheLockLostOnce) {
   Probe probe;
   JumpingClock clock;
-  Heartbeat heartbeat(
-      MakeOptions(probe, clock, 300ms, [] { return Heartbeat::Renewal::kRefused; }), clock.Now());
+  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms, [] { return Heartbeat::Renewal::kRefused; }),
+                      clock.Now());
   heartbeat.Start();
   ASSERT_TRUE(probe.WaitLost(2s));
   EXPECT_EQ(probe.reason(), "renewal refused: the fake service said no");
@@ -189,11 +189,10 @@ TEST(HeartbeatTest, RefusedRenewalMarksTheLockLostOnce) {
 TEST(HeartbeatTest, FailedRenewalMarksTheLockLostWithTheError) {
   Probe probe;
   JumpingClock clock;
-  Heartbeat heartbeat(MakeOptions(probe, clock, 300ms,
-                                  []() -> Heartbeat::Renewal {
-                                    throw std::runtime_error("connection reset");
-                                  }),
-                      clock.Now());
+  Heartbeat heartbeat(
+      MakeOptions(probe, clock, 300ms,
+                  []() -> Heartbeat::Renewal { throw std::runtime_error("connection reset"); }),
+      clock.Now());
   heartbeat.Start();
   ASSERT_TRUE(probe.WaitLost(2s));
   EXPECT_EQ(probe.reason(), "renewal failed: connection reset");
@@ -298,6 +297,206 @@ TEST(HeartbeatTest, TimingIsCheckedBeforeAnythingStarts) {
   EXPECT_EQ(Heartbeat::SafetyMargin(100ms), 50ms);      // at most ttl / 2
   EXPECT_EQ(Heartbeat::SafetyMargin(300ms), 50ms);      // at least 50 ms
   EXPECT_EQ(Heartbeat::SafetyMargin(10000ms), 1000ms);  // ttl / 10
+}
+
+// ---- on_at_risk: the warning before the loss ------------------------------------
+
+// Records on_at_risk and on_lost in the order they came, with what held()
+// said at each.
+class Events {
+ public:
+  void Add(const std::string &what, bool held, Clock::time_point at) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(what);
+    held_.push_back(held);
+    at_.push_back(at);
+    cv_.notify_all();
+  }
+  bool WaitFor(const std::string &what, milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] {
+      for (const std::string &e : events_)
+        if (e == what) return true;
+      return false;
+    });
+  }
+  std::vector<std::string> events() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return events_;
+  }
+  std::vector<bool> held() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return held_;
+  }
+  std::vector<Clock::time_point> at() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return at_;
+  }
+  int count(const std::string &what) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int n = 0;
+    for (const std::string &e : events_) n += e == what;
+    return n;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::string> events_;
+  std::vector<bool> held_;
+  std::vector<Clock::time_point> at_;
+};
+
+std::string Join(const std::vector<std::string> &events) {
+  std::string all;
+  for (const std::string &e : events) all += e + " ";
+  return all;
+}
+
+// The first renewal succeeds; the second hangs until its deadline, then
+// times out.  The warning comes at half the ttl after the first renewal was
+// sent, while the lock is still held, and before the loss.
+TEST(HeartbeatAtRiskTest, FiresOnceWhileHeldAndBeforeOnLost) {
+  JumpingClock clock;
+  Events events;
+  Heartbeat *self = nullptr;
+  std::atomic<int> calls{0};
+  std::atomic<long long> first_sent_ns{0};
+  Heartbeat::Options options;
+  options.ttl = 1000ms;  // period 333 ms, margin 100 ms, at risk after 500 ms
+  options.renew = [&](Clock::time_point deadline) {
+    if (++calls == 1) {
+      first_sent_ns = clock.Now().time_since_epoch().count();
+      return Heartbeat::Renewal::kRenewed;
+    }
+    std::this_thread::sleep_until(deadline);  // the offset stays zero: real time
+    return Heartbeat::Renewal::kTimedOut;
+  };
+  options.on_lost = [&](const std::string &) { events.Add("lost", self->held(), clock.Now()); };
+  options.on_at_risk = [&](const std::string &reason) {
+    events.Add("at_risk", self->held(), clock.Now());
+    EXPECT_NE(reason.find("no renewal has succeeded for"), std::string::npos) << reason;
+    // on_lost waits for this to return, even when the loss comes meanwhile.
+    std::this_thread::sleep_until(self->deadline() + 150ms);
+    events.Add("at_risk_returned", self->held(), clock.Now());
+  };
+  options.at_risk_fraction = 0.5;
+  options.now = clock.Function();
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  self = &heartbeat;
+  heartbeat.Start();
+  ASSERT_TRUE(events.WaitFor("lost", 3s)) << Join(events.events());
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(Join(events.events()), "at_risk at_risk_returned lost ");
+  EXPECT_TRUE(events.held()[0]) << "the warning came after the lock was lost";
+  EXPECT_FALSE(events.held()[2]);
+  const Clock::time_point first_sent{Clock::duration(first_sent_ns.load())};
+  const auto warned_after = events.at()[0] - first_sent;
+  EXPECT_GE(warned_after, 500ms);
+  EXPECT_LT(warned_after, 700ms);
+  EXPECT_EQ(calls.load(), 2);
+}
+
+TEST(HeartbeatAtRiskTest, SilentWhileRenewalsSucceed) {
+  Probe probe;
+  JumpingClock clock;
+  std::atomic<int> warnings{0};
+  Heartbeat::Options options = MakeOptions(probe, clock, 300ms, Renewed);
+  options.on_at_risk = [&](const std::string &) { ++warnings; };
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  heartbeat.Start();
+  std::this_thread::sleep_for(1200ms);
+  EXPECT_TRUE(heartbeat.held()) << heartbeat.lost_reason();
+  EXPECT_GE(probe.renewals(), 5);
+  EXPECT_EQ(warnings.load(), 0);
+  EXPECT_TRUE(heartbeat.Stop());
+}
+
+// Two slow renewals, each answered after the warning but before the
+// deadline: one warning per stall, no loss.  The renewal right after each
+// (due at once) is a little slow too: the stall ends only when it lands,
+// since the slow one's send time leaves the lock as short-lived as before.
+TEST(HeartbeatAtRiskTest, FiresAgainOnlyAfterARenewalSucceeded) {
+  Probe probe;
+  JumpingClock clock;
+  Events events;
+  std::atomic<int> calls{0};
+  Heartbeat::Options options = MakeOptions(probe, clock, 1000ms, Renewed);
+  options.renew = [&](Clock::time_point) {
+    const int call = ++calls;
+    if (call == 2 || call == 5) std::this_thread::sleep_for(650ms);
+    if (call == 3 || call == 6) std::this_thread::sleep_for(100ms);
+    return Heartbeat::Renewal::kRenewed;
+  };
+  options.on_at_risk = [&](const std::string &) { events.Add("at_risk", true, clock.Now()); };
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  heartbeat.Start();
+  for (int i = 0; i < 400 && calls < 7; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_GE(calls.load(), 7);
+  EXPECT_TRUE(heartbeat.held()) << heartbeat.lost_reason();
+  EXPECT_EQ(probe.lost_calls(), 0) << probe.reason();
+  EXPECT_EQ(events.count("at_risk"), 2) << Join(events.events());
+  EXPECT_TRUE(heartbeat.Stop());
+}
+
+// None once the holder let go, though nothing renews after Stop().
+TEST(HeartbeatAtRiskTest, NotAfterStop) {
+  Probe probe;
+  JumpingClock clock;
+  std::atomic<int> warnings{0};
+  Heartbeat::Options options = MakeOptions(probe, clock, 1000ms, Renewed);
+  options.on_at_risk = [&](const std::string &) { ++warnings; };
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  heartbeat.Start();
+  heartbeat.Stop();
+  std::this_thread::sleep_for(700ms);
+  EXPECT_EQ(warnings.load(), 0);
+}
+
+// on_at_risk may give the lock up itself (Stop, as Release does): no
+// on_lost follows, even if the renewal in flight then times out.
+TEST(HeartbeatAtRiskTest, OnAtRiskMayStopTheHeartbeat) {
+  JumpingClock clock;
+  Events events;
+  Heartbeat *self = nullptr;
+  std::atomic<int> calls{0};
+  Heartbeat::Options options;
+  options.ttl = 1000ms;
+  options.renew = [&](Clock::time_point deadline) {
+    if (++calls == 1) return Heartbeat::Renewal::kRenewed;
+    std::this_thread::sleep_until(deadline);
+    return Heartbeat::Renewal::kTimedOut;
+  };
+  options.on_lost = [&](const std::string &) { events.Add("lost", false, clock.Now()); };
+  options.on_at_risk = [&](const std::string &) {
+    events.Add("at_risk", true, clock.Now());
+    EXPECT_FALSE(self->OnHeartbeatThread());
+    events.Add(self->Stop() ? "stopped" : "not stopped", false, clock.Now());
+  };
+  options.now = clock.Function();
+  Heartbeat heartbeat(std::move(options), clock.Now());
+  self = &heartbeat;
+  heartbeat.Start();
+  ASSERT_TRUE(events.WaitFor("stopped", 3s)) << Join(events.events());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(Join(events.events()), "at_risk stopped ");
+  EXPECT_FALSE(heartbeat.held());
+}
+
+TEST(HeartbeatAtRiskTest, FractionIsChecked) {
+  EXPECT_NO_THROW(Heartbeat::CheckAtRiskFraction(1000ms, 0ms, 0.5, "x"));
+  EXPECT_THROW(Heartbeat::CheckAtRiskFraction(1000ms, 0ms, 0.3, "x"),
+               std::invalid_argument);  // below the period (333 ms)
+  EXPECT_THROW(Heartbeat::CheckAtRiskFraction(1000ms, 0ms, 0.9, "x"),
+               std::invalid_argument);  // at the deadline (900 ms)
+  EXPECT_THROW(Heartbeat::CheckAtRiskFraction(1000ms, 0ms, 0.0, "x"), std::invalid_argument);
+  Heartbeat::Options options;
+  options.ttl = 1000ms;
+  options.renew = [](Clock::time_point) { return Heartbeat::Renewal::kRenewed; };
+  options.at_risk_fraction = 0.95;
+  EXPECT_NO_THROW(Heartbeat(options, Clock::now())) << "unused without on_at_risk";
+  options.on_at_risk = [](const std::string &) {};
+  EXPECT_THROW(Heartbeat(options, Clock::now()), std::invalid_argument);
 }
 
 }  // namespace
