@@ -10,7 +10,7 @@ open my $in, '<', $raw or die "$raw: $!";
 while (<$in>) {
 	chomp;
 	my ($bench, $variant, $clients, $round, $value, $unit) = split /,/;
-	next unless defined $value && $value =~ /^[\d.]+$/;
+	next unless defined $value && $value =~ /^-?[\d.]+(?:e[-+]?\d+)?$/;
 	push @{ $samples{"$bench|$variant|$clients"} }, $value;
 }
 close $in;
@@ -76,12 +76,32 @@ for my $c (sort { $a <=> $b } grep { defined } map { /^lease_cycle_tps\|acquire_
 	push @md, ratio_row("acquire+release cycles, $c client(s)", "lease_cycle_tps|acquire_release|$c", "lease_cycle_tps|bare_update|$c", 0.5, 0);
 	push @md, ratio_row("renewals, $c client(s)", "lease_renew_tps|renew|$c", "lease_cycle_tps|bare_update|$c", undef, 0);
 }
-my @h = sort { $a <=> $b } @{ $samples{'handover_latency|wait|1'} // [] };
-if (@h) {
+# Hand-over to waiting acquirers: percentiles of every sample (not of round
+# medians), per number of waiters; then at a lease's end.
+my $percentiles = sub {
+	my @h = sort { $a <=> $b } @_;
 	my $p = sub { $h[ int($_[0] * $#h + 0.5) ] };
-	push @md, '', '### Hand-over to a waiting acquirer (ms from release to the waiter\'s grant)', '',
-	  '| samples | min | p50 | p90 | max |', '|---|---|---|---|---|',
-	  sprintf('| %d | %s | %s | %s | %s |', scalar @h, fmt($h[0]), fmt($p->(0.5)), fmt($p->(0.9)), fmt($h[-1]));
+	return sprintf('%d | %s | %s | %s | %s | %s', scalar @h, fmt($h[0]), fmt($p->(0.5)), fmt($p->(0.9)),
+		fmt($p->(0.99)), fmt($h[-1]));
+};
+my @waiter_counts = sort { $a <=> $b } grep { defined }
+  map { /^handover_latency\|before_commit\|(\d+)$/ ? $1 : undef } keys %samples;
+if (@waiter_counts) {
+	push @md, '', '### Hand-over to a waiting acquirer (ms from the release\'s commit to the next grant)', '',
+	  'The commit is bracketed: *before* = the release transaction\'s last statement before COMMIT (includes',
+	  'its WAL flush); *after* = the releaser\'s first statement after COMMIT returned.', '',
+	  '| waiters, from | samples | min | p50 | p90 | p99 | max |', '|---|---|---|---|---|---|---|';
+	for my $w (@waiter_counts) {
+		for my $from (qw(before_commit after_commit)) {
+			my $h = $samples{"handover_latency|$from|$w"} or next;
+			(my $label = $from) =~ s/_commit//;
+			push @md, "| $w, $label | " . $percentiles->(@$h) . ' |';
+		}
+	}
+}
+if (my $h = $samples{'handover_after_expiry|wait|1'}) {
+	push @md, '', '### Hand-over at a lease\'s end (ms from expires_at to the waiter\'s grant)', '',
+	  '| samples | min | p50 | p90 | p99 | max |', '|---|---|---|---|---|---|', '| ' . $percentiles->(@$h) . ' |';
 }
 
 open my $md, '>', $md_out or die "$md_out: $!";

@@ -22,7 +22,7 @@ raw=$out/raw.csv
 log "measuring (results in $out)"
 # A cluster sized so that checkpoints stay out of the measured statements.
 pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" \
-  -o shared_buffers=1GB -o max_wal_size=8GB -o checkpoint_timeout=30min \
+  -o shared_buffers=1GB -o max_wal_size=8GB -o checkpoint_timeout=30min -o max_connections=150 \
   env QUICK="${QUICK:-0}" bash bench/measure.sh "$raw"
 
 log "counting instructions per row (callgrind)"
@@ -33,7 +33,7 @@ log "rendering"
   echo "# pg_fencing benchmark results, $stamp"
   echo
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(. /etc/os-release; echo "$PRETTY_NAME"), $(uname -r), PostgreSQL $(pg_config --version | awk '{print $2}')."
-  echo "Settings: shared_buffers=1GB, max_wal_size=8GB, everything else the Debian default (fsync on, synchronous_commit on)."
+  echo "Settings: shared_buffers=1GB, max_wal_size=8GB, max_connections=150 (101 clients wait for one lock), everything else the Debian default (fsync on, synchronous_commit on)."
   if [[ ${QUICK:-0} == 1 ]]; then
     echo "QUICK smoke run (2000 rows, 1 round, 1 s pgbench runs): the figures mean nothing."
   else
@@ -53,7 +53,7 @@ gnuplot -e "data='$out/chart.dat'; out='$out/chart.png'; title='pg_fencing: cost
 cat "$out/results.md"
 if [[ ${QUICK:-0} == 1 ]]; then
   # The smoke test checks that every benchmark produced numbers, nothing more.
-  for b in bulk_update single_row_tps grant_tps_sync_on lease_cycle_tps lease_renew_tps handover_latency; do
+  for b in bulk_update single_row_tps grant_tps_sync_on lease_cycle_tps lease_renew_tps handover_latency handover_after_expiry; do
     grep -q "^$b," "$raw" || { echo "bench: no $b figures" >&2; exit 1; }
   done
   [[ -s $out/chart.png ]] || { echo "bench: no chart" >&2; exit 1; }

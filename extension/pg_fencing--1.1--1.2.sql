@@ -481,8 +481,6 @@ CREATE FUNCTION @extschema@.fencing_acquire_as(
 DECLARE
   deadline timestamptz;
   granted @extschema@.fencing_token;
-  pause double precision := 0.001;  -- seconds; doubles up to max_pause
-  max_pause CONSTANT double precision := 0.02;
   max_wait CONSTANT interval := interval '2147483.647 seconds';
   saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
   checked boolean;
@@ -522,15 +520,17 @@ BEGIN
     RETURN NULL;  -- still queued behind others at the deadline
   END;
 
-  -- First in line: poll the lease until it is free or the wait is over.
+  -- First in line: look at the lease until it is free or the wait is over.
   LOOP
     granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
     IF granted IS NOT NULL THEN
       RETURN granted;
     END IF;
     EXIT WHEN clock_timestamp() >= deadline;
-    PERFORM pg_catalog.pg_sleep(least(pause, extract(epoch FROM deadline - clock_timestamp())));
-    pause := least(pause * 2, max_pause);
+    -- Sleep until the commit of a release wakes us (fencing_wake_waiters_at_commit), the lock
+    -- becomes available (the lease's end, plus its lock-delay) or the wait is over.
+    PERFORM @extschema@.fencing_wait_for_wakeup(
+      least(deadline, @extschema@.fencing_available_at(lock_name)));
   END LOOP;
   RETURN NULL;
 END $$;
@@ -562,6 +562,8 @@ BEGIN
     RETURN false;
   END IF;
   PERFORM @extschema@.fencing_commit_durably();
+  -- A release frees the lock, a renew may bring its end closer: the first waiter looks again.
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(k.lock_id) FROM @extschema@.fencing_lock k WHERE k.lock_name = p_lock;
   RETURN true;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_token, interval, text) FROM PUBLIC;
@@ -690,6 +692,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT fencing_fence_pkey
     DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
   PERFORM @extschema@.fencing_commit_durably();
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
   RETURN new_mark;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_revoke_as(oid, text, text) FROM PUBLIC;
@@ -713,6 +716,8 @@ BEGIN
   END IF;
   UPDATE @extschema@.fencing_lock k SET lock_delay = fencing_set_lock_delay_as.lock_delay
    WHERE k.lock_name = l.lock_name;
+  -- A shorter delay may make the lock available sooner: the first waiter looks again.
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_set_lock_delay_as(oid, text, interval) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_set_lock_delay_as(oid, text, interval) IS
@@ -1134,3 +1139,22 @@ COMMENT ON FUNCTION @extschema@.fencing_guard() IS
   'the guard trigger: BEFORE UPDATE FOR EACH ROW for a per-row fence; with option lock=NAME, BEFORE INSERT, UPDATE or DELETE FOR EACH ROW and BEFORE TRUNCATE; refuses a lower token (55Z01) or a missing one (55Z02); arguments: column name, then options allow_unset, skip, lock=NAME';
 COMMENT ON TABLE @extschema@.fencing_fence IS
   'highest fencing token seen per lock; written only by the extension''s functions: fencing_fence_advance() (writes), fencing_fence_lock() (presentations) and lease grants';
+
+-------------------------------------------------------------------------------
+-- Hand-over without polling (src/backend/lease_wakeup.cpp)
+-------------------------------------------------------------------------------
+-- The first waiter of a lock (the holder of its waiting room) sleeps on its
+-- latch; the commit of a transaction that frees the lease or moves its end
+-- sets that latch.  Nothing session-scoped and nothing preloaded: both sides
+-- act within one call or one transaction.
+CREATE FUNCTION @extschema@.fencing_wake_waiters_at_commit(lock_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_wake_waiters_at_commit' LANGUAGE C STRICT VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_wake_waiters_at_commit(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_wake_waiters_at_commit(bigint) IS
+  'when the current transaction commits, wakes the first acquirer waiting for the lock to look at its lease again; for every change that frees a lease or moves its end; internal';
+
+CREATE FUNCTION @extschema@.fencing_wait_for_wakeup(until timestamptz) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_wait_for_wakeup' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz) IS
+  'sleeps until woken by fencing_wake_waiters_at_commit, until the given time (NULL: none) or for pg_fencing.wait_recheck, whichever comes first; internal';

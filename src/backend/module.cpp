@@ -3,6 +3,7 @@
 #include "boundary.hpp"
 #include "durable_commit.hpp"
 #include "fences.hpp"
+#include "lease_wakeup.hpp"
 #include "merge_actions.hpp"
 
 extern "C" {
@@ -13,5 +14,6 @@ void _PG_init(void) {
   pg_fencing::RegisterFenceCallbacks();
   pg_fencing::RegisterDurableCommitCallback();
   pg_fencing::RegisterMergeTracking();
+  pg_fencing::RegisterLeaseWakeup();
 }
 }

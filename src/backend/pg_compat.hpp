@@ -109,3 +109,37 @@ inline const MergeActionState *CurrentMergeAction(const ModifyTableState *mtstat
 }
 
 }  // namespace pg_fencing::compat
+
+// 17 names a backend's PGPROC by its ProcNumber (VirtualTransactionId.procNumber,
+// ProcNumberGetProc() in storage/procarray.h); 15 and 16 by its BackendId
+// (VirtualTransactionId.backendId, BackendIdGetProc() in storage/sinvaladt.h).
+#if PG_VERSION_NUM >= 170000
+#define PGF_HAVE_PROC_NUMBER 1
+extern "C" {
+#include "storage/procarray.h"
+}
+#else
+#define PGF_HAVE_PROC_NUMBER 0
+extern "C" {
+#include "storage/sinvaladt.h"
+}
+#endif
+
+extern "C" {
+#include "storage/lock.h"
+}
+
+namespace pg_fencing::compat {
+
+// The PGPROC of the backend running vxid's transaction, or nullptr (a
+// prepared transaction, or a slot out of range).  The slot may have been
+// reused by the time the caller looks: use it only where that is harmless.
+inline PGPROC *ProcOfVirtualTransaction(const VirtualTransactionId &vxid) {
+#if PGF_HAVE_PROC_NUMBER
+  return ProcNumberGetProc(vxid.procNumber);
+#else
+  return BackendIdGetProc(vxid.backendId);
+#endif
+}
+
+}  // namespace pg_fencing::compat

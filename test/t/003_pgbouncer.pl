@@ -12,12 +12,16 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(time);
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
 plan skip_all => "PgBouncer is not installed ($pgbouncer)" unless -x $pgbouncer;
 
 my $node = PostgreSQL::Test::Cluster->new('pooled');
 $node->init;
+# A waiter that is not woken by the release sleeps until its deadline (the
+# wake-up, not a recheck, must hand over the lock through the pooler).
+$node->append_conf('postgresql.conf', "pg_fencing.wait_recheck = '1h'");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_fencing');
 
@@ -118,18 +122,26 @@ my ($wait_out, $wait_err) = ('', '');
 my $waiter = IPC::Run::start(
 	[
 		'psql', '-XAtq', '-d', $pooled, '-c',
-		"SELECT fencing_acquire('pooled-wait', 'waiter', '1 minute', '30 s')"
+		"SELECT fencing_acquire('pooled-wait', 'waiter', '1 minute', '120 s')"
 	],
 	'<', \undef, '>', \$wait_out, '2>', \$wait_err);
 $node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE '%''waiter''%' AND pid <> pg_backend_pid()"
-) or die 'the waiter did not start';
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE '%''waiter''%' AND pid <> pg_backend_pid() "
+	  . "AND wait_event_type = 'Extension'"
+) or die 'the waiter did not start sleeping on its latch';
+my $released = time;
 is(via_bouncer("SELECT fencing_release('pooled-wait', '$held')"),
 	't', 'holder released through the pooler while a waiter occupies a server connection');
 $waiter->finish;
 chomp $wait_out;
 cmp_ok($wait_out, '>', $held, 'the waiter got the lock with a newer token')
   or diag $wait_err;
+my $took = time - $released;
+# Without the wake-up it would sleep until its deadline or a spurious wake-up
+# of its latch (the statistics flush timer fires 10 s after the pooled
+# server connection went idle); the wake-up takes about a millisecond.
+cmp_ok($took, '<', 5, 'woken by the release through the pooler')
+  or diag "handed over after $took s";
 is($node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"),
 	'0', 'no advisory lock is left on the pooled server connections');

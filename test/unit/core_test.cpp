@@ -1,5 +1,6 @@
 // Unit tests of the PostgreSQL-free core (include/pg_fencing/token.hpp, src/core/).
 #include "guard_decision.hpp"
+#include "lease_wait.hpp"
 #include "pg_fencing/token.hpp"
 #include "transaction_fences.hpp"
 
@@ -933,6 +934,48 @@ TEST(TransactionFencesTest, NestingDeeperThanTheLimitDropsTheOutermost) {
   EXPECT_EQ(fence.presented_token, 4);
   fences.AbortSubTransaction(3);  // presentations 1 and 2 were dropped: none left
   EXPECT_FALSE(fence.presented);
+}
+
+// ---- Lease wake-ups (lease_wait.hpp) ------------------------------------------
+
+TEST(LeaseWakeupTest, WaitingRoomKeyMatchesTheSqlFunction) {
+  // SELECT fencing_waiting_room(1), fencing_waiting_room(4294967295);
+  EXPECT_EQ(WaitingRoomKey(1), INT64_C(5063539405717766145));
+  EXPECT_EQ(WaitingRoomKey(4294967295), INT64_C(5063539410012733439));
+}
+
+TEST(LeaseWakeupTest, SleepsUntilTheEndRoundedUpAndNoLongerThanTheRecheck) {
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'000'001, 1000), 1);  // 1 us: 1 ms, not 0
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'005'000, 1000), 5);
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'005'001, 1000), 6);
+  EXPECT_EQ(WakeupSleepMs(0, true, 60'000'000, 1000), 1000);  // capped
+  EXPECT_EQ(WakeupSleepMs(0, false, 0, 250), 250);              // no end known
+}
+
+TEST(LeaseWakeupTest, AnEndInThePastMeansNoSleep) {
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'000'000, 1000), 0);
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 0, 1000), 0);
+  EXPECT_EQ(WakeupSleepMs(0, true, 10'000, -5), 0);
+}
+
+TEST(LeaseWakeupTest, ExtremeTimestampsDoNotOverflow) {
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(WakeupSleepMs(kMin, true, kMax, 1000), 1000);
+  EXPECT_EQ(WakeupSleepMs(kMax, true, kMin, 1000), 0);
+}
+
+TEST(LeaseWakeupTest, PendingWakeupsDeduplicateAndReportOverflow) {
+  PendingWakeups pending;
+  EXPECT_TRUE(pending.Add(7));
+  EXPECT_TRUE(pending.Add(7));
+  EXPECT_EQ(pending.Count(), 1);
+  for (int i = 1; i < PendingWakeups::kCapacity; ++i) EXPECT_TRUE(pending.Add(100 + i));
+  EXPECT_EQ(pending.Count(), PendingWakeups::kCapacity);
+  EXPECT_FALSE(pending.Add(99));
+  EXPECT_TRUE(pending.Add(7));  // already there
+  pending.Clear();
+  EXPECT_EQ(pending.Count(), 0);
 }
 
 }  // namespace

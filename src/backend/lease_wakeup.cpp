@@ -1,0 +1,157 @@
+// See lease_wakeup.hpp.
+//
+// The waiter: the first in a lock's waiting room (the transaction-level
+// advisory lock fencing_waiting_room(lock_id)) loops in
+// fencing_acquire_as(..., wait): one attempt, then fencing_wait_for_wakeup()
+// until the lease's end or its deadline, on its own latch.
+//
+// The waker: a transaction that frees a lease calls
+// fencing_wake_waiters_at_commit(lock_id).  At XACT_EVENT_COMMIT -- after
+// the commit is durable and visible to the waiter's next snapshot, before
+// the transaction's locks are released -- it asks the lock manager who holds
+// the waiting room and sets that backend's latch.  Nothing is kept in
+// shared memory or in the session: the waiter waits inside one call and the
+// waker acts inside one transaction, so both work through a
+// transaction-pooling connection pooler.
+//
+// No wake-up is lost: the waiter makes its attempt after its latch was
+// reset, and the release is visible to every snapshot taken after the latch
+// is set.  A waiter that is not woken (a lease freed by hand, a release
+// committed with COMMIT PREPARED, a set of more than PendingWakeups::kCapacity
+// locks in one transaction) still wakes at the lease's end, or after
+// pg_fencing.wait_recheck at the latest.
+#include "lease_wakeup.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+}
+
+#include "lease_wait.hpp"
+#include "pg_compat.hpp"
+
+namespace pg_fencing {
+namespace {
+
+// pg_fencing.wait_recheck, milliseconds.
+int wait_recheck_ms = 1000;
+
+// The waiting rooms to wake when the current transaction commits.
+PendingWakeups pending_wakeups;
+
+// Sets the latch of every backend that holds the waiting room `room` in
+// this database (at most one: the room is an exclusive lock).
+void WakeRoomHolder(int64 room) {
+  LOCKTAG tag;
+  // As pg_advisory_xact_lock(bigint) tags it.
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(static_cast<uint64>(room) >> 32),
+                       static_cast<uint32>(room), 1);
+  const VirtualTransactionId *holders = GetLockConflicts(&tag, ExclusiveLock, nullptr);
+  for (; VirtualTransactionIdIsValid(*holders); ++holders) {
+    // A stale entry (the holder has just ended) at worst wakes a backend
+    // for nothing: a latch set without cause is a spurious wake-up, which
+    // every latch wait tolerates.
+    PGPROC *proc = compat::ProcOfVirtualTransaction(*holders);
+    if (proc != nullptr) SetLatch(&proc->procLatch);
+  }
+}
+
+// Wakes the pending rooms' holders.  Runs after the commit record: an ERROR
+// here would turn into a PANIC ("cannot abort transaction, it was already
+// committed"), so any error (out of memory in GetLockConflicts) is
+// swallowed, and the waiters not woken fall back to their recheck.
+void WakePendingRooms() {
+  MemoryContext context = CurrentMemoryContext;
+  PG_TRY();
+  {
+    for (int i = 0; i < pending_wakeups.Count(); ++i) WakeRoomHolder(pending_wakeups.At(i));
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    FlushErrorState();
+  }
+  PG_END_TRY();
+}
+
+void OnTransactionEvent(XactEvent event, void *) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+      WakePendingRooms();
+      pending_wakeups.Clear();
+      break;
+    case XACT_EVENT_PARALLEL_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PREPARE:
+      pending_wakeups.Clear();
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void RegisterLeaseWakeup() {
+  DefineCustomIntVariable(
+      "pg_fencing.wait_recheck",
+      "The longest a fencing_acquire waiter sleeps between looks at the lease.",
+      "A waiter is woken by the commit of a release and wakes on its own at the lease's end; "
+      "this bounds its sleep when neither comes (a lease freed by hand, a release committed "
+      "with COMMIT PREPARED).",
+      &wait_recheck_ms, 1000, 1, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+  RegisterXactCallback(OnTransactionEvent, nullptr);
+}
+
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_wake_waiters_at_commit(lock_id bigint) RETURNS void: when the
+// current transaction commits, wake the first waiter of the lock, which
+// then looks at the lease again.  For every transaction that frees a lease
+// or moves its end; harmless when nobody waits (or when the lease turns out
+// to be still busy: the waiter sleeps again).
+PG_FUNCTION_INFO_V1(fencing_wake_waiters_at_commit);
+Datum fencing_wake_waiters_at_commit(PG_FUNCTION_ARGS) {
+  const int64 lock_id = PG_GETARG_INT64(0);
+  if (!PGF_CORE(pending_wakeups.Add(WaitingRoomKey(lock_id)))) {
+    ereport(DEBUG1, (errmsg("pg_fencing: more than %d locks to wake in one transaction",
+                            PendingWakeups::kCapacity),
+                     errdetail("Waiters on lock %lld look again on their own.",
+                               static_cast<long long>(lock_id))));
+  }
+  PG_RETURN_VOID();
+}
+
+// fencing_wait_for_wakeup(until timestamptz) RETURNS void: sleeps until the
+// latch is set (fencing_wake_waiters_at_commit, or any signal), until
+// `until` (NULL: no end known), or for pg_fencing.wait_recheck, whichever
+// comes first.  Interrupts (cancel, statement_timeout, terminate) are
+// served when it wakes.
+PG_FUNCTION_INFO_V1(fencing_wait_for_wakeup);
+Datum fencing_wait_for_wakeup(PG_FUNCTION_ARGS) {
+  const bool has_until = !PG_ARGISNULL(0);
+  const TimestampTz until = has_until ? PG_GETARG_TIMESTAMPTZ(0) : 0;
+  const TimestampTz now = GetCurrentTimestamp();
+  const int64 sleep_ms = PGF_CORE(WakeupSleepMs(now, has_until, until, wait_recheck_ms));
+  if (sleep_ms > 0) {
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                    static_cast<long>(sleep_ms), PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  }
+  CHECK_FOR_INTERRUPTS();
+  PG_RETURN_VOID();
+}
+
+}  // extern "C"

@@ -1,0 +1,17 @@
+// Hand-over without polling: a waiter for a lease sleeps on its latch, and
+// the commit of a transaction that frees (or moves the end of) a lease sets
+// the latch of the backend first in the lock's waiting room.
+#pragma once
+
+#include "boundary.hpp"
+
+namespace pg_fencing {
+
+// Registers the transaction callback and the setting
+// pg_fencing.wait_recheck; called from _PG_init.  Needs no
+// shared_preload_libraries: the releasing backend loads the module when it
+// calls fencing_wake_waiters_at_commit(), the waiting one when it calls
+// fencing_wait_for_wakeup().
+void RegisterLeaseWakeup();
+
+}  // namespace pg_fencing
