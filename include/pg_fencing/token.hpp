@@ -10,7 +10,6 @@
 
 namespace pg_fencing {
 
-
 // A fencing token is a non-negative 64-bit integer.
 using Token = std::int64_t;
 inline constexpr Token kMaxToken = INT64_MAX;

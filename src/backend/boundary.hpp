@@ -30,10 +30,10 @@ namespace pg_fencing {
 
 // Calls into the core: PGF_CORE(DecideGuard(in, options)).  A macro, so
 // that the static_assert sees the very expression that is called.
-#define PGF_CORE(call)                                                           \
-  ([&]() noexcept -> decltype(auto) {                                          \
+#define PGF_CORE(call)                                                              \
+  ([&]() noexcept -> decltype(auto) {                                               \
     static_assert(noexcept(call), "a call into the core must be noexcept: " #call); \
-    return call;                                                               \
+    return call;                                                                    \
   }())
 
 }  // namespace pg_fencing

@@ -32,10 +32,10 @@ struct CachedFunction {
   int nargs;
   Oid argtypes[FUNC_MAX_ARGS];
   FmgrInfo flinfo;
-  uint64 generation;           // of the cache when last checked
-  TransactionId proc_xmin;     // of the function's pg_proc row when looked up
+  uint64 generation;        // of the cache when last checked
+  TransactionId proc_xmin;  // of the function's pg_proc row when looked up
   ItemPointerData proc_tid;
-  bool replaced;               // superseded by a newer entry: never used again
+  bool replaced;  // superseded by a newer entry: never used again
 };
 
 CachedFunction *cached_functions = nullptr;
@@ -119,8 +119,7 @@ Oid TokenSequenceOid(Oid schema) {
   return seq;
 }
 
-FmgrInfo *ExtensionFunctionIfExists(Oid schema, const char *name, int nargs,
-                                    const Oid *argtypes) {
+FmgrInfo *ExtensionFunctionIfExists(Oid schema, const char *name, int nargs, const Oid *argtypes) {
   RegisterInvalidation();
   for (CachedFunction *f = cached_functions; f != nullptr; f = f->next) {
     if (f->replaced || !SameSignature(*f, schema, name, nargs, argtypes)) continue;
@@ -137,8 +136,8 @@ FmgrInfo *ExtensionFunctionIfExists(Oid schema, const char *name, int nargs,
   if (!OidIsValid(function)) return nullptr;
   HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
   if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for function %u", function);
-  auto *entry =
-      static_cast<CachedFunction *>(MemoryContextAllocZero(TopMemoryContext, sizeof(CachedFunction)));
+  auto *entry = static_cast<CachedFunction *>(
+      MemoryContextAllocZero(TopMemoryContext, sizeof(CachedFunction)));
   entry->proc_xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
   entry->proc_tid = tuple->t_self;
   ReleaseSysCache(tuple);

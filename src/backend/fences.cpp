@@ -171,9 +171,10 @@ PG_FUNCTION_INFO_V1(fencing_present);
 Datum fencing_present(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
   if (PG_ARGISNULL(1)) {
-    ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN),
-                    errmsg("missing fencing token for lock \"%s\": fencing_present() was given NULL",
-                           lock_name)));
+    ereport(ERROR,
+            (errcode(PGF_ERRCODE_MISSING_TOKEN),
+             errmsg("missing fencing token for lock \"%s\": fencing_present() was given NULL",
+                    lock_name)));
   }
   const Token token = PG_GETARG_INT64(1);
   const Oid schema = ExtensionSchema(fcinfo);

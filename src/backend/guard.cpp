@@ -11,13 +11,13 @@
 extern "C" {
 #include "access/htup_details.h"
 #include "access/sysattr.h"
-#include "access/xact.h"
-#include "miscadmin.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "miscadmin.h"
 #include "nodes/bitmapset.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -59,19 +59,20 @@ AttrNumber ResolveNamedColumn(Relation rel, const char *column, Oid token_type) 
     Form_pg_attribute att = TupleDescAttr(desc, i);
     if (att->attisdropped || strcmp(NameStr(att->attname), column) != 0) continue;
     if (!IsTokenColumn(att, token_type)) {
-      ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-                      errmsg("column \"%s\" of table \"%s\" is of type %s, not fencing_token", column,
-                             RelationGetRelationName(rel), format_type_be(att->atttypid)),
-                      errhint("The guarded column must hold fencing tokens: ALTER TABLE %s ALTER "
-                              "COLUMN %s TYPE fencing_token.",
-                              quote_identifier(RelationGetRelationName(rel)), quote_identifier(column))));
+      ereport(ERROR,
+              (errcode(ERRCODE_DATATYPE_MISMATCH),
+               errmsg("column \"%s\" of table \"%s\" is of type %s, not fencing_token", column,
+                      RelationGetRelationName(rel), format_type_be(att->atttypid)),
+               errhint("The guarded column must hold fencing tokens: ALTER TABLE %s ALTER "
+                       "COLUMN %s TYPE fencing_token.",
+                       quote_identifier(RelationGetRelationName(rel)), quote_identifier(column))));
     }
     RefuseGeneratedColumn(rel, att);
     return att->attnum;
   }
-  ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
-                  errmsg("column \"%s\" of table \"%s\" does not exist", column,
-                         RelationGetRelationName(rel))));
+  ereport(ERROR,
+          (errcode(ERRCODE_UNDEFINED_COLUMN), errmsg("column \"%s\" of table \"%s\" does not exist",
+                                                     column, RelationGetRelationName(rel))));
   pg_unreachable();
 }
 
@@ -82,20 +83,22 @@ AttrNumber FindOnlyTokenColumn(Relation rel, Oid token_type) {
     Form_pg_attribute att = TupleDescAttr(desc, i);
     if (!IsTokenColumn(att, token_type)) continue;
     if (found != InvalidAttrNumber) {
-      ereport(ERROR, (errcode(ERRCODE_AMBIGUOUS_COLUMN),
-                      errmsg("table \"%s\" has more than one fencing_token column (\"%s\", \"%s\")",
-                             RelationGetRelationName(rel),
-                             NameStr(TupleDescAttr(desc, found - 1)->attname), NameStr(att->attname)),
-                      errhint("Name the column to guard: fencing_protect('%s', 'column').",
-                              RelationGetRelationName(rel))));
+      ereport(ERROR,
+              (errcode(ERRCODE_AMBIGUOUS_COLUMN),
+               errmsg("table \"%s\" has more than one fencing_token column (\"%s\", \"%s\")",
+                      RelationGetRelationName(rel),
+                      NameStr(TupleDescAttr(desc, found - 1)->attname), NameStr(att->attname)),
+               errhint("Name the column to guard: fencing_protect('%s', 'column').",
+                       RelationGetRelationName(rel))));
     }
     found = att->attnum;
   }
   if (found == InvalidAttrNumber) {
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
-                    errmsg("table \"%s\" has no fencing_token column", RelationGetRelationName(rel)),
-                    errhint("Add one: ALTER TABLE %s ADD COLUMN token fencing_token.",
-                            quote_identifier(RelationGetRelationName(rel)))));
+    ereport(ERROR,
+            (errcode(ERRCODE_UNDEFINED_COLUMN),
+             errmsg("table \"%s\" has no fencing_token column", RelationGetRelationName(rel)),
+             errhint("Add one: ALTER TABLE %s ADD COLUMN token fencing_token.",
+                     quote_identifier(RelationGetRelationName(rel)))));
   }
   RefuseGeneratedColumn(rel, TupleDescAttr(desc, found - 1));
   return found;
@@ -147,7 +150,7 @@ struct GuardCache {
   Oid trigger_oid;
   Oid relation_oid;
   AttrNumber attnum;
-  GuardOptions options;  // options.lock_name points at lock_name below
+  GuardOptions options;   // options.lock_name points at lock_name below
   const char *lock_name;  // nullptr: per-row fence only; else in fn_mcxt
   Oid extension_schema;
   // The role this statement's writes under the lock were authorized for
@@ -261,13 +264,14 @@ Oid OwnerOfRelation(Oid relid) {
 
 [[noreturn]] void ReportStaleForLock(const TriggerData *td, const GuardCache &guard, Token token,
                                      Token lock_mark) {
-  ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
-                  errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\": "
-                         "the lock has already seen " INT64_FORMAT,
-                         token, RelationGetRelationName(td->tg_relation), guard.lock_name, lock_mark),
-                  errdetail("A newer holder of the lock has been granted or has written under it; "
-                            "the lock you held has moved on."),
-                  errtablecol(td->tg_relation, guard.attnum)));
+  ereport(ERROR,
+          (errcode(PGF_ERRCODE_STALE_TOKEN),
+           errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\": "
+                  "the lock has already seen " INT64_FORMAT,
+                  token, RelationGetRelationName(td->tg_relation), guard.lock_name, lock_mark),
+           errdetail("A newer holder of the lock has been granted or has written under it; "
+                     "the lock you held has moved on."),
+           errtablecol(td->tg_relation, guard.attnum)));
   pg_unreachable();
 }
 
@@ -285,9 +289,10 @@ enum class MissingReason {
 // The hints a refused token-less write under a lock gets (called inside
 // ereport's argument list, as errhint itself is).
 int HintSetOrPresent(const char *column, const char *lock) {
-  return errhint("Set \"%s\" to your token, or call fencing_present('%s', token) first in this "
-                 "transaction.",
-                 column, lock);
+  return errhint(
+      "Set \"%s\" to your token, or call fencing_present('%s', token) first in this "
+      "transaction.",
+      column, lock);
 }
 
 int HintPresent(const char *lock) {
@@ -300,7 +305,7 @@ int HintPresent(const char *lock) {
   const char *column =
       NameStr(TupleDescAttr(RelationGetDescr(td->tg_relation), guard.attnum - 1)->attname);
   const char *lock = guard.lock_name;
-#define PGF_MISSING(...) \
+#define PGF_MISSING(...)                                           \
   ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN), __VA_ARGS__, \
                   errtablecol(td->tg_relation, guard.attnum)))
   switch (reason) {
@@ -364,7 +369,8 @@ bool ColumnAssigned(const TriggerData *td, const GuardCache &guard, Token old_to
 }
 
 Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard, bool *is_null) {
-  return DatumGetInt64(heap_getattr(tuple, guard.attnum, RelationGetDescr(td->tg_relation), is_null));
+  return DatumGetInt64(
+      heap_getattr(tuple, guard.attnum, RelationGetDescr(td->tg_relation), is_null));
 }
 
 // Per-row fence: an UPDATE must carry a token no lower than the row's.
@@ -434,10 +440,10 @@ void RememberAcceptedUpdate(const TriggerData *td) {
 // just accepted (same row, same command); consumes the memory.
 bool IsDeleteHalfOfAcceptedMove(const TriggerData *td) {
   const AcceptedUpdate &last = last_accepted_update;
-  const bool match = last.valid && last.relid == RelationGetRelid(td->tg_relation) &&
-                     ItemPointerEquals(const_cast<ItemPointer>(&last.tid), &td->tg_trigtuple->t_self) &&
-                     last.command == GetCurrentCommandId(false) &&
-                     last.subxact == GetCurrentSubTransactionId();
+  const bool match =
+      last.valid && last.relid == RelationGetRelid(td->tg_relation) &&
+      ItemPointerEquals(const_cast<ItemPointer>(&last.tid), &td->tg_trigtuple->t_self) &&
+      last.command == GetCurrentCommandId(false) && last.subxact == GetCurrentSubTransactionId();
   last_accepted_update.valid = false;
   return match;
 }
@@ -479,9 +485,9 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
   in.old_is_null = true;
   if (new_row != nullptr) in.new_token = ReadToken(new_row, td, guard, &in.new_is_null);
   if (old_row != nullptr) in.old_token = ReadToken(old_row, td, guard, &in.old_is_null);
-  in.column_assigned = in.kind == WriteKind::kUpdate &&
-                       ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token,
-                                      in.new_is_null);
+  in.column_assigned =
+      in.kind == WriteKind::kUpdate &&
+      ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token, in.new_is_null);
   if (const LockFence *fence = FindTransactionFence(guard.lock_name)) {
     in.presented = fence->presented;
     in.presented_token = fence->presented_token;
@@ -500,9 +506,9 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
         case WriteKind::kInsert:
           ReportMissing(td, guard, MissingReason::kInsertNull);
         case WriteKind::kUpdate:
-          ReportMissing(td, guard,
-                        in.column_assigned ? MissingReason::kSetToNull
-                                           : MissingReason::kNotSetNonePresented);
+          ReportMissing(
+              td, guard,
+              in.column_assigned ? MissingReason::kSetToNull : MissingReason::kNotSetNonePresented);
         case WriteKind::kDelete:
           ReportMissing(td, guard, MissingReason::kDeleteNonePresented);
       }
@@ -609,7 +615,8 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
     foreach (cell, find_all_inheritors(relid, AccessShareLock, nullptr)) {
       const Oid table = lfirst_oid(cell);
       const Oid owner = OwnerOfRelation(table);
-      if (OidIsValid(owner) && owner != caller) AuthorizeLock(schema, lock_name, owner, false, table);
+      if (OidIsValid(owner) && owner != caller)
+        AuthorizeLock(schema, lock_name, owner, false, table);
     }
   }
 

@@ -140,7 +140,6 @@ bool MergeAssigns(const Writer &writer, AttrNumber attnum) {
   return false;
 }
 
-
 }  // namespace
 
 void RegisterMergeTracking() {

@@ -23,8 +23,8 @@
 
 #include <charconv>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -215,11 +215,9 @@ std::optional<Token> PutIfAbsent(EtcdClient &etcd, const std::string &key, const
                                  const std::string &holder) {
   const std::string key64 = Base64(key);
   const json absent = {{"target", "CREATE"}, {"key", key64}, {"create_revision", "0"}};
-  const json put = {
-      {"request_put", {{"key", key64}, {"value", Base64(holder)}, {"lease", lease}}}};
+  const json put = {{"request_put", {{"key", key64}, {"value", Base64(holder)}, {"lease", lease}}}};
   const json read_back = {{"request_range", {{"key", key64}}}};
-  const json txn = {{"compare", json::array({absent})},
-                    {"success", json::array({put, read_back})}};
+  const json txn = {{"compare", json::array({absent})}, {"success", json::array({put, read_back})}};
   const json answer = etcd.Post("/v3/kv/txn", txn, kRequestTimeout);
   if (!answer.value("succeeded", false)) return std::nullopt;
   const json &kvs = answer.at("responses").at(1).at("response_range").at("kvs");

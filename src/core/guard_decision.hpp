@@ -76,14 +76,15 @@ struct LockWriteInput {
 };
 
 struct LockWriteDecision {
-  GuardVerdict verdict;  // kAccept: still to be judged against the lock
-  Token write_token;     // the token the write is made under
+  GuardVerdict verdict;      // kAccept: still to be judged against the lock
+  Token write_token;         // the token the write is made under
   bool fill_from_presented;  // store write_token in NEW's token column
 };
 
 // The row-level part of a lock-wide fence: which token the write carries,
 // and whether it is missing or below the row's own token.
-LockWriteDecision DecideLockWrite(const LockWriteInput &input, const GuardOptions &options) noexcept;
+LockWriteDecision DecideLockWrite(const LockWriteInput &input,
+                                  const GuardOptions &options) noexcept;
 
 // The lock-level part, against the lock's high-water mark as the current
 // transaction holds it (locked).

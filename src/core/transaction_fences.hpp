@@ -40,9 +40,9 @@ struct LockFence {
   bool presented;
   Token presented_token;
   SubxactId presented_in;
-  bool locked;       // the lock's fence row is locked by this transaction
-  bool mark_known;   // a high-water mark exists (false: none yet)
-  Token mark;        // valid when locked && mark_known
+  bool locked;      // the lock's fence row is locked by this transaction
+  bool mark_known;  // a high-water mark exists (false: none yet)
+  Token mark;       // valid when locked && mark_known
   SubxactId locked_in;
 };
 
