@@ -870,7 +870,8 @@ TEST(TransactionFencesTest, EntriesAreFoundByNameAndCapacityIsBounded) {
   EXPECT_FALSE(a->presented);
   EXPECT_FALSE(a->locked);
   std::vector<std::string> names;
-  for (int i = 1; i < TransactionFences::kCapacity; ++i) names.push_back("lock-" + std::to_string(i));
+  for (int i = 1; i < TransactionFences::kCapacity; ++i)
+    names.push_back("lock-" + std::to_string(i));
   for (const std::string &name : names) ASSERT_NE(fences.FindOrAdd(name), nullptr) << name;
   EXPECT_EQ(fences.size(), TransactionFences::kCapacity);
   EXPECT_EQ(fences.FindOrAdd("one-too-many"), nullptr);
@@ -949,7 +950,7 @@ TEST(LeaseWakeupTest, SleepsUntilTheEndRoundedUpAndNoLongerThanTheRecheck) {
   EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'005'000, 1000), 5);
   EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'005'001, 1000), 6);
   EXPECT_EQ(WakeupSleepMs(0, true, 60'000'000, 1000), 1000);  // capped
-  EXPECT_EQ(WakeupSleepMs(0, false, 0, 250), 250);              // no end known
+  EXPECT_EQ(WakeupSleepMs(0, false, 0, 250), 250);            // no end known
 }
 
 TEST(LeaseWakeupTest, AnEndInThePastMeansNoSleep) {
