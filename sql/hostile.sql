@@ -61,6 +61,12 @@ SELECT fencing_unprotect('app_rows');
 SELECT fencing_acquire_as('fencing_app'::regrole, 'h-tenant-7', 'x', '1 minute', NULL::interval, NULL::jsonb);
 SELECT fencing_lock_authorize('h-tenant-7', 'fencing_app'::regrole, true);
 SELECT fencing_protect_as('fencing_app'::regrole, 'mine', 'tok', '{}', 'h-tenant-7');
+-- Nor wake another lock's waiter, sleep in the waiting machinery, revoke a
+-- lease or set a lock's delay.
+SELECT fencing_wake_waiters_at_commit(1);
+SELECT fencing_wait_for_wakeup(now());
+SELECT fencing_revoke('h-tenant-7');
+SELECT fencing_set_lock_delay('h-tenant-7', '1 hour');
 RESET ROLE;
 
 -- The holder's writes are untouched by all that: the mark is the holder's
