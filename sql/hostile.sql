@@ -67,7 +67,16 @@ SELECT fencing_wake_waiters_at_commit(1);
 SELECT fencing_wait_for_wakeup(now());
 SELECT fencing_revoke('h-tenant-7');
 SELECT fencing_set_lock_delay('h-tenant-7', '1 hour');
+-- Nor take the lock through the waiting acquire's attempt, even if a DBA
+-- granted it EXECUTE by mistake: it acts only inside that function.
+SELECT fencing_try_acquire('h-tenant-7', 'x', '1 minute', 1, NULL);
 RESET ROLE;
+GRANT EXECUTE ON FUNCTION fencing_try_acquire(text, text, interval, bigint, jsonb) TO fencing_mallory;
+SET ROLE fencing_mallory;
+SELECT fencing_try_acquire('h-tenant-7', 'x', '1 minute', 1, NULL);
+SELECT fencing_try_acquire('h-mallory-new', 'x', '1 minute', 1, NULL);
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION fencing_try_acquire(text, text, interval, bigint, jsonb) FROM fencing_mallory;
 
 -- The holder's writes are untouched by all that: the mark is the holder's
 -- token, the lease the holder's.

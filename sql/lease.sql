@@ -125,10 +125,12 @@ SELECT fencing_revoke_lock('roles', 'lease_user_1'), fencing_revoke_lock('roles'
 DROP ROLE lease_user_1;
 DROP ROLE lease_user_2;
 
--- The public lease functions are C gates that pass the caller's role to
--- their _as functions, which write the lease table: SECURITY DEFINER with a
--- pinned search_path, and not callable by PUBLIC (fencing_try_acquire runs
--- inside their context and PUBLIC may not call it either).
+-- The public lease functions are C: fencing_acquire, fencing_renew and
+-- fencing_release check the caller and write the lease table as its owner
+-- (src/backend/lease_engine.cpp); fencing_leader is a gate to its _as
+-- function, SECURITY DEFINER with a pinned search_path.  What they call
+-- internally PUBLIC may not call: the waiting acquire (fencing_acquire_as)
+-- and the attempt it repeats (fencing_try_acquire, C since 1.3).
 SELECT p.oid::regprocedure AS function, l.lanname AS language, p.prosecdef AS security_definer,
        array_to_string(p.proconfig, ',') AS config,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_may_execute

@@ -134,9 +134,8 @@ RESET ROLE;
 
 -- Every SQL-language or PL/pgSQL function of the extension pins search_path,
 -- except those that cannot be hijacked through it: SQL-standard bodies
--- (bound to their objects at creation), and fencing_try_acquire and
--- fencing_move_lease_end, which run only inside the pinned context of the
--- lease functions' _as functions and which PUBLIC cannot call.
+-- (bound to their objects at creation).  The lease engine is C since 1.3
+-- and names every object it uses with its schema.
 SELECT p.proname, l.lanname, p.prosqlbody IS NOT NULL AS sql_standard_body,
        p.proconfig IS NOT NULL AND
        EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%') AS pins_search_path,

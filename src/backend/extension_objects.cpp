@@ -3,6 +3,7 @@
 
 extern "C" {
 #include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "nodes/makefuncs.h"
 #include "nodes/pg_list.h"
@@ -44,22 +45,26 @@ Oid cached_token_type = InvalidOid;
 Oid cached_token_schema = InvalidOid;
 Oid cached_sequence = InvalidOid;
 Oid cached_sequence_schema = InvalidOid;
+Oid cached_table_owner = InvalidOid;
+Oid cached_table_owner_schema = InvalidOid;
 bool invalidation_registered = false;
 
 void NewFunctionGeneration(Datum, int, uint32) { ++function_generation; }
 
-void ForgetTypeAndSequence(Datum, int, uint32) {
+void ForgetCachedOids(Datum, int, uint32) {
   cached_token_type = InvalidOid;
   cached_token_schema = InvalidOid;
   cached_sequence = InvalidOid;
   cached_sequence_schema = InvalidOid;
+  cached_table_owner = InvalidOid;
+  cached_table_owner_schema = InvalidOid;
 }
 
 void RegisterInvalidation() {
   if (invalidation_registered) return;
   CacheRegisterSyscacheCallback(PROCOID, NewFunctionGeneration, 0);
-  CacheRegisterSyscacheCallback(TYPEOID, ForgetTypeAndSequence, 0);
-  CacheRegisterSyscacheCallback(RELOID, ForgetTypeAndSequence, 0);
+  CacheRegisterSyscacheCallback(TYPEOID, ForgetCachedOids, 0);
+  CacheRegisterSyscacheCallback(RELOID, ForgetCachedOids, 0);
   invalidation_registered = true;
 }
 
@@ -117,6 +122,27 @@ Oid TokenSequenceOid(Oid schema) {
   cached_sequence = seq;
   cached_sequence_schema = schema;
   return seq;
+}
+
+Oid ExtensionTableOwner(Oid schema) {
+  RegisterInvalidation();
+  if (cached_table_owner_schema == schema && OidIsValid(cached_table_owner)) {
+    return cached_table_owner;
+  }
+  const Oid table = get_relname_relid("fencing_lock", schema);
+  HeapTuple tuple = OidIsValid(table) ? SearchSysCache1(RELOID, ObjectIdGetDatum(table)) : nullptr;
+  if (!HeapTupleIsValid(tuple)) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("table \"fencing_lock\" of extension pg_fencing does not exist in "
+                           "schema \"%s\"",
+                           get_namespace_name(schema)),
+                    errhint("Update the extension: ALTER EXTENSION pg_fencing UPDATE.")));
+  }
+  const Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+  ReleaseSysCache(tuple);
+  cached_table_owner = owner;
+  cached_table_owner_schema = schema;
+  return owner;
 }
 
 FmgrInfo *ExtensionFunctionIfExists(Oid schema, const char *name, int nargs, const Oid *argtypes) {

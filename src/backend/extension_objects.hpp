@@ -18,6 +18,11 @@ Oid TokenTypeOid(Oid schema);
 // The sequence fencing_grant() takes tokens from, fencing_token_seq in schema.
 Oid TokenSequenceOid(Oid schema);
 
+// The role that owns the extension's tables in schema (fencing_lock and
+// the others, all made by the same CREATE EXTENSION): the lease functions
+// act on the tables as this role, as a SECURITY DEFINER function would.
+Oid ExtensionTableOwner(Oid schema);
+
 // The extension's SQL function schema.name(argtypes), ready to call; raises
 // 42883 if it does not exist.  The FmgrInfo lives in a long-lived context.
 FmgrInfo *ExtensionFunction(Oid schema, const char *name, int nargs, const Oid *argtypes);

@@ -20,6 +20,8 @@
 // unreplicated token.  Unlike a commit, a grant waits whatever the session's
 // synchronous_commit says: a commit that skips the wait loses only its own
 // data, but a token leaves the database at once and its holder acts on it.
+#include "grant.hpp"
+
 #include "extension_objects.hpp"
 
 extern "C" {
@@ -122,6 +124,18 @@ void WaitForSynchronousStandbys(XLogRecPtr lsn) {
 }
 
 }  // namespace
+
+int64 GrantToken(Oid schema) {
+  const Oid seq = TokenSequenceOid(schema);
+  // Callers need EXECUTE on fencing_grant (or a lease function), not USAGE
+  // on the sequence, which stays private to the extension.
+  const int64 token = nextval_internal(seq, false);
+  const XLogRecPtr lsn = SequencePageLsn(seq);
+  XLogFlush(lsn);
+  WaitForSynchronousStandbys(lsn);
+  return token;
+}
+
 }  // namespace pg_fencing
 
 using namespace pg_fencing;
@@ -132,14 +146,7 @@ PG_FUNCTION_INFO_V1(fencing_grant);
 Datum fencing_grant(PG_FUNCTION_ARGS) {
   // Checked here so the error names fencing_grant(), not nextval().
   PreventCommandIfReadOnly("fencing_grant()");
-  const Oid seq = TokenSequenceOid(ExtensionSchema(fcinfo));
-  // Callers need EXECUTE on fencing_grant, not USAGE on the sequence, which
-  // stays private to the extension.
-  const int64 token = nextval_internal(seq, false);
-  const XLogRecPtr lsn = SequencePageLsn(seq);
-  XLogFlush(lsn);
-  WaitForSynchronousStandbys(lsn);
-  PG_RETURN_INT64(token);
+  PG_RETURN_INT64(GrantToken(ExtensionSchema(fcinfo)));
 }
 
 }  // extern "C"

@@ -100,6 +100,15 @@ void OnTransactionEvent(XactEvent event, void *) {
 
 }  // namespace
 
+void WakeWaitersAtCommit(int64 lock_id) {
+  if (!PGF_CORE(pending_wakeups.Add(WaitingRoomKey(lock_id)))) {
+    ereport(DEBUG1, (errmsg("pg_fencing: more than %d locks to wake in one transaction",
+                            PendingWakeups::kCapacity),
+                     errdetail("Waiters on lock %lld look again on their own.",
+                               static_cast<long long>(lock_id))));
+  }
+}
+
 void RegisterLeaseWakeup() {
   DefineCustomIntVariable(
       "pg_fencing.wait_recheck",
@@ -124,13 +133,7 @@ extern "C" {
 // to be still busy: the waiter sleeps again).
 PG_FUNCTION_INFO_V1(fencing_wake_waiters_at_commit);
 Datum fencing_wake_waiters_at_commit(PG_FUNCTION_ARGS) {
-  const int64 lock_id = PG_GETARG_INT64(0);
-  if (!PGF_CORE(pending_wakeups.Add(WaitingRoomKey(lock_id)))) {
-    ereport(DEBUG1, (errmsg("pg_fencing: more than %d locks to wake in one transaction",
-                            PendingWakeups::kCapacity),
-                     errdetail("Waiters on lock %lld look again on their own.",
-                               static_cast<long long>(lock_id))));
-  }
+  WakeWaitersAtCommit(PG_GETARG_INT64(0));
   PG_RETURN_VOID();
 }
 

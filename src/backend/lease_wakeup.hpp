@@ -14,4 +14,9 @@ namespace pg_fencing {
 // fencing_wait_for_wakeup().
 void RegisterLeaseWakeup();
 
+// When the current transaction commits, wake the first waiter of the lock
+// lock_id, which then looks at the lease again.  For every transaction that
+// frees a lease or moves its end; harmless when nobody waits.
+void WakeWaitersAtCommit(int64 lock_id);
+
 }  // namespace pg_fencing

@@ -25,7 +25,7 @@ fail() {
   exit 1
 }
 
-# One version: default_version '1.2' in pg_fencing.control is 1.2.0 here.
+# One version: default_version '1.3' in pg_fencing.control is 1.3.0 here.
 control_version=$(sed -n "s/^default_version *= *'\([0-9]*\.[0-9]*\)'.*/\1/p" "$root/pg_fencing.control")
 [ -n "$control_version" ] || fail "no default_version in pg_fencing.control"
 version=$control_version.0

@@ -1,5 +1,6 @@
 // Unit tests of the PostgreSQL-free core (include/pg_fencing/token.hpp, src/core/).
 #include "guard_decision.hpp"
+#include "lease_decision.hpp"
 #include "lease_wait.hpp"
 #include "pg_fencing/token.hpp"
 #include "transaction_fences.hpp"
@@ -980,4 +981,44 @@ TEST(LeaseWakeupTest, PendingWakeupsDeduplicateAndReportOverflow) {
 }
 
 }  // namespace
+// ---- Lease attempts (lease_decision.hpp) -------------------------------------
+
+namespace {
+constexpr std::int64_t kNow = 1'000'000;
+LeaseSeen Seen(bool ours, bool ended, std::int64_t expires_at, std::int64_t available_at) {
+  return LeaseSeen{true, ours, ended, expires_at, available_at};
+}
+}  // namespace
+
+TEST(DecideAttemptTest, NoLeaseYetIsAFirstGrant) {
+  EXPECT_EQ(DecideAttempt(LeaseSeen{false, false, false, 0, 0}, kNow), LeaseAttempt::kGrantFirst);
+}
+
+TEST(DecideAttemptTest, ALiveLeaseBelongsToItsHolder) {
+  EXPECT_EQ(DecideAttempt(Seen(false, false, kNow + 1, kNow + 1), kNow), LeaseAttempt::kBusy);
+  EXPECT_EQ(DecideAttempt(Seen(true, false, kNow + 1, kNow + 1), kNow), LeaseAttempt::kExtendOwn);
+}
+
+TEST(DecideAttemptTest, ALeaseEndingNowIsOver) {
+  // expires_at is the first instant the lease is no longer held.
+  EXPECT_EQ(DecideAttempt(Seen(false, false, kNow, kNow), kNow), LeaseAttempt::kGrantExpired);
+  EXPECT_EQ(DecideAttempt(Seen(true, false, kNow, kNow), kNow), LeaseAttempt::kGrantExpired);
+}
+
+TEST(DecideAttemptTest, AnExpiredLeaseWaitsOutItsLockDelay) {
+  EXPECT_EQ(DecideAttempt(Seen(false, false, kNow - 10, kNow + 5), kNow), LeaseAttempt::kBusy);
+  // Even for its own former holder: the delay is for that holder's side effects.
+  EXPECT_EQ(DecideAttempt(Seen(true, false, kNow - 10, kNow + 5), kNow), LeaseAttempt::kBusy);
+  EXPECT_EQ(DecideAttempt(Seen(false, false, kNow - 10, kNow), kNow), LeaseAttempt::kGrantExpired);
+}
+
+TEST(DecideAttemptTest, AReleasedOrRevokedLeaseFreesTheLockAtOnce) {
+  // available_at is not read: no lock-delay after a release or a revoke.
+  EXPECT_EQ(DecideAttempt(Seen(false, true, kNow - 10, kNow + 1'000'000), kNow),
+            LeaseAttempt::kGrantEnded);
+  EXPECT_EQ(DecideAttempt(Seen(true, true, kNow - 10, kNow + 1'000'000), kNow),
+            LeaseAttempt::kGrantEnded);
+}
+
 }  // namespace pg_fencing
+

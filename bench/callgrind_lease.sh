@@ -1,0 +1,99 @@
+#!/bin/bash
+# Instructions per lease operation, counted by valgrind's callgrind in a
+# real backend: the whole server runs under callgrind, psql drives one
+# session over the unix socket (the simple query protocol, as pgbench
+# -M simple), and the backend's own count is read when it exits.  Each
+# figure is (count of a session that ran N operations - count of the same
+# session with none) / N, so connection start-up and exit cancel out.
+# The counts repeat to within a few hundred instructions run to run,
+# whatever else the machine is doing.
+#
+#   acquire_release  SELECT fencing_acquire(...); SELECT fencing_release(...)  (two transactions)
+#   renew            SELECT fencing_renew(...)  (one transaction, lease held)
+#   bare_update      UPDATE t SET val = val + 1 WHERE id = 1  (one transaction)
+#
+# Usage (as root): bench/callgrind_lease.sh OUT_DIR [N] [LIVE_LOCKS]
+# LIVE_LOCKS other locks with live leases are made first (the scale curve).
+set -euo pipefail
+source "$(dirname "$0")/../scripts/lib.sh"
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+n=${2:-500}
+live=${3:-0}
+bindir=/usr/lib/postgresql/$PG_MAJOR/bin
+work=$(mktemp -d /tmp/pg_fencing_cglease.XXXXXX)
+chown postgres: "$work"
+port=$(free_port)
+stop_server() { as_postgres "$bindir/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true; }
+trap 'stop_server; rm -rf "$work"' EXIT
+as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
+settings="-p $port -k $work -c listen_addresses= -c jit=off -c autovacuum=off -c fsync=off"
+q() { PGHOST=$work PGPORT=$port PGUSER=postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres "$@"; }
+
+# Set-up on a server without valgrind.
+as_postgres "$bindir/pg_ctl" -D "$work/data" -o "$settings" -w start >/dev/null
+q <<SQL
+CREATE EXTENSION pg_fencing;
+CREATE TABLE bare (id int PRIMARY KEY, val bigint NOT NULL);
+INSERT INTO bare VALUES (1, 0);
+-- In transactions of 1,000 locks each (\gexec runs each statement on its
+-- own): one transaction of 100,000 acquires runs out of shared memory for
+-- locks.
+\o /dev/null
+SELECT format('SELECT count(fencing_acquire(''scale-'' || i, ''h'', ''1 day'')) FROM generate_series(%s, %s) i',
+              lo, least(lo + 999, $live))
+  FROM generate_series(1, $live, 1000) lo \gexec
+\o
+SELECT fencing_acquire('renewed', 'r', '1 day');
+VACUUM ANALYZE;
+SQL
+stop_server
+
+# The same server under callgrind: every process it forks writes its own
+# count, named by pid, when it exits.
+as_postgres valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
+  "$bindir/postgres" -D "$work/data" $settings >"$work/server.log" 2>&1 &
+for _ in $(seq 1 120); do q -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 1; done
+
+# One session: its pid, then N operations of a kind.  Prints the pid.
+session() { # kind count
+  local kind=$1 count=$2 script=$work/script.$1.$2.sql
+  {
+    echo '\o /dev/null'
+    echo "SELECT pg_backend_pid() AS pid \\gset"
+    echo "SELECT token AS renew_token FROM fencing_leases WHERE lock_name = 'renewed' \\gset"
+    echo "SELECT 1;"  # warm the caches the first operation would otherwise pay for
+    case $kind in
+      acquire_release)
+        echo "SELECT fencing_acquire('cycled', 'c', '1 minute') AS tok \\gset"
+        echo "SELECT fencing_release('cycled', :'tok');"
+        for _ in $(seq 1 "$count"); do
+          echo "SELECT fencing_acquire('cycled', 'c', '1 minute') AS tok \\gset"
+          echo "SELECT fencing_release('cycled', :'tok');"
+        done ;;
+      renew)
+        for _ in $(seq 0 "$count"); do echo "SELECT fencing_renew('renewed', :'renew_token', '1 day');"; done ;;
+      bare_update)
+        for _ in $(seq 0 "$count"); do echo "UPDATE bare SET val = val + 1 WHERE id = 1;"; done ;;
+    esac
+    echo '\o'
+    echo "SELECT :pid;"
+  } >"$script"
+  q -At -f "$script" | tail -1
+}
+count_of() { # pid: the backend's instruction count once it has exited
+  local f=$work/cg.$1
+  for _ in $(seq 1 60); do [[ -s $f ]] && grep -q '^summary:\|^totals:' "$f" && break; sleep 1; done
+  awk '/^summary:/ {print $2; exit} /^totals:/ {t=$2} END {if (t) print t}' "$f" | head -1
+}
+
+echo "kind,live_locks,operations,instructions_per_operation" >"$out/callgrind_lease.csv"
+for kind in bare_update acquire_release renew; do
+  p0=$(session "$kind" 0)
+  p1=$(session "$kind" "$n")
+  c0=$(count_of "$p0")
+  c1=$(count_of "$p1")
+  per=$(( (c1 - c0) / n ))
+  echo "$kind,$live,$n,$per" >>"$out/callgrind_lease.csv"
+  [[ $kind == acquire_release ]] && cp "$work/cg.$p1" "$out/callgrind.acquire_release.out"
+done
+cat "$out/callgrind_lease.csv"

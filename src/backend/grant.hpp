@@ -1,0 +1,12 @@
+// Tokens: fencing_grant() and the lease grants take them from here.
+#pragma once
+
+#include "boundary.hpp"
+
+namespace pg_fencing {
+
+// A new token from the extension's sequence in schema, durable (and
+// replicated to synchronous standbys) before it is returned; see grant.cpp.
+int64 GrantToken(Oid schema);
+
+}  // namespace pg_fencing

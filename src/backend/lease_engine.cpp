@@ -1,0 +1,516 @@
+// The lease engine: fencing_acquire (without a wait), the attempt that the
+// waiting acquire repeats (fencing_try_acquire), fencing_renew and
+// fencing_release.
+//
+// 1.2 ran these as PL/pgSQL over SECURITY DEFINER functions with pinned
+// search_paths; most of a lease cycle's cost was machinery (a GUC save and
+// restore per call, executor start-up per statement, SQL function bodies
+// read from the catalog per call).  Here a public function runs as its
+// caller, checks who that is, and then acts on the extension's tables as
+// their owner (as SECURITY DEFINER would) through lease_tables.hpp: index
+// probes and in-place row updates, no SQL on the common paths.
+//
+//   acquire  the lock's row (owner, users, lock-delay) and its lease's row,
+//            no row locks -> decide (src/core/lease_decision.hpp) -> take the
+//            waiting room -> a token -> replace the lease row looked at (a
+//            race lost to another writer shows as such, and the look is
+//            made again) -> raise the lock's mark
+//   renew,   the caller's live lease row, replaced with its new end
+//   release
+//
+// The rules are those of 1.2's SQL (extension/pg_fencing--1.1--1.2.sql):
+// who may use a lock is fencing_role_may_use()'s rule, applied here in C;
+// a lock that must be created, or a caller that must be refused, goes to
+// fencing_lock_authorize(), which creates it or raises the usual 42501.
+// The first lease of a lock and its first mark are inserted with SQL
+// (INSERT ... ON CONFLICT), once per lock.
+#include "lease_engine.hpp"
+
+extern "C" {
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include "durable_commit.hpp"
+#include "extension_objects.hpp"
+#include "grant.hpp"
+#include "lease_arguments.hpp"
+#include "lease_decision.hpp"
+#include "lease_tables.hpp"
+#include "lease_wait.hpp"
+#include "lease_wakeup.hpp"
+#include "locks.hpp"
+
+namespace pg_fencing {
+namespace {
+
+// ---- Who may use the lock ---------------------------------------------------------
+
+// fencing_role_may_use(): role has the privileges of the lock's owner or of
+// one of its users (pg_has_role(..., 'USAGE'); superusers have every role's).
+bool RoleMayUse(Oid role, Oid owner, Datum users, bool users_null) {
+  if (has_privs_of_role(role, owner)) return true;
+  if (users_null) return false;
+  Datum *elems = nullptr;
+  bool *elem_nulls = nullptr;
+  int count = 0;
+  deconstruct_array(DatumGetArrayTypeP(users), REGROLEOID, sizeof(Oid), true, TYPALIGN_INT, &elems,
+                    &elem_nulls, &count);
+  for (int i = 0; i < count; ++i) {
+    if (!elem_nulls[i] && has_privs_of_role(role, DatumGetObjectId(elems[i]))) return true;
+  }
+  return false;
+}
+
+// ---- The tables, as their owner -----------------------------------------------
+
+// The tables of one call, opened as their owner, and the snapshot the rows
+// are looked at under.  An error on the way needs no clean-up: the abort of
+// the (sub)transaction closes the tables, drops the snapshot and puts back
+// the user it started with, as for SECURITY DEFINER.
+struct Tables {
+  const LeaseTableIds *ids;
+  Relation lock;
+  Relation lease;
+  Relation fence;
+  Oid saved_user;
+  int saved_security_context;
+};
+
+Tables OpenTables(Oid schema) {
+  Tables t;
+  t.ids = &LeaseTablesOf(schema);
+  GetUserIdAndSecContext(&t.saved_user, &t.saved_security_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema),
+                         t.saved_security_context | SECURITY_LOCAL_USERID_CHANGE);
+  t.lock = table_open(t.ids->lock, AccessShareLock);
+  t.lease = table_open(t.ids->lease, RowExclusiveLock);
+  t.fence = table_open(t.ids->fence, RowExclusiveLock);
+  return t;
+}
+
+void CloseTables(const Tables &t) {
+  table_close(t.fence, NoLock);
+  table_close(t.lease, NoLock);
+  table_close(t.lock, NoLock);
+  SetUserIdAndSecContext(t.saved_user, t.saved_security_context);
+}
+
+// A snapshot that sees what has committed so far (in READ COMMITTED; the
+// transaction's in REPEATABLE READ) and this transaction's own changes, as
+// the next SQL statement would.
+Snapshot TakeSnapshot() {
+  CommandCounterIncrement();
+  return RegisterSnapshot(GetTransactionSnapshot());
+}
+
+HeapTuple FetchLock(const Tables &t, Datum lock_name, Snapshot snapshot) {
+  return FetchRow(t.lock, t.ids->lock_pkey, t.ids->name_collation, lock_name, snapshot);
+}
+
+HeapTuple FetchLease(const Tables &t, Datum lock_name, Snapshot snapshot) {
+  return FetchRow(t.lease, t.ids->lease_pkey, t.ids->name_collation, lock_name, snapshot);
+}
+
+bool CallerMayUse(const Tables &t, HeapTuple lock_row, Oid caller) {
+  bool is_null = false, users_null = false;
+  const Oid owner = DatumGetObjectId(RowColumn(t.lock, lock_row, t.ids->lock_owner, &is_null));
+  const Datum users = RowColumn(t.lock, lock_row, t.ids->lock_users, &users_null);
+  return RoleMayUse(caller, owner, users, users_null);
+}
+
+int64 LockIdOf(const Tables &t, HeapTuple lock_row) {
+  bool is_null = false;
+  return DatumGetInt64(RowColumn(t.lock, lock_row, t.ids->lock_id, &is_null));
+}
+
+// Equality of two names (bitwise, as the name type's).
+bool SameName(Datum a, Datum b) {
+  return strncmp(NameStr(*DatumGetName(a)), NameStr(*DatumGetName(b)), NAMEDATALEN) == 0;
+}
+
+Datum TimestampPlus(TimestampTz at, Datum interval) {
+  return DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(at), interval);
+}
+
+// The role a lease records and renew and release compare with: the
+// session's login role, an identity the server verified.
+Datum SessionUserName() {
+  Name name = static_cast<Name>(palloc0(NAMEDATALEN));
+  namestrcpy(name, GetUserNameFromId(GetSessionUserId(), false));
+  return NameGetDatum(name);
+}
+
+// ---- First rows, in SQL -----------------------------------------------------------
+
+// Runs an INSERT ... ON CONFLICT for a lock's first lease or first mark.
+// Returns the number of rows inserted.
+uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values,
+                   const char *nulls) {
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  const int rc = SPI_execute_with_args(query, count, types, const_cast<Datum *>(values), nulls,
+                                       false, 0);
+  if (rc != SPI_OK_INSERT) {
+    elog(ERROR, "pg_fencing: inserting a first lease row failed: %s", SPI_result_code_string(rc));
+  }
+  const uint64 inserted = SPI_processed;
+  SPI_finish();
+  return inserted;
+}
+
+// ---- The lock's mark --------------------------------------------------------------
+
+// Raises the lock's mark to token (if it is lower): a grant fences out
+// every older token under the lock at once, even before the new holder
+// writes anything.  Waits for a transaction writing under the lock (it
+// holds the mark's row) to end.
+void RaiseMark(const Tables &t, Oid schema, Datum lock_name, int64 token) {
+  for (;;) {
+    Snapshot snapshot = TakeSnapshot();
+    HeapTuple mark = FetchRow(t.fence, t.ids->fence_pkey, t.ids->name_collation, lock_name,
+                              snapshot);
+    UnregisterSnapshot(snapshot);
+    if (mark == nullptr) {
+      const char *s = quote_identifier(get_namespace_name(schema));
+      Oid types[] = {TEXTOID, TokenTypeOid(schema)};
+      const Datum values[] = {lock_name, Int64GetDatum(token)};
+      (void)InsertFirst(psprintf("INSERT INTO %s.fencing_fence AS f VALUES ($1, $2) "
+                                 "ON CONFLICT (lock_name) DO UPDATE "
+                                 "SET high_water = GREATEST(f.high_water, EXCLUDED.high_water)",
+                                 s),
+                        2, types, values, nullptr);
+      return;
+    }
+    bool is_null = false;
+    const int64 high_water =
+        DatumGetInt64(RowColumn(t.fence, mark, t.ids->fence_high_water, &is_null));
+    if (high_water >= token) return;
+    const int columns[] = {t.ids->fence_high_water};
+    const Datum values[] = {Int64GetDatum(token)};
+    const bool nulls[] = {false};
+    if (ReplaceRow(t.fence, mark, 1, columns, values, nulls)) return;
+    // A writer under the lock raised the mark meanwhile: look again.
+  }
+}
+
+// ---- One attempt ------------------------------------------------------------------
+
+struct AttemptRequest {
+  Oid schema;
+  Datum lock_name;  // text
+  Datum holder;     // text
+  Datum holder_role;
+  Datum ttl;  // interval
+  Datum payload;
+  bool payload_null;
+};
+
+// Why an attempt could not be made.
+enum class Access { kChecked, kMissing, kRefused };
+
+// Carries out a decision other than kBusy on the lease row looked at (none
+// for kGrantFirst).  Returns whether the lease is the caller's now (*token
+// its token); false when the row changed since the look, or a waiter is
+// first in line.
+bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, HeapTuple lease,
+              const LeaseSeen &seen, LeaseAttempt attempt, TimestampTz now, int64 *token) {
+  const LeaseTableIds &ids = *t.ids;
+  const Datum expires_at = TimestampPlus(now, request.ttl);
+  bool is_null = false;
+  const int64 seen_token =
+      lease != nullptr ? DatumGetInt64(RowColumn(t.lease, lease, ids.lease_token, &is_null)) : 0;
+
+  if (attempt == LeaseAttempt::kExtendOwn) {
+    // The live holder again (say, a retry after a lost reply): the same
+    // token, the lease extended, the payload replaced.
+    const int columns[] = {ids.lease_expires_at, ids.lease_payload};
+    const Datum values[] = {expires_at, request.payload};
+    const bool nulls[] = {false, request.payload_null};
+    if (!ReplaceRow(t.lease, lease, 2, columns, values, nulls)) return false;
+    *token = seen_token;
+    RequireDurableCommit();
+    return true;
+  }
+
+  // Nobody takes a free lock from under the first waiter in line.
+  LOCKTAG room;
+  const uint64 key = static_cast<uint64>(PGF_CORE(WaitingRoomKey(lock_id)));
+  SET_LOCKTAG_ADVISORY(room, MyDatabaseId, static_cast<uint32>(key >> 32),
+                       static_cast<uint32>(key), 1);
+  if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
+
+  const int64 granted = GrantToken(request.schema);
+  bool written = false;
+  if (attempt == LeaseAttempt::kGrantFirst) {
+    const char *s = quote_identifier(get_namespace_name(request.schema));
+    Oid types[] = {TEXTOID, TEXTOID, NAMEOID, TokenTypeOid(request.schema), TIMESTAMPTZOID,
+                   TIMESTAMPTZOID, JSONBOID};
+    const Datum values[] = {request.lock_name,        request.holder, request.holder_role,
+                            Int64GetDatum(granted),   TimestampTzGetDatum(now), expires_at,
+                            request.payload};
+    const char nulls[] = {' ', ' ', ' ', ' ', ' ', ' ', request.payload_null ? 'n' : ' ', '\0'};
+    written =
+        InsertFirst(psprintf("INSERT INTO %s.fencing_lease "
+                             "(lock_name, holder, holder_role, token, granted_at, expires_at, "
+                             "payload) VALUES ($1, $2, $3, $4, $5, $6, $7) "
+                             "ON CONFLICT (lock_name) DO NOTHING",
+                             s),
+                    7, types, values, nulls) == 1;
+  } else {
+    const int columns[] = {ids.lease_holder,     ids.lease_holder_role, ids.lease_token,
+                           ids.lease_granted_at, ids.lease_expires_at,  ids.lease_payload,
+                           ids.lease_ended,      ids.lease_end_reason};
+    const Datum values[] = {request.holder,          request.holder_role,
+                            Int64GetDatum(granted),  TimestampTzGetDatum(now),
+                            expires_at,              request.payload,
+                            Datum(0),                Datum(0)};
+    const bool nulls[] = {false, false, false, false, false, request.payload_null, true, true};
+    written = ReplaceRow(t.lease, lease, 8, columns, values, nulls);
+  }
+  if (!written) {
+    // Another acquirer got there between the look and the room (a grant
+    // needs the room, so none is under way now).  The token is spent;
+    // tokens need not be consecutive.
+    (void)LockRelease(&room, ExclusiveLock, false);
+    return false;
+  }
+  (void)seen;
+  RaiseMark(t, request.schema, request.lock_name, granted);
+  RequireDurableCommit();
+  *token = granted;
+  return true;
+}
+
+// One attempt to take the lock: looks, decides, carries out; the look is
+// made again (a few times at most) when the row changed between the look
+// and the write, as when a lease was taken or renewed just then.  caller:
+// the role to check the lock's permissions for, or InvalidOid when they
+// were checked already (the waiting acquire).  Returns whether the lease is
+// the caller's (*token: its token).
+bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Access *access,
+                int64 *token) {
+  constexpr int kMaxLooks = 3;
+  *access = Access::kChecked;
+  for (int looks = 0; looks < kMaxLooks; ++looks) {
+    Snapshot snapshot = TakeSnapshot();
+    const TimestampTz now = GetCurrentTimestamp();
+    HeapTuple lock = FetchLock(t, request.lock_name, snapshot);
+    HeapTuple lease = lock != nullptr ? FetchLease(t, request.lock_name, snapshot) : nullptr;
+    UnregisterSnapshot(snapshot);
+    if (lock == nullptr) {
+      *access = Access::kMissing;
+      return false;
+    }
+    if (OidIsValid(caller) && looks == 0 && !CallerMayUse(t, lock, caller)) {
+      *access = Access::kRefused;
+      return false;
+    }
+    LeaseSeen seen = {};
+    if (lease != nullptr) {
+      const LeaseTableIds &ids = *t.ids;
+      bool is_null = false, ended_null = false;
+      seen.exists = true;
+      seen.expires_at =
+          DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
+      (void)RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
+      seen.ended = !ended_null;
+      seen.ours = DatumGetBool(DirectFunctionCall2Coll(
+                      texteq, DEFAULT_COLLATION_OID,
+                      RowColumn(t.lease, lease, ids.lease_holder, &is_null), request.holder)) &&
+                  SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), request.holder_role);
+      // The lock-delay counts only after an expiry; computed only then.
+      seen.available_at = seen.expires_at;
+      if (!seen.ended && seen.expires_at <= now) {
+        seen.available_at = DatumGetTimestampTz(
+            TimestampPlus(seen.expires_at, RowColumn(t.lock, lock, ids.lock_delay, &is_null)));
+      }
+    }
+    const LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
+    if (attempt == LeaseAttempt::kBusy) return false;
+    PreventCommandIfReadOnly("fencing_acquire()");
+    if (CarryOut(t, request, LockIdOf(t, lock), lease, seen, attempt, now, token)) return true;
+  }
+  return false;
+}
+
+AttemptRequest RequestFrom(FunctionCallInfo fcinfo, Oid schema, int payload_arg) {
+  AttemptRequest request;
+  request.schema = schema;
+  // Detoasted: the values go into the lease row as they are.
+  request.lock_name = PointerGetDatum(PG_GETARG_TEXT_PP(0));
+  request.holder = PointerGetDatum(PG_GETARG_TEXT_PP(1));
+  request.holder_role = SessionUserName();
+  request.ttl = PG_GETARG_DATUM(2);
+  request.payload_null = PG_ARGISNULL(payload_arg);
+  request.payload =
+      request.payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(payload_arg)));
+  return request;
+}
+
+// ---- Renew and release ------------------------------------------------------------
+
+// Moves the end of a live lease the caller's login role holds under token
+// to now + remaining; ended 'released' marks a release (which spares the
+// lock its lock-delay).  False for any lease that is not the caller's, and
+// for a lock that does not exist; 42501 for a lock the caller may not use.
+bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remaining,
+                  const char *ended) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  const Datum name = PointerGetDatum(PG_GETARG_TEXT_PP(0));
+  const bool token_null = PG_ARGISNULL(1);
+  const int64 token = token_null ? 0 : PG_GETARG_INT64(1);
+  const Datum holder_role = SessionUserName();
+  const Tables t = OpenTables(schema);
+  const LeaseTableIds &ids = *t.ids;
+  bool lock_exists = false;
+  bool may_use = true;
+  bool moved = false;
+  int64 lock_id = 0;
+  for (;;) {
+    Snapshot snapshot = TakeSnapshot();
+    const TimestampTz now = GetCurrentTimestamp();
+    HeapTuple lock = FetchLock(t, name, snapshot);
+    HeapTuple lease = lock != nullptr ? FetchLease(t, name, snapshot) : nullptr;
+    UnregisterSnapshot(snapshot);
+    lock_exists = lock != nullptr;
+    if (!lock_exists) break;
+    may_use = CallerMayUse(t, lock, caller);
+    if (!may_use || lease == nullptr || token_null) break;
+    bool is_null = false;
+    const bool theirs =
+        DatumGetInt64(RowColumn(t.lease, lease, ids.lease_token, &is_null)) == token &&
+        SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), holder_role) &&
+        DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null)) > now;
+    if (!theirs) break;
+    PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
+    const int columns[] = {ids.lease_expires_at, ids.lease_ended};
+    const Datum values[] = {TimestampPlus(now, remaining),
+                            ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
+    const bool nulls[] = {false, ended == nullptr};
+    if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
+      moved = true;
+      lock_id = LockIdOf(t, lock);
+      break;
+    }
+    // Renewed, released or revoked meanwhile: judge the newer version.
+  }
+  CloseTables(t);
+  if (!lock_exists) return false;  // no lock, no lease: as for any lease not the caller's
+  // A role that may not use the lock learns nothing else: the usual 42501.
+  if (!may_use) (void)AuthorizeLock(schema, lock_name, caller, false, InvalidOid);
+  if (!moved) return false;
+  RequireDurableCommit();
+  // A release frees the lock, a renew may bring its end closer: the first
+  // waiter looks again.
+  WakeWaitersAtCommit(lock_id);
+  return true;
+}
+
+}  // namespace
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_acquire(lock_name text, holder text, ttl interval, wait interval
+// DEFAULT NULL, payload jsonb DEFAULT NULL) RETURNS fencing_token.  Without
+// a wait, one attempt here; with one, the waiting acquire in SQL
+// (fencing_acquire_as), which queues in the waiting room and repeats the
+// attempt (fencing_try_acquire) as it is woken.
+PG_FUNCTION_INFO_V1(fencing_acquire);
+Datum fencing_acquire(PG_FUNCTION_ARGS) {
+  const char *lock_name = CheckLeaseArguments(fcinfo, 1, 2);
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  if (!PG_ARGISNULL(3)) {
+    static const Oid kArgTypes[] = {OIDOID,      TEXTOID,     TEXTOID,
+                                    INTERVALOID, INTERVALOID, JSONBOID};
+    FmgrInfo *waiting = ExtensionFunction(schema, "fencing_acquire_as", 6, kArgTypes);
+    const Datum args[] = {ObjectIdGetDatum(caller), PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+                          PG_GETARG_DATUM(2),       PG_GETARG_DATUM(3),
+                          PG_ARGISNULL(4) ? Datum(0) : PG_GETARG_DATUM(4)};
+    const bool nulls[] = {false, false, false, false, false, PG_ARGISNULL(4)};
+    bool is_null = false;
+    const Datum token = CallExtensionFunction(waiting, 6, args, nulls, &is_null);
+    if (is_null) PG_RETURN_NULL();
+    return token;
+  }
+
+  const AttemptRequest request = RequestFrom(fcinfo, schema, 4);
+  int64 token = 0;
+  bool taken = false;
+  for (int round = 0; round < 2; ++round) {
+    Access access = Access::kChecked;
+    const Tables t = OpenTables(schema);
+    taken = TryAcquire(t, request, caller, &access, &token);
+    CloseTables(t);
+    if (access == Access::kChecked) break;
+    // A lock that does not exist yet, or one the caller may not use: the
+    // lock model's own function creates it if the caller may, or raises
+    // the usual 42501.  Then once more.
+    (void)AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
+  }
+  if (!taken) PG_RETURN_NULL();
+  PG_RETURN_INT64(token);
+}
+
+// fencing_try_acquire(lock_name text, holder text, ttl interval, lock_id
+// bigint, payload jsonb) RETURNS fencing_token: one attempt, for the
+// waiting acquire (fencing_acquire_as), which has checked the arguments and
+// the caller's permission.  NULL when the lock is busy.  PUBLIC may not
+// call it.
+PG_FUNCTION_INFO_V1(fencing_try_acquire);
+Datum fencing_try_acquire(PG_FUNCTION_ARGS) {
+  (void)CheckLeaseArguments(fcinfo, 1, 2);
+  const Oid schema = ExtensionSchema(fcinfo);
+  // Only from inside the waiting acquire, which runs as the tables' owner:
+  // a role granted EXECUTE by mistake still cannot skip the permission
+  // check that function makes.
+  if (GetUserId() != ExtensionTableOwner(schema) && !superuser()) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("fencing_try_acquire() is internal to fencing_acquire()"),
+                    errhint("Call fencing_acquire(lock_name, holder, ttl, wait).")));
+  }
+  const AttemptRequest request = RequestFrom(fcinfo, schema, 4);
+  int64 token = 0;
+  Access access = Access::kChecked;
+  const Tables t = OpenTables(schema);
+  const bool taken = TryAcquire(t, request, InvalidOid, &access, &token);
+  CloseTables(t);
+  if (!taken) PG_RETURN_NULL();
+  PG_RETURN_INT64(token);
+}
+
+// fencing_renew(lock_name text, token fencing_token, ttl interval) RETURNS
+// boolean: the caller's live lease now ends ttl from now.
+PG_FUNCTION_INFO_V1(fencing_renew);
+Datum fencing_renew(PG_FUNCTION_ARGS) {
+  const char *lock_name = CheckLeaseArguments(fcinfo, -1, 2);
+  PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, PG_GETARG_DATUM(2), nullptr));
+}
+
+// fencing_release(lock_name text, token fencing_token) RETURNS boolean: the
+// caller's live lease ends now, and the lock is free at once.
+PG_FUNCTION_INFO_V1(fencing_release);
+Datum fencing_release(PG_FUNCTION_ARGS) {
+  const char *lock_name = CheckLockName(fcinfo, 0);
+  Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, IntervalPGetDatum(zero), "released"));
+}
+
+}  // extern "C"

@@ -1,0 +1,188 @@
+// See lease_tables.hpp.
+//
+// Why not SQL: each statement the lease engine ran through SPI cost
+// 60,000-90,000 instructions, most of it executor start-up (ModifyTable,
+// scans, projections), for a one-row change by primary key.  These
+// functions do what those statements did -- an index probe under an MVCC
+// snapshot, heap_update() and the index entries of a non-HOT update -- and
+// nothing else.  The tables have no triggers, no CHECK constraints, no
+// row-level security and no partitions (the extension creates them, and
+// only their owner could add any): an UPDATE would do nothing more.
+#include "lease_tables.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+}
+
+namespace pg_fencing {
+namespace {
+
+LeaseTableIds cached_ids = {};
+bool ids_valid = false;
+bool callback_registered = false;
+
+void ForgetIds(Datum, int, uint32) { ids_valid = false; }
+
+Oid RelationIn(Oid schema, const char *name) {
+  const Oid relid = get_relname_relid(name, schema);
+  if (!OidIsValid(relid)) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("relation \"%s\" of extension pg_fencing does not exist in schema "
+                           "\"%s\"",
+                           name, get_namespace_name(schema)),
+                    errhint("Update the extension: ALTER EXTENSION pg_fencing UPDATE.")));
+  }
+  return relid;
+}
+
+AttrNumber ColumnOf(Oid relid, const char *column) {
+  const AttrNumber attnum = get_attnum(relid, column);
+  if (attnum == InvalidAttrNumber) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+                    errmsg("column \"%s\" of table %s of extension pg_fencing does not exist",
+                           column, get_rel_name(relid)),
+                    errhint("Update the extension: ALTER EXTENSION pg_fencing UPDATE.")));
+  }
+  return attnum;
+}
+
+// Enters the index entries of a row version that heap_update could not
+// make a HOT update, as the executor does after an UPDATE.
+void InsertIndexEntries(Relation table, HeapTuple tuple) {
+  List *indexes = RelationGetIndexList(table);
+  if (indexes == NIL) return;
+  EState *estate = CreateExecutorState();
+  TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(table), &TTSOpsHeapTuple);
+  ExecStoreHeapTuple(tuple, slot, false);
+  GetPerTupleExprContext(estate)->ecxt_scantuple = slot;
+  ListCell *cell;
+  foreach (cell, indexes) {
+    Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
+    IndexInfo *info = BuildIndexInfo(index);
+    if (info->ii_ExclusionOps != nullptr) {
+      ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                      errmsg("exclusion constraint \"%s\" on table %s is not supported",
+                             RelationGetRelationName(index), RelationGetRelationName(table)),
+                      errdetail("pg_fencing writes its own tables directly.")));
+    }
+    bool wanted = true;
+    if (info->ii_Predicate != NIL) {
+      ExprState *predicate = ExecPrepareQual(info->ii_Predicate, estate);
+      wanted = ExecQual(predicate, GetPerTupleExprContext(estate));
+    }
+    if (wanted) {
+      Datum values[INDEX_MAX_KEYS];
+      bool nulls[INDEX_MAX_KEYS];
+      FormIndexDatum(info, slot, estate, values, nulls);
+      (void)index_insert(index, values, nulls, &tuple->t_self, table,
+                         index->rd_index->indisunique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false,
+                         info);
+    }
+    index_close(index, NoLock);
+  }
+  ExecDropSingleTupleTableSlot(slot);
+  FreeExecutorState(estate);
+  list_free(indexes);
+}
+
+}  // namespace
+
+const LeaseTableIds &LeaseTablesOf(Oid schema) {
+  if (!callback_registered) {
+    CacheRegisterSyscacheCallback(RELOID, ForgetIds, 0);
+    CacheRegisterSyscacheCallback(ATTNUM, ForgetIds, 0);
+    callback_registered = true;
+  }
+  if (ids_valid && cached_ids.schema == schema) return cached_ids;
+  LeaseTableIds ids;
+  ids.schema = schema;
+  ids.lock = RelationIn(schema, "fencing_lock");
+  ids.lock_pkey = RelationIn(schema, "fencing_lock_pkey");
+  ids.lease = RelationIn(schema, "fencing_lease");
+  ids.lease_pkey = RelationIn(schema, "fencing_lease_pkey");
+  ids.fence = RelationIn(schema, "fencing_fence");
+  ids.fence_pkey = RelationIn(schema, "fencing_fence_pkey");
+  // The primary keys' collation, the column's: the probe descends the
+  // index in its order.
+  Oid name_type = InvalidOid;
+  int32 name_typmod = -1;
+  get_atttypetypmodcoll(ids.lock, ColumnOf(ids.lock, "lock_name"), &name_type, &name_typmod,
+                        &ids.name_collation);
+  ids.lock_id = ColumnOf(ids.lock, "lock_id");
+  ids.lock_owner = ColumnOf(ids.lock, "owner");
+  ids.lock_users = ColumnOf(ids.lock, "users");
+  ids.lock_delay = ColumnOf(ids.lock, "lock_delay");
+  ids.lease_holder = ColumnOf(ids.lease, "holder");
+  ids.lease_holder_role = ColumnOf(ids.lease, "holder_role");
+  ids.lease_token = ColumnOf(ids.lease, "token");
+  ids.lease_granted_at = ColumnOf(ids.lease, "granted_at");
+  ids.lease_expires_at = ColumnOf(ids.lease, "expires_at");
+  ids.lease_payload = ColumnOf(ids.lease, "payload");
+  ids.lease_ended = ColumnOf(ids.lease, "ended");
+  ids.lease_end_reason = ColumnOf(ids.lease, "end_reason");
+  ids.fence_high_water = ColumnOf(ids.fence, "high_water");
+  cached_ids = ids;
+  ids_valid = true;
+  return cached_ids;
+}
+
+HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapshot snapshot) {
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, collation, F_TEXTEQ,
+                         name);
+  SysScanDesc scan = systable_beginscan(table, index, true, snapshot, 1, &key);
+  HeapTuple found = systable_getnext(scan);
+  HeapTuple row = found != nullptr ? heap_copytuple(found) : nullptr;
+  systable_endscan(scan);
+  return row;
+}
+
+Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null) {
+  return heap_getattr(row, column, RelationGetDescr(table), is_null);
+}
+
+bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, const Datum *values,
+                const bool *nulls) {
+  HeapTuple replacement =
+      heap_modify_tuple_by_cols(row, RelationGetDescr(table), count, const_cast<int *>(columns),
+                                const_cast<Datum *>(values), const_cast<bool *>(nulls));
+  TM_FailureData failure;
+  LockTupleMode lock_mode;
+  const TM_Result result = heap_update(table, &row->t_self, replacement, GetCurrentCommandId(true),
+                                       InvalidSnapshot, true, &failure, &lock_mode);
+  switch (result) {
+    case TM_Ok:
+      break;
+    case TM_Updated:
+    case TM_Deleted:
+      if (IsolationUsesXactSnapshot()) {
+        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                        errmsg("could not serialize access due to concurrent update")));
+      }
+      return false;
+    default:
+      elog(ERROR, "pg_fencing: unexpected result %d updating a row of %s", static_cast<int>(result),
+           RelationGetRelationName(table));
+  }
+  if (!HeapTupleIsHeapOnly(replacement)) InsertIndexEntries(table, replacement);
+  // Later looks in this transaction see the new version.
+  CommandCounterIncrement();
+  return true;
+}
+
+}  // namespace pg_fencing

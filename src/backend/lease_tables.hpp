@@ -1,0 +1,49 @@
+// Direct access to the extension's lease tables (fencing_lock,
+// fencing_lease, fencing_fence) for the lease engine: a row found by its
+// lock name through the primary key, and a row replaced in place, without
+// the executor.  See lease_tables.cpp.
+#pragma once
+
+#include "boundary.hpp"
+
+extern "C" {
+#include "access/htup.h"
+#include "utils/relcache.h"
+#include "utils/snapshot.h"
+}
+
+namespace pg_fencing {
+
+// The tables, their primary keys and the columns the engine reads or
+// writes, found by name in the extension's schema (cached).
+struct LeaseTableIds {
+  Oid schema;
+  Oid lock, lock_pkey, lease, lease_pkey, fence, fence_pkey;
+  Oid name_collation;  // of lock_name, in all three tables and their primary keys
+  AttrNumber lock_id, lock_owner, lock_users, lock_delay;
+  AttrNumber lease_holder, lease_holder_role, lease_token, lease_granted_at, lease_expires_at,
+      lease_payload, lease_ended, lease_end_reason;
+  AttrNumber fence_high_water;
+};
+
+const LeaseTableIds &LeaseTablesOf(Oid schema);
+
+// The version of the row of table whose lock_name (its first column and
+// primary key, index) is name that snapshot sees, copied into the current
+// memory context (t_self is where it lives); nullptr if there is none.
+HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapshot snapshot);
+
+// A column of a fetched row.
+Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
+
+// Replaces the row version `row` (as fetched) by a copy with columns
+// changed, as an UPDATE of that one row would (WAL, HOT, index entries,
+// TOAST).  Waits for a transaction that is still writing the row.  Returns
+// false when another transaction updated or deleted it after it was
+// fetched -- a race lost, to be judged again on a newer look -- and, in
+// REPEATABLE READ or SERIALIZABLE, raises 40001 then, as UPDATE does.  No
+// row lock is left behind either way.
+bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, const Datum *values,
+                const bool *nulls);
+
+}  // namespace pg_fencing
