@@ -10,6 +10,8 @@
 // only their owner could add any): an UPDATE would do nothing more.
 #include "lease_tables.hpp"
 
+#include "pg_compat.hpp"
+
 extern "C" {
 #include "access/genam.h"
 #include "access/heapam.h"
@@ -63,7 +65,7 @@ AttrNumber ColumnOf(Oid relid, const char *column) {
 
 // Enters the index entries of a row version that heap_update could not
 // make a HOT update, as the executor does after an UPDATE.
-void InsertIndexEntries(Relation table, HeapTuple tuple) {
+void InsertIndexEntries(Relation table, HeapTuple tuple, bool summarizing_only) {
   List *indexes = RelationGetIndexList(table);
   if (indexes == NIL) return;
   EState *estate = CreateExecutorState();
@@ -74,6 +76,10 @@ void InsertIndexEntries(Relation table, HeapTuple tuple) {
   foreach (cell, indexes) {
     Relation index = index_open(lfirst_oid(cell), RowExclusiveLock);
     IndexInfo *info = BuildIndexInfo(index);
+    if (summarizing_only && !compat::IndexIsSummarizing(info)) {
+      index_close(index, NoLock);
+      continue;
+    }
     if (info->ii_ExclusionOps != nullptr) {
       ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                       errmsg("exclusion constraint \"%s\" on table %s is not supported",
@@ -162,9 +168,8 @@ bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, co
       heap_modify_tuple_by_cols(row, RelationGetDescr(table), count, const_cast<int *>(columns),
                                 const_cast<Datum *>(values), const_cast<bool *>(nulls));
   TM_FailureData failure;
-  LockTupleMode lock_mode;
-  const TM_Result result = heap_update(table, &row->t_self, replacement, GetCurrentCommandId(true),
-                                       InvalidSnapshot, true, &failure, &lock_mode);
+  compat::IndexEntries entries = compat::IndexEntries::kNone;
+  const TM_Result result = compat::HeapUpdate(table, &row->t_self, replacement, &failure, &entries);
   switch (result) {
     case TM_Ok:
       break;
@@ -179,7 +184,9 @@ bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, co
       elog(ERROR, "pg_fencing: unexpected result %d updating a row of %s", static_cast<int>(result),
            RelationGetRelationName(table));
   }
-  if (!HeapTupleIsHeapOnly(replacement)) InsertIndexEntries(table, replacement);
+  if (entries != compat::IndexEntries::kNone) {
+    InsertIndexEntries(table, replacement, entries == compat::IndexEntries::kSummarizingOnly);
+  }
   // Later looks in this transaction see the new version.
   CommandCounterIncrement();
   return true;

@@ -18,6 +18,7 @@ extern "C" {
 #if PGF_HAVE_VARATT_H
 #include "varatt.h"
 #endif
+#include "access/heapam.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 #include "replication/walsender_private.h"
@@ -50,6 +51,39 @@ extern "C" {
 #else
 #define PGF_HAVE_MERGE_ACTIONS_BY_MATCH_KIND 0
 #endif
+
+// Which indexes need entries for the new version of a row heap_update()
+// wrote.  16 says it through an argument (TU_UpdateIndexes: none, all, or
+// only the summarizing ones, such as BRIN, when the update was HOT); 15
+// through the tuple: a HOT (heap-only) version needs none, another all.
+namespace pg_fencing::compat {
+enum class IndexEntries { kNone, kAll, kSummarizingOnly };
+
+#if PG_VERSION_NUM >= 160000
+inline TM_Result HeapUpdate(Relation table, ItemPointer otid, HeapTuple replacement,
+                            TM_FailureData *failure, IndexEntries *entries) {
+  LockTupleMode lock_mode;
+  TU_UpdateIndexes update_indexes = TU_None;
+  const TM_Result result = heap_update(table, otid, replacement, GetCurrentCommandId(true),
+                                       InvalidSnapshot, true, failure, &lock_mode, &update_indexes);
+  *entries = update_indexes == TU_All           ? IndexEntries::kAll
+             : update_indexes == TU_Summarizing ? IndexEntries::kSummarizingOnly
+                                                : IndexEntries::kNone;
+  return result;
+}
+inline bool IndexIsSummarizing(const IndexInfo *info) { return info->ii_Summarizing; }
+#else
+inline TM_Result HeapUpdate(Relation table, ItemPointer otid, HeapTuple replacement,
+                            TM_FailureData *failure, IndexEntries *entries) {
+  LockTupleMode lock_mode;
+  const TM_Result result = heap_update(table, otid, replacement, GetCurrentCommandId(true),
+                                       InvalidSnapshot, true, failure, &lock_mode);
+  *entries = HeapTupleIsHeapOnly(replacement) ? IndexEntries::kNone : IndexEntries::kAll;
+  return result;
+}
+inline bool IndexIsSummarizing(const IndexInfo *) { return false; }
+#endif
+}  // namespace pg_fencing::compat
 
 // ExecutorStart_hook_type is void (QueryDesc *, int) in every major we
 // build against (15 to 18).
