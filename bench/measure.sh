@@ -77,35 +77,7 @@ for mode in on off; do
 done
 
 # ---- Leases -----------------------------------------------------------------------
-# acquire+release cycles, each client on its own lock; renewals of a held
-# lease; and the baseline a lease cycle is held to: a bare single-row
-# UPDATE and its commit.
-for clients in $clients_list; do
-  for round in $(seq 1 "$rounds"); do
-    cycle=$(mktemp)
-    cat >"$cycle" <<'PGB'
-SELECT CAST(fencing_acquire('bench-lease-' || :client_id, 'c' || :client_id, '1 minute') AS bigint) AS tok \gset
-SELECT fencing_release('bench-lease-' || :client_id, CAST(:tok AS fencing_token));
-PGB
-    tps=$(pgbench -n -f "$cycle" -c "$clients" -j "$clients" -T "$seconds" 2>/dev/null | awk '/^tps/ {print $3}')
-    record lease_cycle_tps acquire_release "$clients" "$round" "$tps" tps
-    baseline=$(mktemp)
-    echo "UPDATE bench_none SET val = val + 1 WHERE id = :client_id + 1;" >"$baseline"
-    tps=$(pgbench -n -f "$baseline" -c "$clients" -j "$clients" -T "$seconds" 2>/dev/null | awk '/^tps/ {print $3}')
-    record lease_cycle_tps bare_update "$clients" "$round" "$tps" tps
-    renew=$(mktemp)
-    cat >"$renew" <<'PGB'
-\if :have_token = 0
-SELECT CAST(fencing_acquire('bench-renew-' || :client_id, 'r' || :client_id, '1 minute') AS bigint) AS tok \gset
-\set have_token 1
-\endif
-SELECT fencing_renew('bench-renew-' || :client_id, CAST(:tok AS fencing_token), '1 minute');
-PGB
-    tps=$(pgbench -n -D have_token=0 -f "$renew" -c "$clients" -j "$clients" -T "$seconds" 2>/dev/null | awk '/^tps/ {print $3}')
-    record lease_renew_tps renew "$clients" "$round" "$tps" tps
-    rm -f "$cycle" "$baseline" "$renew"
-  done
-done
+BENCH_ROUNDS=$rounds BENCH_SECONDS=$seconds BENCH_CLIENTS="$clients_list" bash "$here/lease_tps.sh" "$out"
 
 # Hand-over latency to waiting acquirers (1, 10 and 100 on one lock), and
 # at a lease's end.

@@ -592,5 +592,33 @@ is( sql(
 	'0',
 	'fencing_unprotect works in a fresh install');
 
+###############################################################################
+# A database at 1.2 under the current library, then updated: its leases
+# carry on across the update (1.3 moved the lease functions from SQL to C).
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE at12');
+$node->safe_psql('at12',
+	"CREATE SCHEMA fencing; CREATE EXTENSION pg_fencing SCHEMA fencing VERSION '1.2'");
+my $held = sql('at12', "SELECT fencing_acquire('kept', 'h', '1 hour')");
+is(sql('at12', "SELECT fencing_renew('kept', '$held', '1 hour')"),
+	't', '1.2 SQL under the current library: renew');
+my $cycled = sql('at12', "SELECT fencing_acquire('cycled', 'c', '1 hour')");
+is(sql('at12', "SELECT fencing_release('cycled', '$cycled')"),
+	't', '1.2 SQL under the current library: release');
+sql('at12', 'ALTER EXTENSION pg_fencing UPDATE');
+is( sql(
+		'at12',
+		"SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'"),
+	$last_version,
+	'1.2 updated to the current version');
+is(sql('at12', "SELECT fencing_renew('kept', '$held', '1 hour')"),
+	't', 'a lease granted under 1.2 renews after the update');
+is(sql('at12', "SELECT fencing_acquire('kept', 'h', '1 hour')"),
+	$held, 'its holder gets the same token back');
+is(sql('at12', "SELECT fencing_acquire('kept', 'other', '1 hour') IS NULL"),
+	't', 'and nobody else gets the lock');
+my $regranted = sql('at12', "SELECT fencing_acquire('cycled', 'c', '1 hour')");
+ok($regranted > $cycled, 'a lock released under 1.2 is granted again, above its old token');
+
 $node->stop;
 done_testing();

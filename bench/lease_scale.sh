@@ -1,0 +1,407 @@
+#!/bin/bash
+# Does a lease operation cost the same whatever the number of live locks,
+# and with many sessions waiting on one lock?  (The goal: acquire, renew and
+# release flat within 10 % from 10 to 100,000 live locks, and with 1,000
+# waiters on one lock.)
+#
+#   1. instructions per operation (bench/callgrind_lease.sh, which makes
+#      LIVE other locks with live leases first) for LIVE = 10 .. 100,000:
+#      OUT_DIR/scale_callgrind.csv "kind,live_locks,operations,instructions_per_operation";
+#   2. throughput (pgbench, one throwaway cluster): LIVE live leases (ttl
+#      1 day) on 'scale-1' .. 'scale-LIVE', then interleaved rounds, at 1
+#      and 2 clients, of acquire+release cycles on the client's own lock,
+#      renewals of a lease the client holds, and the bare single-row UPDATE
+#      as the baseline of the same round;
+#   3. the same with 1,000 sessions queued on the lock 'hot' (LIVE = 10):
+#      one lease holds it, the waiters sit in fencing_acquire(..., wait), and
+#      pgbench also renews the 'hot' lease (renew_hot: every renew wakes the
+#      first waiter, who looks again and sleeps again).  renew_hot is also
+#      measured without waiters, as its reference.
+#      Both: OUT_DIR/scale_tps.csv "live_locks,waiters,kind,clients,round,tps";
+#   4. OUT_DIR/scale.md (tables, ratios) and OUT_DIR/scale.png
+#      (bench/lease_scale.gp).
+#
+# Usage (as root): bash bench/lease_scale.sh OUT_DIR
+#   QUICK=1: a smoke run (LIVE 10 and 1000, 50 waiters, 1 round of 1 s;
+#            about a minute); the figures mean nothing.
+#   SCALE_LIVE ("10 100 1000 10000 100000"), SCALE_WAITERS (1000),
+#   SCALE_ROUNDS (3), SCALE_SECONDS (5), SCALE_CALLGRIND_N (300) override.
+# The full run takes about 17 minutes on 2 cores.
+#
+# Everything is bounded: each pgbench run by -T, the waiters by their own
+# 10-minute wait, each step by timeout(1); the servers listen on loopback
+# or a unix socket only; the clusters and every background process go away
+# on exit, also on Ctrl-C.
+set -euo pipefail
+source "$(dirname "$0")/../scripts/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+self=$here/$(basename "$0")
+
+quick=${QUICK:-0}
+if ((quick)); then
+  live_list=${SCALE_LIVE:-10 1000} waiters=${SCALE_WAITERS:-50} rounds=${SCALE_ROUNDS:-1}
+  seconds=${SCALE_SECONDS:-1} cg_n=${SCALE_CALLGRIND_N:-50}
+else
+  live_list=${SCALE_LIVE:-10 100 1000 10000 100000} waiters=${SCALE_WAITERS:-1000}
+  rounds=${SCALE_ROUNDS:-3} seconds=${SCALE_SECONDS:-5} cg_n=${SCALE_CALLGRIND_N:-300}
+fi
+clients_list="1 2"
+base_live=${live_list%% *} # the reference: the first (smallest) LIVE
+# The advisory lock class of the waiting rooms: 'FENC' (src/core/lease_wait.hpp).
+room_class=1178947139
+
+# Runs a command under timeout(1) in the background and waits for it, so
+# that a signal to this script is handled at once (the trap stops it).
+bounded() { # seconds command...
+  local limit=$1
+  shift
+  timeout -k 30 "$limit" "$@" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=
+  return "$rc"
+}
+
+# ============================================================================
+# The measurement inside the cluster (the environment: PG* of pg_virtualenv).
+# ============================================================================
+if [[ ${1:-} == --measure ]]; then
+  csv=$2 notes=$3
+  tmp=$(mktemp -d /tmp/pg_fencing_scale.XXXXXX)
+  waiters_pid=
+  bench_pid=
+  cleanup_measure() {
+    set +e
+    [[ -n $bench_pid ]] && kill "$bench_pid" 2>/dev/null
+    if [[ -n $waiters_pid ]] && kill -0 "$waiters_pid" 2>/dev/null; then
+      psql -X -q -At -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                          WHERE application_name = 'lease_scale_waiter'" >/dev/null 2>&1
+      kill "$waiters_pid" 2>/dev/null
+      wait "$waiters_pid" 2>/dev/null
+    fi
+    rm -rf "$tmp"
+  }
+  trap cleanup_measure EXIT
+  trap 'exit 130' INT TERM HUP
+  psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+  val() { psql -X -At -v ON_ERROR_STOP=1 -c "$1"; }
+  note() { echo "$*" >>"$notes"; echo "lease_scale: $*" >&2; }
+  # pgbench with 1,000 connections needs as many descriptors.
+  if (($(ulimit -n) < waiters + 200)); then ulimit -n $((waiters + 200)); fi
+
+  psql_q <<'SQL'
+CREATE EXTENSION pg_fencing;
+CREATE TABLE scale_bare (id int PRIMARY KEY, val bigint NOT NULL);
+INSERT INTO scale_bare SELECT i, 0 FROM generate_series(1, 100) i;
+SQL
+  hot_token=$(val "SELECT fencing_acquire('hot', 'holder', '1 day')")
+  [[ -n $hot_token ]] || { echo "lease_scale: could not take 'hot'" >&2; exit 1; }
+
+  # The pgbench scripts: as bench/measure.sh's lease benchmarks.
+  cat >"$tmp/acquire_release.pgb" <<'PGB'
+SELECT CAST(fencing_acquire('bench-lease-' || :client_id, 'c' || :client_id, '1 minute') AS bigint) AS tok \gset
+SELECT fencing_release('bench-lease-' || :client_id, CAST(:tok AS fencing_token));
+PGB
+  cat >"$tmp/renew.pgb" <<'PGB'
+\if :have_token = 0
+SELECT CAST(fencing_acquire('bench-renew-' || :client_id, 'r' || :client_id, '1 minute') AS bigint) AS tok \gset
+\set have_token 1
+\endif
+SELECT fencing_renew('bench-renew-' || :client_id, CAST(:tok AS fencing_token), '1 minute');
+PGB
+  echo "UPDATE scale_bare SET val = val + 1 WHERE id = :client_id + 1;" >"$tmp/bare_update.pgb"
+  # Every client renews the one 'hot' lease (with 2 clients they queue on its row).
+  echo "SELECT fencing_renew('hot', CAST(:hot_token AS fencing_token), '1 day');" >"$tmp/renew_hot.pgb"
+
+  run_pgbench() { # kind clients: sets tps
+    local kind=$1 clients=$2 log=$tmp/pgbench.log
+    pgbench -n -D have_token=0 -D hot_token="$hot_token" -f "$tmp/$kind.pgb" \
+      -c "$clients" -j "$clients" -T "$seconds" >"$log" 2>&1 &
+    bench_pid=$!
+    local rc=0
+    wait "$bench_pid" || rc=$?
+    bench_pid=
+    tps=$(awk '/^tps/ {print $3}' "$log")
+    if ((rc != 0)) || [[ -z $tps ]] || grep -q 'aborted\|ERROR' "$log"; then
+      echo "lease_scale: pgbench $kind -c $clients failed:" >&2
+      cat "$log" >&2
+      exit 1
+    fi
+  }
+  # Interleaved rounds: round 1 of every clients x kind, then round 2, ...
+  measure_phase() { # live waiters kinds...
+    local live=$1 w=$2
+    shift 2
+    local round clients kind
+    for round in $(seq 1 "$rounds"); do
+      for clients in $clients_list; do
+        for kind in "$@"; do
+          run_pgbench "$kind" "$clients"
+          echo "$live,$w,$kind,$clients,$round,$tps" >>"$csv"
+        done
+      done
+    done
+  }
+  # Locks 'scale-<from>' .. 'scale-<to>' with live leases, 1,000 a
+  # transaction (one transaction of 100,000 runs out of lock memory).
+  add_leases() { # from to
+    ((${1} <= ${2})) || return 0
+    psql_q <<SQL
+\\o /dev/null
+SELECT format('SELECT count(fencing_acquire(''scale-'' || i, ''h'', ''1 day'')) FROM generate_series(%s, %s) i',
+              lo, least(lo + 999, $2))
+  FROM generate_series($1, $2, 1000) lo \\gexec
+\\o
+SQL
+  }
+  settle() { psql_q -c 'VACUUM ANALYZE' -c 'CHECKPOINT'; }
+
+  echo "live_locks,waiters,kind,clients,round,tps" >"$csv"
+  have=0
+  for live in $live_list; do
+    add_leases $((have + 1)) "$live"
+    have=$live
+    n_live=$(val "SELECT count(*) FROM fencing_leases WHERE lock_name LIKE 'scale-%' AND live")
+    [[ $n_live == "$live" ]] || { echo "lease_scale: $n_live live scale- leases, not $live" >&2; exit 1; }
+    settle
+    echo "lease_scale: $live live locks" >&2
+    if [[ $live == "$base_live" ]]; then
+      measure_phase "$live" 0 acquire_release renew bare_update renew_hot
+    else
+      measure_phase "$live" 0 acquire_release renew bare_update
+    fi
+
+    [[ $live == "$base_live" ]] || continue
+    # ---- The same with $waiters sessions queued on 'hot' --------------------
+    echo "lease_scale: $live live locks, $waiters waiters on 'hot'" >&2
+    echo "SELECT fencing_acquire('hot', 'w' || :client_id, '1 minute', wait => '10 minutes');" >"$tmp/waiter.pgb"
+    started=$(date +%s.%N)
+    PGAPPNAME=lease_scale_waiter pgbench -n -f "$tmp/waiter.pgb" -c "$waiters" -j 2 -t 1 \
+      >"$tmp/waiters.log" 2>&1 &
+    waiters_pid=$!
+    # Queued: the first holds the waiting room, the others wait for it.
+    queued=0
+    for _ in $(seq 1 600); do
+      queued=$(val "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class")
+      ((queued >= waiters)) && break
+      kill -0 "$waiters_pid" 2>/dev/null || { cat "$tmp/waiters.log" >&2; exit 1; }
+      sleep 0.5
+    done
+    ((queued >= waiters)) || { echo "lease_scale: only $queued of $waiters waiters queued" >&2; exit 1; }
+    note "$waiters waiters queued on 'hot' in $(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
+    # Past deadlock_timeout every waiter has run its one deadlock check.
+    sleep "$(val "SELECT extract(epoch FROM current_setting('deadlock_timeout')::interval) + 2")"
+    note "waiting room of 'hot': $(val "SELECT count(*) FILTER (WHERE granted) || ' holding, ' || count(*) FILTER (WHERE NOT granted) || ' waiting' FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class")"
+    note "waiters with a backend_xmin (they hold back the xmin horizon while they wait): $(val "SELECT count(backend_xmin) FROM pg_stat_activity WHERE application_name = 'lease_scale_waiter'") of $waiters"
+
+    measure_phase "$live" "$waiters" acquire_release renew bare_update renew_hot
+
+    queued=$(val "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class")
+    note "after the measurements: $queued sessions in the waiting room of 'hot'"
+    holder=$(val "SELECT holder FROM fencing_leases WHERE lock_name = 'hot' AND live")
+    [[ $holder == holder ]] || { echo "lease_scale: 'hot' is held by '$holder', not by 'holder'" >&2; exit 1; }
+    # Release 'hot': the first waiter is woken and takes it.
+    released=$(val "SELECT fencing_release('hot', '$hot_token') || ',' || clock_timestamp()")
+    [[ ${released%%,*} == t ]] || { echo "lease_scale: the release of 'hot' failed: $released" >&2; exit 1; }
+    for _ in $(seq 1 100); do
+      next=$(val "SELECT holder || ' after ' || round(extract(epoch FROM granted_at - '${released#*,}'::timestamptz) * 1000, 1) || ' ms'
+                    FROM fencing_leases WHERE lock_name = 'hot' AND live AND holder LIKE 'w%'")
+      [[ -n $next ]] && break
+      sleep 0.1
+    done
+    note "release of 'hot' (from the release statement, before its commit): ${next:-nobody} took it"
+    # Stop the waiters, and see that nothing is left.
+    val "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+          WHERE application_name = 'lease_scale_waiter'" >/dev/null
+    for _ in $(seq 1 120); do kill -0 "$waiters_pid" 2>/dev/null || break; sleep 0.5; done
+    kill "$waiters_pid" 2>/dev/null || true
+    wait "$waiters_pid" 2>/dev/null || true # pgbench reports its clients' lost connections
+    waiters_pid=
+    for _ in $(seq 1 60); do
+      left=$(val "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lease_scale_waiter'")
+      ((left == 0)) && break
+      sleep 0.5
+    done
+    ((left == 0)) || { echo "lease_scale: $left waiter sessions are left" >&2; exit 1; }
+    settle
+  done
+  exit 0
+fi
+
+# ============================================================================
+# The driver.
+# ============================================================================
+[[ $# -eq 1 ]] || { echo "usage: bash bench/lease_scale.sh OUT_DIR" >&2; exit 2; }
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+child=
+trap '[[ -n $child ]] && kill -TERM "$child" 2>/dev/null; wait; exit 130' INT TERM HUP
+t_start=$(date +%s)
+
+log "instructions per operation (callgrind), live locks: $live_list"
+echo "kind,live_locks,operations,instructions_per_operation" >"$out/scale_callgrind.csv"
+for live in $live_list; do
+  mkdir -p "$out/cg-$live"
+  rm -f "$out/cg-$live/callgrind_lease.csv"
+  rc=0
+  bounded 900 bash "$here/callgrind_lease.sh" "$out/cg-$live" "$cg_n" "$live" >"$out/cg-$live/run.log" 2>&1 || rc=$?
+  # callgrind_lease.sh's trap can fail to remove its work directory: the
+  # postmaster under valgrind writes its own count after pg_ctl saw it stop.
+  # Its figures are complete by then; the directory is removed here.
+  leftover=$(sed -n "s|^rm: cannot remove '\(/tmp/pg_fencing_cglease\.[A-Za-z0-9]*\)': Directory not empty$|\1|p" "$out/cg-$live/run.log")
+  if [[ -n $leftover ]]; then sleep 2; rm -rf "$leftover"; fi
+  if [[ $(grep -c ",$live,$cg_n," "$out/cg-$live/callgrind_lease.csv" 2>/dev/null) != 3 ]] || { ((rc != 0)) && [[ -z $leftover ]]; }; then
+    echo "lease_scale: callgrind_lease.sh failed at $live live locks (exit $rc):" >&2
+    tail -20 "$out/cg-$live/run.log" >&2
+    exit 1
+  fi
+  tail -n +2 "$out/cg-$live/callgrind_lease.csv" | tee -a "$out/scale_callgrind.csv"
+done
+t_callgrind=$(date +%s)
+
+log "throughput (pgbench, $rounds round(s) of ${seconds} s, $waiters waiters)"
+: >"$out/scale_notes.txt"
+# As bench/run.sh's cluster, with room for the waiters.
+bounded $((quick ? 600 : 3600)) pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" \
+  -o shared_buffers=1GB -o max_wal_size=8GB -o checkpoint_timeout=30min \
+  -o max_connections=$((waiters + 100)) \
+  env QUICK="$quick" SCALE_LIVE="$live_list" SCALE_WAITERS="$waiters" SCALE_ROUNDS="$rounds" \
+  SCALE_SECONDS="$seconds" SCALE_CALLGRIND_N="$cg_n" \
+  bash "$self" --measure "$out/scale_tps.csv" "$out/scale_notes.txt"
+t_tps=$(date +%s)
+
+log "rendering $out/scale.md and $out/scale.png"
+{
+  echo "# pg_fencing: lease cost against live locks and waiters, $(date -u +%Y-%m-%dT%H%MZ)"
+  echo
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(. /etc/os-release; echo "$PRETTY_NAME"), PostgreSQL $(pg_config --version | awk '{print $2}'), extension $(git -C "$PROJECT_ROOT" describe --always --dirty 2>/dev/null || echo '?')."
+  echo "pgbench cluster: shared_buffers=1GB, max_wal_size=8GB, max_connections=$((waiters + 100)), else Debian's default (fsync on, synchronous_commit on); $rounds interleaved round(s) of ${seconds} s pgbench runs (simple protocol)."
+  echo "Live locks: the count of other locks with a live lease ('scale-1' .. 'scale-N'; a few more are the benchmark's own). Callgrind: $cg_n operations per figure."
+  ((quick)) && echo "**QUICK smoke run: the figures mean nothing.**"
+  echo "Took: callgrind $((t_callgrind - t_start)) s, pgbench $((t_tps - t_callgrind)) s."
+  echo
+  perl - "$out" "$base_live" "$waiters" <<'PERL'
+use strict;
+use warnings;
+my ($dir, $base, $nwait) = @ARGV;
+sub median { my @v = sort { $a <=> $b } @_; return undef unless @v; @v % 2 ? $v[$#v / 2] : ($v[@v / 2 - 1] + $v[@v / 2]) / 2 }
+sub f { my ($x, $p) = @_; defined $x ? sprintf("%.${\($p // 3)}f", $x) : 'n/a' }
+sub g { defined $_[0] ? sprintf('%.0f', $_[0]) : 'n/a' }
+
+# ---- callgrind
+my (%ins, %lives, @kinds);
+open my $c, '<', "$dir/scale_callgrind.csv" or die $!;
+<$c>;
+while (<$c>) { chomp; my ($k, $l, $n, $i) = split /,/; push @kinds, $k unless grep { $_ eq $k } @kinds; $ins{$k}{$l} = $i; $lives{$l} = 1 }
+my @lives = sort { $a <=> $b } keys %lives;
+print "## Instructions per operation (callgrind)\n\n";
+print '| live locks | ', join(' | ', map { "$_ | ratio to $base" } @kinds), " |\n";
+print '|---:|', join('', map { '---:|---:|' } @kinds), "\n";
+open my $cd, '>', "$dir/scale_cg.dat" or die $!;
+print $cd join(' ', 'live', @kinds, map { "${_}_ratio" } @kinds), "\n";
+for my $l (@lives) {
+	my @cells; my @r;
+	for my $k (@kinds) {
+		my $ratio = $ins{$k}{$base} ? $ins{$k}{$l} / $ins{$k}{$base} : undef;
+		push @cells, $ins{$k}{$l}, f($ratio); push @r, f($ratio, 4);
+	}
+	print "| $l | ", join(' | ', @cells), " |\n";
+	print $cd join(' ', $l, map({ $ins{$_}{$l} } @kinds), @r), "\n";
+}
+close $cd;
+print "\n";
+for my $k (@kinds) {
+	my ($worst) = sort { abs($b - 1) <=> abs($a - 1) } map { $ins{$k}{$_} / $ins{$k}{$base} } @lives;
+	printf "- %s: the farthest from %s live locks is %s × (%s)\n", $k, $base, f($worst),
+		abs($worst - 1) <= 0.10 ? 'flat within 10 %' : '**not flat within 10 %**';
+}
+print "\n";
+
+# ---- pgbench
+my (%tps, %phase, %kindseen);    # tps{phase}{kind}{clients}{round}
+open my $t, '<', "$dir/scale_tps.csv" or die $!;
+<$t>;
+while (<$t>) {
+	chomp; my ($l, $w, $k, $cl, $r, $v) = split /,/;
+	$tps{"$l,$w"}{$k}{$cl}{$r} = $v; $phase{"$l,$w"} = [$l, $w]; $kindseen{$k} = 1;
+}
+my @phases = sort { $phase{$a}[1] <=> $phase{$b}[1] || $phase{$a}[0] <=> $phase{$b}[0] } keys %phase;
+my @tkinds = grep { $kindseen{$_} } qw(acquire_release renew renew_hot bare_update);
+my %clients; for my $p (@phases) { for my $k (@tkinds) { $clients{$_} = 1 for keys %{ $tps{$p}{$k} || {} } } }
+my @clients = sort { $a <=> $b } keys %clients;
+my $ref = "$base,0";
+# stats of one kind in one phase: median tps, min, max, n, median ratio to bare of the same round
+sub st {
+	my ($p, $k, $cl) = @_;
+	my $h = $tps{$p}{$k}{$cl} or return;
+	my @v = values %$h;
+	my @r = map { my $b = $tps{$p}{bare_update}{$cl}{$_}; $b ? $h->{$_} / $b : () } keys %$h;
+	my @s = sort { $a <=> $b } @v;
+	return { med => median(@v), min => $s[0], max => $s[-1], n => scalar @v, bare => median(@r) };
+}
+print "## Throughput (pgbench, tps, higher is better)\n\n";
+print "Columns: median tps (min–max over the rounds); ÷ bare: the median over the rounds of tps ÷ the bare UPDATE's tps in the same round; ÷ ref: median tps ÷ that at $base live locks and no waiters; ÷ ref, normalised: (÷ bare) ÷ (÷ bare at the reference), which takes out the machine's drift between phases.\n\n";
+print "| kind | clients | live locks | waiters | tps | ÷ bare | ÷ ref | ÷ ref, normalised |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
+my (%worst, @wrows);
+for my $k (@tkinds) {
+	for my $cl (@clients) {
+		my $r = st($ref, $k, $cl);
+		for my $p (@phases) {
+			my $s = st($p, $k, $cl) or next;
+			my $raw = $r && $r->{med} ? $s->{med} / $r->{med} : undef;
+			my $norm = $r && $r->{bare} ? $s->{bare} / $r->{bare} : undef;
+			printf "| %s | %s | %s | %s | %s (%s–%s) | %s | %s | %s |\n", $k, $cl, @{ $phase{$p} },
+				g($s->{med}), g($s->{min}), g($s->{max}), f($s->{bare}), f($raw), f($norm);
+			my $which = $phase{$p}[1] ? 'waiters' : 'live';
+			if (defined $raw && $p ne $ref) {
+				my $w = $worst{$which}{"$k,$cl"};
+				$worst{$which}{"$k,$cl"} = [$raw, $norm, $phase{$p}[0]] if !$w || $raw < $w->[0];
+			}
+			push @wrows, [ "$k ${cl}c", $raw, $norm ] if $phase{$p}[1];
+		}
+	}
+}
+print "\n";
+for my $which (qw(live waiters)) {
+	for my $kc (sort keys %{ $worst{$which} || {} }) {
+		my ($raw, $norm, $l) = @{ $worst{$which}{$kc} };
+		my ($k, $cl) = split /,/, $kc;
+		next if $k eq 'bare_update' && $which eq 'live';
+		printf "- %s, %s client(s), %s: lowest tps %s × the reference (%s × normalised by the bare UPDATE)%s\n",
+			$k, $cl, $which eq 'live' ? 'over the live-lock counts' : "with $nwait waiters", f($raw), f($norm),
+			$which eq 'live' ? " at $l live locks" : '';
+	}
+}
+# gnuplot data: tps ÷ ref per live-lock count (no waiters), one column per kind x clients
+my @cols = map { my $k = $_; map { "$k,$_" } @clients } grep { $_ ne 'renew_hot' } @tkinds;
+open my $td, '>', "$dir/scale_tps.dat" or die $!;
+print $td join(' ', 'live', map { my $x = $_; $x =~ s/,(\d+)$/_${1}c/; $x } @cols), "\n";
+for my $p (grep { !$phase{$_}[1] } @phases) {
+	my @row = ($phase{$p}[0]);
+	for my $kc (@cols) {
+		my ($k, $cl) = split /,/, $kc;
+		my ($s, $r) = (st($p, $k, $cl), st($ref, $k, $cl));
+		push @row, $s && $r && $r->{med} ? f($s->{med} / $r->{med}, 4) : 'NaN';
+	}
+	print $td join(' ', @row), "\n";
+}
+close $td;
+open my $wd, '>', "$dir/scale_waiters.dat" or die $!;
+print $wd "label raw normalised\n";
+print $wd join(' ', "\"$_->[0]\"", map { defined $_ ? f($_, 4) : 'NaN' } @$_[1, 2]), "\n" for @wrows;
+close $wd;
+PERL
+  if [[ -s $out/scale_notes.txt ]]; then
+    echo
+    echo "## With $waiters waiters on 'hot'"
+    echo
+    sed 's/^/- /' "$out/scale_notes.txt"
+  fi
+  echo
+  echo '![lease cost against live locks](scale.png)'
+} >"$out/scale.md"
+gnuplot -e "dir='$out'; title='pg_fencing: lease cost against live locks ($(date -u +%Y-%m-%dT%H%MZ)$( ((quick)) && echo ', QUICK smoke run'))'; waiters='$waiters'; base='$base_live'" \
+  "$here/lease_scale.gp"
+[[ -s $out/scale.png ]] || { echo "lease_scale: no chart" >&2; exit 1; }
+cat "$out/scale.md"
+log "done in $(($(date +%s) - t_start)) s: $out/scale.md, $out/scale.png"
