@@ -95,8 +95,6 @@ CREATE EXTENSION pg_fencing;
 CREATE TABLE scale_bare (id int PRIMARY KEY, val bigint NOT NULL);
 INSERT INTO scale_bare SELECT i, 0 FROM generate_series(1, 100) i;
 SQL
-  hot_token=$(val "SELECT fencing_acquire('hot', 'holder', '1 day')")
-  [[ -n $hot_token ]] || { echo "lease_scale: could not take 'hot'" >&2; exit 1; }
 
   # The pgbench scripts: as bench/measure.sh's lease benchmarks.
   cat >"$tmp/acquire_release.pgb" <<'PGB'
@@ -157,60 +155,57 @@ SQL
   }
   settle() { psql_q -c 'VACUUM ANALYZE' -c 'CHECKPOINT'; }
 
-  echo "live_locks,waiters,kind,clients,round,tps" >"$csv"
-  have=0
-  for live in $live_list; do
-    add_leases $((have + 1)) "$live"
-    have=$live
-    n_live=$(val "SELECT count(*) FROM fencing_leases WHERE lock_name LIKE 'scale-%' AND live")
-    [[ $n_live == "$live" ]] || { echo "lease_scale: $n_live live scale- leases, not $live" >&2; exit 1; }
-    settle
-    echo "lease_scale: $live live locks" >&2
-    if [[ $live == "$base_live" ]]; then
-      measure_phase "$live" 0 acquire_release renew bare_update renew_hot
-    else
-      measure_phase "$live" 0 acquire_release renew bare_update
-    fi
+  # The lease on 'hot' that the waiters queue behind, and renew_hot renews.
+  take_hot() {
+    hot_token=$(val "SELECT fencing_acquire('hot', 'holder', '1 day')")
+    [[ -n $hot_token ]] || { echo "lease_scale: could not take 'hot'" >&2; exit 1; }
+  }
+  in_room() { val "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class"; }
 
-    [[ $live == "$base_live" ]] || continue
-    # ---- The same with $waiters sessions queued on 'hot' --------------------
-    echo "lease_scale: $live live locks, $waiters waiters on 'hot'" >&2
+  # ---- With $1 sessions queued on 'hot' ----------------------------------------
+  # One waiter already holds back the xmin horizon (it waits inside its
+  # SELECT's snapshot), so that no table sheds its dead rows while it waits:
+  # 1 waiter is the reference for $waiters.  Each phase starts from vacuumed
+  # tables and runs the same schedule.
+  waiters_phase() { # live count
+    local live=$1 w=$2 started queued holder released next left
+    echo "lease_scale: $live live locks, $w waiter(s) on 'hot'" >&2
     echo "SELECT fencing_acquire('hot', 'w' || :client_id, '1 minute', wait => '10 minutes');" >"$tmp/waiter.pgb"
     started=$(date +%s.%N)
-    PGAPPNAME=lease_scale_waiter pgbench -n -f "$tmp/waiter.pgb" -c "$waiters" -j 2 -t 1 \
+    PGAPPNAME=lease_scale_waiter pgbench -n -f "$tmp/waiter.pgb" -c "$w" -j $((w < 2 ? 1 : 2)) -t 1 \
       >"$tmp/waiters.log" 2>&1 &
     waiters_pid=$!
     # Queued: the first holds the waiting room, the others wait for it.
     queued=0
     for _ in $(seq 1 600); do
-      queued=$(val "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class")
-      ((queued >= waiters)) && break
+      queued=$(in_room)
+      ((queued >= w)) && break
       kill -0 "$waiters_pid" 2>/dev/null || { cat "$tmp/waiters.log" >&2; exit 1; }
       sleep 0.5
     done
-    ((queued >= waiters)) || { echo "lease_scale: only $queued of $waiters waiters queued" >&2; exit 1; }
-    note "$waiters waiters queued on 'hot' in $(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
+    ((queued >= w)) || { echo "lease_scale: only $queued of $w waiters queued" >&2; exit 1; }
+    note "$w waiter(s): queued on 'hot' in $(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s"
     # Past deadlock_timeout every waiter has run its one deadlock check.
     sleep "$(val "SELECT extract(epoch FROM current_setting('deadlock_timeout')::interval) + 2")"
-    note "waiting room of 'hot': $(val "SELECT count(*) FILTER (WHERE granted) || ' holding, ' || count(*) FILTER (WHERE NOT granted) || ' waiting' FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class")"
-    note "waiters with a backend_xmin (they hold back the xmin horizon while they wait): $(val "SELECT count(backend_xmin) FROM pg_stat_activity WHERE application_name = 'lease_scale_waiter'") of $waiters"
+    note "$w waiter(s): the waiting room of 'hot' before the measurements: $(val "SELECT count(*) FILTER (WHERE granted) || ' holding, ' || count(*) FILTER (WHERE NOT granted) || ' waiting' FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class"); $(val "SELECT count(backend_xmin) FROM pg_stat_activity WHERE application_name = 'lease_scale_waiter'") of them with a backend_xmin"
 
-    measure_phase "$live" "$waiters" acquire_release renew bare_update renew_hot
+    measure_phase "$live" "$w" acquire_release renew bare_update renew_hot
 
-    queued=$(val "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $room_class")
-    note "after the measurements: $queued sessions in the waiting room of 'hot'"
+    note "$w waiter(s): after the measurements: $(in_room) sessions in the waiting room; dead rows: $(val "SELECT string_agg(relname || ' ' || n_dead_tup, ', ' ORDER BY relname) FROM pg_stat_user_tables WHERE relname IN ('fencing_lease', 'scale_bare')")"
     holder=$(val "SELECT holder FROM fencing_leases WHERE lock_name = 'hot' AND live")
     [[ $holder == holder ]] || { echo "lease_scale: 'hot' is held by '$holder', not by 'holder'" >&2; exit 1; }
     # Release 'hot': the first waiter is woken and takes it.
     released=$(val "SELECT fencing_release('hot', '$hot_token') || ',' || clock_timestamp()")
-    [[ ${released%%,*} == t ]] || { echo "lease_scale: the release of 'hot' failed: $released" >&2; exit 1; }
+    [[ ${released%%,*} == true ]] || { echo "lease_scale: the release of 'hot' failed: $released" >&2; exit 1; }
+    next=
     for _ in $(seq 1 100); do
-      next=$(val "SELECT holder || ' after ' || round(extract(epoch FROM granted_at - '${released#*,}'::timestamptz) * 1000, 1) || ' ms'
+      next=$(val "SELECT holder || ' took it ' || round(extract(epoch FROM granted_at - '${released#*,}'::timestamptz) * 1000, 1) || ' ms after the release statement'
                     FROM fencing_leases WHERE lock_name = 'hot' AND live AND holder LIKE 'w%'")
       [[ -n $next ]] && break
       sleep 0.1
     done
-    note "release of 'hot' (from the release statement, before its commit): ${next:-nobody} took it"
+    [[ -n $next ]] || { echo "lease_scale: no waiter took 'hot' within 10 s of its release" >&2; exit 1; }
+    note "$w waiter(s): 'hot' released: $next"
     # Stop the waiters, and see that nothing is left.
     val "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
           WHERE application_name = 'lease_scale_waiter'" >/dev/null
@@ -224,7 +219,33 @@ SQL
       sleep 0.5
     done
     ((left == 0)) || { echo "lease_scale: $left waiter sessions are left" >&2; exit 1; }
+    # The waiter that took 'hot' has gone: end its lease too, and take 'hot' again.
+    [[ $(val "SELECT fencing_release('hot', token) FROM fencing_leases WHERE lock_name = 'hot' AND live") == t ]] ||
+      { echo "lease_scale: could not release the waiter's lease on 'hot'" >&2; exit 1; }
+    take_hot
     settle
+  }
+
+  note "settings: $(val "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) FROM pg_settings
+                         WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections', 'max_wal_size',
+                                        'checkpoint_timeout', 'deadlock_timeout', 'autovacuum', 'pg_fencing.wait_recheck')")"
+  take_hot
+  echo "live_locks,waiters,kind,clients,round,tps" >"$csv"
+  have=0
+  for live in $live_list; do
+    add_leases $((have + 1)) "$live"
+    have=$live
+    n_live=$(val "SELECT count(*) FROM fencing_leases WHERE lock_name LIKE 'scale-%' AND live")
+    [[ $n_live == "$live" ]] || { echo "lease_scale: $n_live live scale- leases, not $live" >&2; exit 1; }
+    settle
+    echo "lease_scale: $live live locks" >&2
+    if [[ $live == "$base_live" ]]; then
+      measure_phase "$live" 0 acquire_release renew bare_update renew_hot
+      waiters_phase "$live" 1
+      waiters_phase "$live" "$waiters"
+    else
+      measure_phase "$live" 0 acquire_release renew bare_update
+    fi
   done
   exit 0
 fi
@@ -275,7 +296,7 @@ log "rendering $out/scale.md and $out/scale.png"
   echo "# pg_fencing: lease cost against live locks and waiters, $(date -u +%Y-%m-%dT%H%MZ)"
   echo
   echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(. /etc/os-release; echo "$PRETTY_NAME"), PostgreSQL $(pg_config --version | awk '{print $2}'), extension $(git -C "$PROJECT_ROOT" describe --always --dirty 2>/dev/null || echo '?')."
-  echo "pgbench cluster: shared_buffers=1GB, max_wal_size=8GB, max_connections=$((waiters + 100)), else Debian's default (fsync on, synchronous_commit on); $rounds interleaved round(s) of ${seconds} s pgbench runs (simple protocol)."
+  echo "pgbench: one pg_virtualenv cluster ($(sed -n 's/^settings: //p' "$out/scale_notes.txt"); pg_virtualenv turns fsync off), $rounds interleaved round(s) of ${seconds} s runs at 1 and 2 clients (simple protocol)."
   echo "Live locks: the count of other locks with a live lease ('scale-1' .. 'scale-N'; a few more are the benchmark's own). Callgrind: $cg_n operations per figure."
   ((quick)) && echo "**QUICK smoke run: the figures mean nothing.**"
   echo "Took: callgrind $((t_callgrind - t_start)) s, pgbench $((t_tps - t_callgrind)) s."
@@ -339,41 +360,59 @@ sub st {
 	my @s = sort { $a <=> $b } @v;
 	return { med => median(@v), min => $s[0], max => $s[-1], n => scalar @v, bare => median(@r) };
 }
-print "## Throughput (pgbench, tps, higher is better)\n\n";
-print "Columns: median tps (min–max over the rounds); ÷ bare: the median over the rounds of tps ÷ the bare UPDATE's tps in the same round; ÷ ref: median tps ÷ that at $base live locks and no waiters; ÷ ref, normalised: (÷ bare) ÷ (÷ bare at the reference), which takes out the machine's drift between phases.\n\n";
-print "| kind | clients | live locks | waiters | tps | ÷ bare | ÷ ref | ÷ ref, normalised |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
-my (%worst, @wrows);
+my @wphases = sort { $phase{$a}[1] <=> $phase{$b}[1] } grep { $phase{$_}[1] } @phases;
+my $wmax = @wphases ? $wphases[-1] : undef;
+my $wone = (grep { $phase{$_}[1] == 1 } @wphases)[0];
+print "## Throughput against live locks (pgbench, tps, higher is better)\n\n";
+print "Columns: median tps (min–max over the rounds); ÷ bare: the median over the rounds of tps ÷ the bare UPDATE's tps in the same round; ÷ ref: median tps ÷ that at $base live locks; ÷ ref, normalised: (÷ bare) ÷ (÷ bare at $base live locks), which takes out the machine's drift between phases.\n\n";
+print "| kind | clients | live locks | tps | ÷ bare | ÷ ref | ÷ ref, normalised |\n|---|---:|---:|---:|---:|---:|---:|\n";
+my @summary;
 for my $k (@tkinds) {
 	for my $cl (@clients) {
 		my $r = st($ref, $k, $cl);
-		for my $p (@phases) {
+		my ($low_raw, $low_norm, $at);
+		for my $p (grep { !$phase{$_}[1] } @phases) {
 			my $s = st($p, $k, $cl) or next;
 			my $raw = $r && $r->{med} ? $s->{med} / $r->{med} : undef;
 			my $norm = $r && $r->{bare} ? $s->{bare} / $r->{bare} : undef;
-			printf "| %s | %s | %s | %s | %s (%s–%s) | %s | %s | %s |\n", $k, $cl, @{ $phase{$p} },
+			printf "| %s | %s | %s | %s (%s–%s) | %s | %s | %s |\n", $k, $cl, $phase{$p}[0],
 				g($s->{med}), g($s->{min}), g($s->{max}), f($s->{bare}), f($raw), f($norm);
-			my $which = $phase{$p}[1] ? 'waiters' : 'live';
-			if (defined $raw && $p ne $ref) {
-				my $w = $worst{$which}{"$k,$cl"};
-				$worst{$which}{"$k,$cl"} = [$raw, $norm, $phase{$p}[0]] if !$w || $raw < $w->[0];
-			}
-			push @wrows, [ "$k ${cl}c", $raw, $norm ] if $phase{$p}[1];
+			next if $p eq $ref || !defined $raw;
+			($low_raw, $low_norm, $at) = ($raw, $norm, $phase{$p}[0]) if !defined $low_raw || $raw < $low_raw;
+		}
+		next unless defined $low_raw && $k ne 'bare_update';
+		push @summary, sprintf "- %s, %s client(s): lowest tps over the live-lock counts %s × that at %s (at %s live locks; %s × normalised by the bare UPDATE)%s",
+			$k, $cl, f($low_raw), $base, $at, f($low_norm), $low_raw >= 0.9 ? '' : ' **more than 10 % lower**';
+	}
+}
+print "\n", join("\n", @summary), "\n\n" if @summary;
+
+my @wrows;
+if ($wmax) {
+	my $W = $phase{$wmax}[1];
+	print "## Throughput with waiters on one lock ($base live locks)\n\n";
+	print "The waiters queue on the lock 'hot' in fencing_acquire(..., wait); renew_hot renews the 'hot' lease they wait for (every renew wakes the first waiter, who looks and sleeps again; with 2 clients the renewals also queue on the lease's row). Even 1 waiter holds back the xmin horizon while it waits, so no table sheds its dead rows during a waiting phase and tps falls as they pile up: 1 waiter is the reference for $W, both phases from freshly vacuumed tables on the same schedule. Median tps of the rounds; normalised: the ratio of (tps ÷ the bare UPDATE of the same round).\n\n";
+	print "| kind | clients | no waiters | 1 waiter | $W waiters | 1 waiter ÷ none | $W ÷ 1 waiter | $W ÷ 1 waiter, normalised |\n|---|---:|---:|---:|---:|---:|---:|---:|\n";
+	my @wsum;
+	for my $k (@tkinds) {
+		for my $cl (@clients) {
+			my ($s0, $s1, $sw) = map { $_ ? st($_, $k, $cl) : undef } ($ref, $wone, $wmax);
+			next unless $s0 && $sw;
+			my $one_none = $s1 && $s0->{med} ? $s1->{med} / $s0->{med} : undef;
+			my $w_one = $s1 && $s1->{med} ? $sw->{med} / $s1->{med} : undef;
+			my $w_one_n = $s1 && $s1->{bare} ? $sw->{bare} / $s1->{bare} : undef;
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $k, $cl, g($s0->{med}), g($s1 && $s1->{med}), g($sw->{med}),
+				f($one_none), f($w_one), f($w_one_n);
+			push @wrows, [ "$k ${cl}c", $one_none, $w_one, $w_one_n ];
+			push @wsum, sprintf "- %s, %s client(s): %s × the tps with 1 waiter (%s × normalised)%s", $k, $cl, f($w_one), f($w_one_n),
+				defined $w_one && $w_one < 0.9 ? ' **more than 10 % lower**' : '' if $k ne 'bare_update';
 		}
 	}
+	print "\n", join("\n", @wsum), "\n\n" if @wsum;
 }
-print "\n";
-for my $which (qw(live waiters)) {
-	for my $kc (sort keys %{ $worst{$which} || {} }) {
-		my ($raw, $norm, $l) = @{ $worst{$which}{$kc} };
-		my ($k, $cl) = split /,/, $kc;
-		next if $k eq 'bare_update' && $which eq 'live';
-		printf "- %s, %s client(s), %s: lowest tps %s × the reference (%s × normalised by the bare UPDATE)%s\n",
-			$k, $cl, $which eq 'live' ? 'over the live-lock counts' : "with $nwait waiters", f($raw), f($norm),
-			$which eq 'live' ? " at $l live locks" : '';
-	}
-}
+
 # gnuplot data: tps ÷ ref per live-lock count (no waiters), one column per kind x clients
-my @cols = map { my $k = $_; map { "$k,$_" } @clients } grep { $_ ne 'renew_hot' } @tkinds;
+my @cols = map { my $k = $_; map { "$k,$_" } @clients } grep { $kindseen{$_} } @kinds;  # the colours of the callgrind panels
 open my $td, '>', "$dir/scale_tps.dat" or die $!;
 print $td join(' ', 'live', map { my $x = $_; $x =~ s/,(\d+)$/_${1}c/; $x } @cols), "\n";
 for my $p (grep { !$phase{$_}[1] } @phases) {
@@ -387,13 +426,16 @@ for my $p (grep { !$phase{$_}[1] } @phases) {
 }
 close $td;
 open my $wd, '>', "$dir/scale_waiters.dat" or die $!;
-print $wd "label raw normalised\n";
-print $wd join(' ', "\"$_->[0]\"", map { defined $_ ? f($_, 4) : 'NaN' } @$_[1, 2]), "\n" for @wrows;
+print $wd "# label one_over_none many_over_one many_over_one_normalised\n";
+print $wd join(' ', "\"$_->[0]\"", map { defined $_ ? f($_, 4) : 'NaN' } @$_[1 .. 3]), "\n" for @wrows;
 close $wd;
+open my $gc, '>', "$dir/scale_cols.gp" or die $!;
+printf $gc "kinds = %d\ntcols = %d\n", scalar @kinds, 1 + scalar @cols;
+close $gc;
 PERL
   if [[ -s $out/scale_notes.txt ]]; then
     echo
-    echo "## With $waiters waiters on 'hot'"
+    echo "## Notes from the run"
     echo
     sed 's/^/- /' "$out/scale_notes.txt"
   fi
