@@ -379,6 +379,7 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   bool lock_exists = false;
   bool may_use = true;
   bool moved = false;
+  bool wake = false;
   int64 lock_id = 0;
   for (;;) {
     Snapshot snapshot = TakeSnapshot();
@@ -391,18 +392,25 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     may_use = CallerMayUse(t, lock, caller);
     if (!may_use || lease == nullptr || token_null) break;
     bool is_null = false;
+    const TimestampTz old_end =
+        DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
     const bool theirs =
         DatumGetInt64(RowColumn(t.lease, lease, ids.lease_token, &is_null)) == token &&
         SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), holder_role) &&
-        DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null)) > now;
+        old_end > now;
     if (!theirs) break;
     PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
+    const Datum new_end = TimestampPlus(now, remaining);
     const int columns[] = {ids.lease_expires_at, ids.lease_ended};
-    const Datum values[] = {TimestampPlus(now, remaining),
-                            ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
+    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
     const bool nulls[] = {false, ended == nullptr};
     if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
       moved = true;
+      // A release frees the lock and a renew that brings the end closer
+      // makes it free sooner: the first waiter must look again.  A renew
+      // that moves the end later need not wake it: it sleeps until the old
+      // end at most, then sees the new one.
+      wake = ended != nullptr || DatumGetTimestampTz(new_end) < old_end;
       lock_id = LockIdOf(t, lock);
       break;
     }
@@ -414,9 +422,7 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   if (!may_use) (void)AuthorizeLock(schema, lock_name, caller, false, InvalidOid);
   if (!moved) return false;
   RequireDurableCommit();
-  // A release frees the lock, a renew may bring its end closer: the first
-  // waiter looks again.
-  WakeWaitersAtCommit(lock_id);
+  if (wake) WakeWaitersAtCommit(lock_id);
   return true;
 }
 
