@@ -118,11 +118,11 @@ Snapshot TakeSnapshot() {
 }
 
 HeapTuple FetchLock(const Tables &t, Datum lock_name, Snapshot snapshot) {
-  return FetchRow(t.lock, t.ids->lock_pkey, t.ids->name_collation, lock_name, snapshot);
+  return FetchRow(t.lock, t.ids->lock_probe, t.ids->name_collation, lock_name, snapshot);
 }
 
 HeapTuple FetchLease(const Tables &t, Datum lock_name, Snapshot snapshot) {
-  return FetchRow(t.lease, t.ids->lease_pkey, t.ids->name_collation, lock_name, snapshot);
+  return FetchRow(t.lease, t.ids->lease_probe, t.ids->name_collation, lock_name, snapshot);
 }
 
 bool CallerMayUse(const Tables &t, HeapTuple lock_row, Oid caller) {
@@ -180,7 +180,7 @@ uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values
 void RaiseMark(const Tables &t, Oid schema, Datum lock_name, int64 token) {
   for (;;) {
     Snapshot snapshot = TakeSnapshot();
-    HeapTuple mark = FetchRow(t.fence, t.ids->fence_pkey, t.ids->name_collation, lock_name,
+    HeapTuple mark = FetchRow(t.fence, t.ids->fence_probe, t.ids->name_collation, lock_name,
                               snapshot);
     UnregisterSnapshot(snapshot);
     if (mark == nullptr) {

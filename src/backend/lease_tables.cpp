@@ -16,6 +16,9 @@
 
 extern "C" {
 #include "access/genam.h"
+#include "access/relscan.h"
+#include "access/tableam.h"
+#include "catalog/pg_am.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
@@ -164,11 +167,11 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   LeaseTableIds ids;
   ids.schema = schema;
   ids.lock = RelationIn(schema, "fencing_lock");
-  ids.lock_pkey = RelationIn(schema, "fencing_lock_pkey");
+  ids.lock_probe = RelationIn(schema, "fencing_lock_name_hash");
   ids.lease = RelationIn(schema, "fencing_lease");
-  ids.lease_pkey = RelationIn(schema, "fencing_lease_pkey");
+  ids.lease_probe = RelationIn(schema, "fencing_lease_name_hash");
   ids.fence = RelationIn(schema, "fencing_fence");
-  ids.fence_pkey = RelationIn(schema, "fencing_fence_pkey");
+  ids.fence_probe = RelationIn(schema, "fencing_fence_name_hash");
   // The primary keys' collation, the column's: the probe descends the
   // index in its order.
   Oid name_type = InvalidOid;
@@ -194,13 +197,33 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
 }
 
 HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapshot snapshot) {
+  Relation index_rel = index_open(index, AccessShareLock);
+  // The probe's strategy is the index's equality: 1 in a hash index, 3 in
+  // a B-tree.
+  const StrategyNumber equal =
+      index_rel->rd_rel->relam == HASH_AM_OID ? HTEqualStrategyNumber : BTEqualStrategyNumber;
   ScanKeyData key;
-  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, collation, F_TEXTEQ,
-                         name);
-  SysScanDesc scan = systable_beginscan(table, index, true, snapshot, 1, &key);
-  HeapTuple found = systable_getnext(scan);
-  HeapTuple row = found != nullptr ? heap_copytuple(found) : nullptr;
-  systable_endscan(scan);
+  ScanKeyEntryInitialize(&key, 0, 1, equal, InvalidOid, collation, F_TEXTEQ, name);
+  IndexScanDesc scan = compat::IndexBeginScan(table, index_rel, snapshot, 1);
+  index_rescan(scan, &key, 1, nullptr, 0);
+  TupleTableSlot *slot = table_slot_create(table, nullptr);
+  HeapTuple row = nullptr;
+  while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+    // A hash index matches hash codes: the name itself is checked on the row.
+    if (scan->xs_recheck) {
+      bool is_null = false;
+      const Datum found = slot_getattr(slot, 1, &is_null);
+      if (is_null ||
+          !DatumGetBool(DirectFunctionCall2Coll(texteq, collation, found, name))) {
+        continue;
+      }
+    }
+    row = ExecCopySlotHeapTuple(slot);
+    break;
+  }
+  index_endscan(scan);
+  ExecDropSingleTupleTableSlot(slot);
+  index_close(index_rel, NoLock);
   return row;
 }
 

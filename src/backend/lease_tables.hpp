@@ -18,7 +18,10 @@ namespace pg_fencing {
 // writes, found by name in the extension's schema (cached).
 struct LeaseTableIds {
   Oid schema;
-  Oid lock, lock_pkey, lease, lease_pkey, fence, fence_pkey;
+  // The tables and the indexes their rows are found by, a hash index on
+  // lock_name: a probe costs the same with ten locks or a million (a
+  // B-tree's grows with its depth).
+  Oid lock, lock_probe, lease, lease_probe, fence, fence_probe;
   Oid name_collation;  // of lock_name, in all three tables and their primary keys
   AttrNumber lock_id, lock_owner, lock_users, lock_delay;
   AttrNumber lease_holder, lease_holder_role, lease_token, lease_granted_at, lease_expires_at,
@@ -28,8 +31,8 @@ struct LeaseTableIds {
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
 
-// The version of the row of table whose lock_name (its first column and
-// primary key, index) is name that snapshot sees, copied into the current
+// The version of the row of table whose lock_name (its first column, which
+// index covers) is name that snapshot sees, copied into the current
 // memory context (t_self is where it lives); nullptr if there is none.
 HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapshot snapshot);
 

@@ -18,6 +18,7 @@ extern "C" {
 #if PGF_HAVE_VARATT_H
 #include "varatt.h"
 #endif
+#include "access/genam.h"
 #include "access/heapam.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
@@ -83,6 +84,18 @@ inline TM_Result HeapUpdate(Relation table, ItemPointer otid, HeapTuple replacem
 }
 inline bool IndexIsSummarizing(const IndexInfo *) { return false; }
 #endif
+}  // namespace pg_fencing::compat
+
+// 18 gave index_beginscan() an argument for EXPLAIN ANALYZE's
+// instrumentation, which plain scans pass as NULL.
+namespace pg_fencing::compat {
+inline IndexScanDesc IndexBeginScan(Relation table, Relation index, Snapshot snapshot, int nkeys) {
+#if PG_VERSION_NUM >= 180000
+  return index_beginscan(table, index, snapshot, nullptr, nkeys, 0);
+#else
+  return index_beginscan(table, index, snapshot, nkeys, 0);
+#endif
+}
 }  // namespace pg_fencing::compat
 
 // ExecutorStart_hook_type is void (QueryDesc *, int) in every major we
