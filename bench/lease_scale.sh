@@ -12,11 +12,14 @@
 #      and 2 clients, of acquire+release cycles on the client's own lock,
 #      renewals of a lease the client holds, and the bare single-row UPDATE
 #      as the baseline of the same round;
-#   3. the same with 1,000 sessions queued on the lock 'hot' (LIVE = 10):
-#      one lease holds it, the waiters sit in fencing_acquire(..., wait), and
-#      pgbench also renews the 'hot' lease (renew_hot: every renew wakes the
-#      first waiter, who looks again and sleeps again).  renew_hot is also
-#      measured without waiters, as its reference.
+#   3. the same with 1 and then 1,000 sessions queued on the lock 'hot'
+#      (LIVE = 10): one lease holds it, the waiters sit in
+#      fencing_acquire(..., wait), and pgbench also renews the 'hot' lease
+#      (renew_hot: every renew wakes the first waiter, who looks again and
+#      sleeps again; also measured without waiters).  Then 'hot' is
+#      released (a waiter takes it), the waiters are terminated and the
+#      tables vacuumed.  A waiter holds back the xmin horizon for as long as
+#      it waits, so 1 waiter, not none, is the reference for 1,000.
 #      Both: OUT_DIR/scale_tps.csv "live_locks,waiters,kind,clients,round,tps";
 #   4. OUT_DIR/scale.md (tables, ratios) and OUT_DIR/scale.png
 #      (bench/lease_scale.gp).
@@ -26,7 +29,12 @@
 #            about a minute); the figures mean nothing.
 #   SCALE_LIVE ("10 100 1000 10000 100000"), SCALE_WAITERS (1000),
 #   SCALE_ROUNDS (3), SCALE_SECONDS (5), SCALE_CALLGRIND_N (300) override.
-# The full run takes about 17 minutes on 2 cores.
+# The full run takes about 17 minutes on 2 cores (the 1,000 waiters take up
+# to a minute to connect and queue).
+#
+# The extension may be reinstalled while this runs: the callgrind sweep
+# starts again (up to 3 times) if the installed files change during it, and
+# the pgbench cluster loads a copy of the build taken before it starts.
 #
 # Everything is bounded: each pgbench run by -T, the waiters by their own
 # 10-minute wait, each step by timeout(1); the servers listen on loopback
@@ -47,6 +55,14 @@ else
 fi
 clients_list="1 2"
 base_live=${live_list%% *} # the reference: the first (smallest) LIVE
+bindir=/usr/lib/postgresql/$PG_MAJOR/bin
+pkglibdir=$("$bindir/pg_config" --pkglibdir)
+sharedir=$("$bindir/pg_config" --sharedir)
+# The installed build: a digest of the extension's library, control and SQL files.
+ext_sum() {
+  { cat "$pkglibdir/pg_fencing.so" "$sharedir"/extension/pg_fencing.control "$sharedir"/extension/pg_fencing--*.sql 2>/dev/null || true; } |
+    md5sum | cut -c1-12
+}
 # The advisory lock class of the waiting rooms: 'FENC' (src/core/lease_wait.hpp).
 room_class=1178947139
 
@@ -67,7 +83,7 @@ bounded() { # seconds command...
 # The measurement inside the cluster (the environment: PG* of pg_virtualenv).
 # ============================================================================
 if [[ ${1:-} == --measure ]]; then
-  csv=$2 notes=$3
+  csv=$2 notes=$3 library=$4
   tmp=$(mktemp -d /tmp/pg_fencing_scale.XXXXXX)
   waiters_pid=
   bench_pid=
@@ -230,6 +246,10 @@ SQL
                          WHERE name IN ('fsync', 'synchronous_commit', 'shared_buffers', 'max_connections', 'max_wal_size',
                                         'checkpoint_timeout', 'deadlock_timeout', 'autovacuum', 'pg_fencing.wait_recheck')")"
   take_hot
+  # The library the backends load: the copy, not the installed file.
+  loaded=$(psql -X -At -v ON_ERROR_STOP=1 -c "SELECT fencing_renew('hot', '$hot_token', '1 day')" \
+    -c "SELECT string_agg(DISTINCT m[1], ' ') FROM regexp_matches(pg_read_file('/proc/self/maps'), '(/\S*pg_fencing\.so)', 'g') m" | tail -1)
+  [[ $loaded == "$library" ]] || { echo "lease_scale: the backends load '$loaded', not '$library'" >&2; exit 1; }
   echo "live_locks,waiters,kind,clients,round,tps" >"$csv"
   have=0
   for live in $live_list; do
@@ -255,47 +275,84 @@ fi
 # ============================================================================
 [[ $# -eq 1 ]] || { echo "usage: bash bench/lease_scale.sh OUT_DIR" >&2; exit 2; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
-child=
+child= snap=
 trap '[[ -n $child ]] && kill -TERM "$child" 2>/dev/null; wait; exit 130' INT TERM HUP
+trap '[[ -n $snap ]] && rm -rf "$snap"' EXIT
 t_start=$(date +%s)
 
-log "instructions per operation (callgrind), live locks: $live_list"
-echo "kind,live_locks,operations,instructions_per_operation" >"$out/scale_callgrind.csv"
-for live in $live_list; do
-  mkdir -p "$out/cg-$live"
-  rm -f "$out/cg-$live/callgrind_lease.csv"
-  rc=0
-  bounded 900 bash "$here/callgrind_lease.sh" "$out/cg-$live" "$cg_n" "$live" >"$out/cg-$live/run.log" 2>&1 || rc=$?
-  # callgrind_lease.sh's trap can fail to remove its work directory: the
-  # postmaster under valgrind writes its own count after pg_ctl saw it stop.
-  # Its figures are complete by then; the directory is removed here.
-  leftover=$(sed -n "s|^rm: cannot remove '\(/tmp/pg_fencing_cglease\.[A-Za-z0-9]*\)': Directory not empty$|\1|p" "$out/cg-$live/run.log")
-  if [[ -n $leftover ]]; then sleep 2; rm -rf "$leftover"; fi
-  if [[ $(grep -c ",$live,$cg_n," "$out/cg-$live/callgrind_lease.csv" 2>/dev/null) != 3 ]] || { ((rc != 0)) && [[ -z $leftover ]]; }; then
-    echo "lease_scale: callgrind_lease.sh failed at $live live locks (exit $rc):" >&2
-    tail -20 "$out/cg-$live/run.log" >&2
-    exit 1
-  fi
-  tail -n +2 "$out/cg-$live/callgrind_lease.csv" | tee -a "$out/scale_callgrind.csv"
+# The extension may be reinstalled while this runs (by someone else).  The
+# callgrind sweep runs the installed build: it starts again, up to 3 times,
+# when the installed files change during it.
+cg_build= cg_warning=
+for attempt in 1 2 3; do
+  cg_build=$(ext_sum)
+  changed=0
+  log "instructions per operation (callgrind), live locks: $live_list (build $cg_build)"
+  echo "kind,live_locks,operations,instructions_per_operation" >"$out/scale_callgrind.csv"
+  for live in $live_list; do
+    mkdir -p "$out/cg-$live"
+    rm -f "$out/cg-$live/callgrind_lease.csv"
+    rc=0
+    bounded 900 bash "$here/callgrind_lease.sh" "$out/cg-$live" "$cg_n" "$live" >"$out/cg-$live/run.log" 2>&1 || rc=$?
+    # callgrind_lease.sh's trap can fail to remove its work directory: the
+    # postmaster under valgrind writes its own count after pg_ctl saw it stop.
+    # Its figures are complete by then; the directory is removed here.
+    leftover=$(sed -n "s|^rm: cannot remove '\(/tmp/pg_fencing_cglease\.[A-Za-z0-9]*\)': Directory not empty$|\1|p" "$out/cg-$live/run.log")
+    if [[ -n $leftover ]]; then sleep 2; rm -rf "$leftover"; fi
+    if [[ $(grep -c ",$live,$cg_n," "$out/cg-$live/callgrind_lease.csv" 2>/dev/null) != 3 ]] || { ((rc != 0)) && [[ -z $leftover ]]; }; then
+      echo "lease_scale: callgrind_lease.sh failed at $live live locks (exit $rc):" >&2
+      tail -20 "$out/cg-$live/run.log" >&2
+      exit 1
+    fi
+    tail -n +2 "$out/cg-$live/callgrind_lease.csv" | tee -a "$out/scale_callgrind.csv"
+    if [[ $(ext_sum) != "$cg_build" ]]; then changed=1; break; fi
+  done
+  ((changed)) || break
+  log "the installed extension changed during the callgrind sweep"
 done
+((changed)) && cg_warning="**The installed extension changed during every one of 3 callgrind sweeps: the counts mix builds.**"
 t_callgrind=$(date +%s)
 
-log "throughput (pgbench, $rounds round(s) of ${seconds} s, $waiters waiters)"
+# The pgbench cluster runs a copy of the installed build, taken now
+# (extension_destdir, Debian's setting, puts it before the installed files):
+# a reinstall during the measurements does not reach it.
+snap=$(mktemp -d /tmp/pg_fencing_scale_ext.XXXXXX)
+copied=0
+for _ in 1 2 3 4 5; do
+  before=$(ext_sum)
+  rm -rf "${snap:?}"/usr
+  mkdir -p "$snap$pkglibdir" "$snap$sharedir/extension"
+  cp -p "$pkglibdir/pg_fencing.so" "$sharedir"/extension/pg_fencing.control "$sharedir"/extension/pg_fencing--*.sql \
+    "$snap/" 2>/dev/null || true
+  mv "$snap/pg_fencing.so" "$snap$pkglibdir/" 2>/dev/null || true
+  mv "$snap"/pg_fencing.control "$snap"/pg_fencing--*.sql "$snap$sharedir/extension/" 2>/dev/null || true
+  pg_build=$({ cat "$snap$pkglibdir/pg_fencing.so" "$snap$sharedir"/extension/pg_fencing.control \
+    "$snap$sharedir"/extension/pg_fencing--*.sql 2>/dev/null || true; } | md5sum | cut -c1-12)
+  if [[ $before == "$pg_build" && $(ext_sum) == "$pg_build" ]]; then copied=1; break; fi
+  sleep 5
+done
+((copied)) || { echo "lease_scale: could not copy a stable build of the extension" >&2; exit 1; }
+chmod -R a+rX "$snap"
+log "throughput (pgbench, $rounds round(s) of ${seconds} s, $waiters waiters; build $pg_build)"
 : >"$out/scale_notes.txt"
 # As bench/run.sh's cluster, with room for the waiters.
 bounded $((quick ? 600 : 3600)) pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" \
   -o shared_buffers=1GB -o max_wal_size=8GB -o checkpoint_timeout=30min \
-  -o max_connections=$((waiters + 100)) \
+  -o max_connections=$((waiters + 100)) -o extension_destdir="$snap" \
   env QUICK="$quick" SCALE_LIVE="$live_list" SCALE_WAITERS="$waiters" SCALE_ROUNDS="$rounds" \
   SCALE_SECONDS="$seconds" SCALE_CALLGRIND_N="$cg_n" \
-  bash "$self" --measure "$out/scale_tps.csv" "$out/scale_notes.txt"
+  bash "$self" --measure "$out/scale_tps.csv" "$out/scale_notes.txt" "$snap$pkglibdir/pg_fencing.so"
 t_tps=$(date +%s)
+rm -rf "$snap"
+snap=
 
 log "rendering $out/scale.md and $out/scale.png"
 {
   echo "# pg_fencing: lease cost against live locks and waiters, $(date -u +%Y-%m-%dT%H%MZ)"
   echo
-  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(. /etc/os-release; echo "$PRETTY_NAME"), PostgreSQL $(pg_config --version | awk '{print $2}'), extension $(git -C "$PROJECT_ROOT" describe --always --dirty 2>/dev/null || echo '?')."
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(. /etc/os-release; echo "$PRETTY_NAME"), PostgreSQL $("$bindir/pg_config" --version | awk '{print $2}')."
+  echo "Extension: the installed build (md5 of its library, control and SQL files) $cg_build for callgrind, $pg_build for pgbench$([[ $cg_build == "$pg_build" ]] && echo ' (the same)' || echo ' (**not the same build**: reinstalled in between)'); the source tree at $(git -C "$PROJECT_ROOT" describe --always --dirty 2>/dev/null || echo '?')."
+  [[ -n $cg_warning ]] && echo "$cg_warning"
   echo "pgbench: one pg_virtualenv cluster ($(sed -n 's/^settings: //p' "$out/scale_notes.txt"); pg_virtualenv turns fsync off), $rounds interleaved round(s) of ${seconds} s runs at 1 and 2 clients (simple protocol)."
   echo "Live locks: the count of other locks with a live lease ('scale-1' .. 'scale-N'; a few more are the benchmark's own). Callgrind: $cg_n operations per figure."
   ((quick)) && echo "**QUICK smoke run: the figures mean nothing.**"

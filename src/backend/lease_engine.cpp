@@ -221,12 +221,20 @@ struct AttemptRequest {
 // Why an attempt could not be made.
 enum class Access { kChecked, kMissing, kRefused };
 
+// Whether the lock has a lease row now, under a new snapshot.
+bool LeaseExistsNow(const Tables &t, const AttemptRequest &request) {
+  Snapshot snapshot = TakeSnapshot();
+  HeapTuple lease = FetchLease(t, request.lock_name, snapshot);
+  UnregisterSnapshot(snapshot);
+  return lease != nullptr;
+}
+
 // Carries out a decision other than kBusy on the lease row looked at (none
 // for kGrantFirst).  Returns whether the lease is the caller's now (*token
 // its token); false when the row changed since the look, or a waiter is
 // first in line.
 bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, HeapTuple lease,
-              const LeaseSeen &seen, LeaseAttempt attempt, TimestampTz now, int64 *token) {
+              LeaseAttempt attempt, TimestampTz now, int64 *token) {
   const LeaseTableIds &ids = *t.ids;
   const Datum expires_at = TimestampPlus(now, request.ttl);
   bool is_null = false;
@@ -252,7 +260,21 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
                        static_cast<uint32>(key), 1);
   if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
 
+  // The lease as looked at must still be the lease: its row locked (a
+  // renew committed at the instant of expiry shows here), or, for a first
+  // grant, still no row.  Another grant cannot come between: it would need
+  // the room.  So from here on the grant cannot fail, and the mark may be
+  // raised before the lease row is written -- in this order, as in 1.2, so
+  // that the lease row changes only once the transaction holds the lock's
+  // mark (the stress harness reads commit order off it).
+  const bool unchanged = lease != nullptr ? LockRow(t.lease, lease) : !LeaseExistsNow(t, request);
+  if (!unchanged) {
+    (void)LockRelease(&room, ExclusiveLock, false);
+    return false;
+  }
   const int64 granted = GrantToken(request.schema);
+  // Waits for a transaction writing under the lock (it holds the mark's row).
+  RaiseMark(t, request.schema, request.lock_name, granted);
   bool written = false;
   if (attempt == LeaseAttempt::kGrantFirst) {
     const char *s = quote_identifier(get_namespace_name(request.schema));
@@ -281,14 +303,13 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
     written = ReplaceRow(t.lease, lease, 8, columns, values, nulls);
   }
   if (!written) {
-    // Another acquirer got there between the look and the room (a grant
-    // needs the room, so none is under way now).  The token is spent;
-    // tokens need not be consecutive.
-    (void)LockRelease(&room, ExclusiveLock, false);
-    return false;
+    // Cannot happen while the room and the row lock hold; if it did, the
+    // error undoes the mark just raised, which would fence out whoever
+    // holds the lease instead.
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("lease row of fencing lock \"%s\" changed while it was locked",
+                           text_to_cstring(DatumGetTextPP(request.lock_name)))));
   }
-  (void)seen;
-  RaiseMark(t, request.schema, request.lock_name, granted);
   RequireDurableCommit();
   *token = granted;
   return true;
@@ -341,7 +362,7 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
     const LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
     if (attempt == LeaseAttempt::kBusy) return false;
     PreventCommandIfReadOnly("fencing_acquire()");
-    if (CarryOut(t, request, LockIdOf(t, lock), lease, seen, attempt, now, token)) return true;
+    if (CarryOut(t, request, LockIdOf(t, lock), lease, attempt, now, token)) return true;
   }
   return false;
 }

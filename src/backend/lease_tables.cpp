@@ -36,6 +36,7 @@ extern "C" {
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 }
 
@@ -231,6 +232,41 @@ Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null)
   return heap_getattr(row, column, RelationGetDescr(table), is_null);
 }
 
+namespace {
+
+// What a row changed by another transaction since it was fetched means: a
+// race lost (false), or in REPEATABLE READ and SERIALIZABLE the error an
+// UPDATE would raise.
+bool RaceLost() {
+  if (IsolationUsesXactSnapshot()) {
+    ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                    errmsg("could not serialize access due to concurrent update")));
+  }
+  return false;
+}
+
+}  // namespace
+
+bool LockRow(Relation table, HeapTuple row) {
+  TupleTableSlot *slot = table_slot_create(table, nullptr);
+  TM_FailureData failure;
+  const TM_Result result =
+      table_tuple_lock(table, &row->t_self, GetActiveSnapshot(), slot, GetCurrentCommandId(true),
+                       LockTupleNoKeyExclusive, LockWaitBlock, 0, &failure);
+  ExecDropSingleTupleTableSlot(slot);
+  switch (result) {
+    case TM_Ok:
+      return true;
+    case TM_Updated:
+    case TM_Deleted:
+      return RaceLost();
+    default:
+      elog(ERROR, "pg_fencing: unexpected result %d locking a row of %s", static_cast<int>(result),
+           RelationGetRelationName(table));
+  }
+  return false;
+}
+
 bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, const Datum *values,
                 const bool *nulls) {
   if (table->trigdesc != nullptr) {
@@ -247,11 +283,7 @@ bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, co
       break;
     case TM_Updated:
     case TM_Deleted:
-      if (IsolationUsesXactSnapshot()) {
-        ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                        errmsg("could not serialize access due to concurrent update")));
-      }
-      return false;
+      return RaceLost();
     default:
       elog(ERROR, "pg_fencing: unexpected result %d updating a row of %s", static_cast<int>(result),
            RelationGetRelationName(table));

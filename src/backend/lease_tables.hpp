@@ -39,6 +39,13 @@ HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapsho
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
 
+// Locks the row version `row` (as fetched) for an update to come, as
+// SELECT ... FOR NO KEY UPDATE would, waiting for a transaction that is
+// still writing it.  False, with no lock taken, when another transaction
+// updated or deleted it after it was fetched (40001 in REPEATABLE READ or
+// SERIALIZABLE).
+bool LockRow(Relation table, HeapTuple row);
+
 // Replaces the row version `row` (as fetched) by a copy with columns
 // changed, as an UPDATE of that one row would (WAL, HOT, index entries,
 // TOAST).  Waits for a transaction that is still writing the row.  Returns
