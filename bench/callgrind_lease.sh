@@ -24,7 +24,15 @@ work=$(mktemp -d /tmp/pg_fencing_cglease.XXXXXX)
 chown postgres: "$work"
 port=$(free_port)
 stop_server() { as_postgres "$bindir/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null 2>&1 || true; }
-trap 'stop_server; rm -rf "$work"' EXIT
+# The server under valgrind writes its counts after pg_ctl has seen it go:
+# wait for the process itself before removing its directory.
+server_pid=
+cleanup() {
+  stop_server
+  [[ -n $server_pid ]] && wait "$server_pid" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
 settings="-p $port -k $work -c listen_addresses= -c jit=off -c autovacuum=off -c fsync=off"
 q() { PGHOST=$work PGPORT=$port PGUSER=postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres "$@"; }
@@ -52,6 +60,7 @@ stop_server
 # count, named by pid, when it exits.
 as_postgres valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" \
   "$bindir/postgres" -D "$work/data" $settings >"$work/server.log" 2>&1 &
+server_pid=$!
 for _ in $(seq 1 120); do q -c 'SELECT 1' >/dev/null 2>&1 && break; sleep 1; done
 
 # One session: its pid, then N operations of a kind.  Prints the pid.
