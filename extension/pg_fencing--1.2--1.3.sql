@@ -46,3 +46,14 @@ DROP FUNCTION @extschema@.fencing_move_lease_end(oid, text, @extschema@.fencing_
 CREATE INDEX fencing_lock_name_hash ON @extschema@.fencing_lock USING hash (lock_name);
 CREATE INDEX fencing_lease_name_hash ON @extschema@.fencing_lease USING hash (lock_name);
 CREATE INDEX fencing_fence_name_hash ON @extschema@.fencing_fence USING hash (lock_name);
+
+-- A lease row is rewritten twice per acquire and release, and a lock's mark
+-- once per grant: each such row is a chain of versions that every look
+-- walks until pruning shortens it, and PostgreSQL prunes a page only once
+-- its free space falls below what the fillfactor keeps free.  With 20 %
+-- the pages are pruned early and the chains stay short (measured: 9 % fewer
+-- instructions per acquire+release than at 100 %), for five times the
+-- space: with 100,000 locks, 71 MB of fencing_lease and 22 MB of
+-- fencing_fence instead of about 14 and 4.
+ALTER TABLE @extschema@.fencing_lease SET (fillfactor = 20);
+ALTER TABLE @extschema@.fencing_fence SET (fillfactor = 20);

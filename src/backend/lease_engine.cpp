@@ -27,6 +27,7 @@
 #include "lease_engine.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
@@ -77,15 +78,17 @@ bool RoleMayUse(Oid role, Oid owner, Datum users, bool users_null) {
 
 // ---- The tables, as their owner -----------------------------------------------
 
-// The tables of one call, opened as their owner, and the snapshot the rows
-// are looked at under.  An error on the way needs no clean-up: the abort of
-// the (sub)transaction closes the tables, drops the snapshot and puts back
-// the user it started with, as for SECURITY DEFINER.
+// The tables of one call and the indexes their rows are found by, opened
+// as their owner (the lock's mark, fencing_fence, only by a grant: see
+// RaiseMark).  An error on the way needs no clean-up: the abort of the
+// (sub)transaction closes them, drops the snapshots and puts back the user
+// it started with, as for SECURITY DEFINER.
 struct Tables {
   const LeaseTableIds *ids;
   Relation lock;
+  Relation lock_probe;
   Relation lease;
-  Relation fence;
+  Relation lease_probe;
   Oid saved_user;
   int saved_security_context;
 };
@@ -97,14 +100,16 @@ Tables OpenTables(Oid schema) {
   SetUserIdAndSecContext(ExtensionTableOwner(schema),
                          t.saved_security_context | SECURITY_LOCAL_USERID_CHANGE);
   t.lock = table_open(t.ids->lock, AccessShareLock);
+  t.lock_probe = index_open(t.ids->lock_probe, AccessShareLock);
   t.lease = table_open(t.ids->lease, RowExclusiveLock);
-  t.fence = table_open(t.ids->fence, RowExclusiveLock);
+  t.lease_probe = index_open(t.ids->lease_probe, AccessShareLock);
   return t;
 }
 
 void CloseTables(const Tables &t) {
-  table_close(t.fence, NoLock);
+  index_close(t.lease_probe, NoLock);
   table_close(t.lease, NoLock);
+  index_close(t.lock_probe, NoLock);
   table_close(t.lock, NoLock);
   SetUserIdAndSecContext(t.saved_user, t.saved_security_context);
 }
@@ -118,11 +123,11 @@ Snapshot TakeSnapshot() {
 }
 
 HeapTuple FetchLock(const Tables &t, Datum lock_name, Snapshot snapshot) {
-  return FetchRow(t.lock, t.ids->lock_probe, t.ids->name_collation, lock_name, snapshot);
+  return FetchRow(t.lock, t.lock_probe, t.ids->name_collation, lock_name, snapshot);
 }
 
 HeapTuple FetchLease(const Tables &t, Datum lock_name, Snapshot snapshot) {
-  return FetchRow(t.lease, t.ids->lease_probe, t.ids->name_collation, lock_name, snapshot);
+  return FetchRow(t.lease, t.lease_probe, t.ids->name_collation, lock_name, snapshot);
 }
 
 bool CallerMayUse(const Tables &t, HeapTuple lock_row, Oid caller) {
@@ -178,10 +183,12 @@ uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values
 // writes anything.  Waits for a transaction writing under the lock (it
 // holds the mark's row) to end.
 void RaiseMark(const Tables &t, Oid schema, Datum lock_name, int64 token) {
-  for (;;) {
+  Relation fence = table_open(t.ids->fence, RowExclusiveLock);
+  Relation fence_probe = index_open(t.ids->fence_probe, AccessShareLock);
+  bool raised = false;
+  while (!raised) {
     Snapshot snapshot = TakeSnapshot();
-    HeapTuple mark = FetchRow(t.fence, t.ids->fence_probe, t.ids->name_collation, lock_name,
-                              snapshot);
+    HeapTuple mark = FetchRow(fence, fence_probe, t.ids->name_collation, lock_name, snapshot);
     UnregisterSnapshot(snapshot);
     if (mark == nullptr) {
       const char *s = quote_identifier(get_namespace_name(schema));
@@ -192,18 +199,20 @@ void RaiseMark(const Tables &t, Oid schema, Datum lock_name, int64 token) {
                                  "SET high_water = GREATEST(f.high_water, EXCLUDED.high_water)",
                                  s),
                         2, types, values, nullptr);
-      return;
+      break;
     }
     bool is_null = false;
     const int64 high_water =
-        DatumGetInt64(RowColumn(t.fence, mark, t.ids->fence_high_water, &is_null));
-    if (high_water >= token) return;
+        DatumGetInt64(RowColumn(fence, mark, t.ids->fence_high_water, &is_null));
+    if (high_water >= token) break;
     const int columns[] = {t.ids->fence_high_water};
     const Datum values[] = {Int64GetDatum(token)};
     const bool nulls[] = {false};
-    if (ReplaceRow(t.fence, mark, 1, columns, values, nulls)) return;
-    // A writer under the lock raised the mark meanwhile: look again.
+    // False: a writer under the lock raised the mark meanwhile; look again.
+    raised = ReplaceRow(fence, mark, 1, columns, values, nulls);
   }
+  index_close(fence_probe, NoLock);
+  table_close(fence, NoLock);
 }
 
 // ---- One attempt ------------------------------------------------------------------

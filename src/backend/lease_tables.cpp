@@ -197,8 +197,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   return cached_ids;
 }
 
-HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapshot snapshot) {
-  Relation index_rel = index_open(index, AccessShareLock);
+HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name,
+                   Snapshot snapshot) {
   // The probe's strategy is the index's equality: 1 in a hash index, 3 in
   // a B-tree.
   const StrategyNumber equal =
@@ -224,7 +224,6 @@ HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapsho
   }
   index_endscan(scan);
   ExecDropSingleTupleTableSlot(slot);
-  index_close(index_rel, NoLock);
   return row;
 }
 

@@ -32,9 +32,9 @@ struct LeaseTableIds {
 const LeaseTableIds &LeaseTablesOf(Oid schema);
 
 // The version of the row of table whose lock_name (its first column, which
-// index covers) is name that snapshot sees, copied into the current
+// index, open, covers) is name that snapshot sees, copied into the current
 // memory context (t_self is where it lives); nullptr if there is none.
-HeapTuple FetchRow(Relation table, Oid index, Oid collation, Datum name, Snapshot snapshot);
+HeapTuple FetchRow(Relation table, Relation index, Oid collation, Datum name, Snapshot snapshot);
 
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
