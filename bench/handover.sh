@@ -15,9 +15,11 @@
 #   handover_latency,after_commit: the releaser's first statement after
 #     COMMIT returned (the interval misses the reply's round trip, and is
 #     negative when the waiter was granted before the releaser got there).
-# The lease's end: a holder takes a 100 ms lease and lets it run out while
+# The lease's end: a holder takes a 500 ms lease and lets it run out while
 # one acquirer waits; handover_after_expiry is the new grant's distance from
-# the old lease's expires_at.
+# the old lease's expires_at.  (With 100 ms, the three psql start-ups before
+# the waiter's call sometimes took longer than the lease: the waiter then
+# measured its own start-up, not a hand-over.)
 set -euo pipefail
 out=$1
 quick=${QUICK:-0}
@@ -73,7 +75,7 @@ SQL
 samples=$((quick ? 3 : 30))
 for i in $(seq 1 "$samples"); do
   lock="bench-expiry-$$-$i"  # a lock of its own: the waiter keeps its lease
-  psql -X -At -c "SELECT fencing_acquire('$lock', 'holder', '100 ms')" >/dev/null
+  psql -X -At -c "SELECT fencing_acquire('$lock', 'holder', '500 ms')" >/dev/null
   ends=$(psql -X -At -c "SELECT expires_at FROM fencing_leases WHERE lock_name = '$lock'")
   psql -X -At -c "SELECT fencing_acquire('$lock', 'waiter', '1 minute', '10 s')" >/dev/null
   ms=$(psql -X -At -c "SELECT round(extract(epoch FROM granted_at - '$ends'::timestamptz) * 1000, 3)
