@@ -20,9 +20,11 @@ raw=$out/raw.csv
 : >"$raw"
 
 log "measuring (results in $out)"
-# A cluster sized so that checkpoints stay out of the measured statements.
+# A cluster sized so that checkpoints stay out of the measured statements,
+# with fsync on (pg_virtualenv turns it off unless told otherwise).
 pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" \
   -o shared_buffers=1GB -o max_wal_size=8GB -o checkpoint_timeout=30min -o max_connections=150 \
+  -o fsync=on \
   env QUICK="${QUICK:-0}" bash bench/measure.sh "$raw"
 
 log "counting instructions per row (callgrind)"
