@@ -1,0 +1,2 @@
+kinds = 3
+tcols = 7
