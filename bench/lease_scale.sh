@@ -112,18 +112,8 @@ CREATE TABLE scale_bare (id int PRIMARY KEY, val bigint NOT NULL);
 INSERT INTO scale_bare SELECT i, 0 FROM generate_series(1, 100) i;
 SQL
 
-  # The pgbench scripts: as bench/measure.sh's lease benchmarks.
-  cat >"$tmp/acquire_release.pgb" <<'PGB'
-SELECT CAST(fencing_acquire('bench-lease-' || :client_id, 'c' || :client_id, '1 minute') AS bigint) AS tok \gset
-SELECT fencing_release('bench-lease-' || :client_id, CAST(:tok AS fencing_token));
-PGB
-  cat >"$tmp/renew.pgb" <<'PGB'
-\if :have_token = 0
-SELECT CAST(fencing_acquire('bench-renew-' || :client_id, 'r' || :client_id, '1 minute') AS bigint) AS tok \gset
-\set have_token 1
-\endif
-SELECT fencing_renew('bench-renew-' || :client_id, CAST(:tok AS fencing_token), '1 minute');
-PGB
+  # The pgbench scripts: the lease benchmarks' own (bench/pgbench/).
+  cp "$here/pgbench/acquire_release.pgb" "$here/pgbench/renew.pgb" "$tmp/"
   echo "UPDATE scale_bare SET val = val + 1 WHERE id = :client_id + 1;" >"$tmp/bare_update.pgb"
   # Every client renews the one 'hot' lease (with 2 clients they queue on its row).
   echo "SELECT fencing_renew('hot', CAST(:hot_token AS fencing_token), '1 day');" >"$tmp/renew_hot.pgb"

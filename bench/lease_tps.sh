@@ -1,8 +1,9 @@
 #!/bin/bash
 # Lease throughput against the cluster in the environment (PG* set, as by
-# pg_virtualenv): acquire+release cycles, each client on its own lock;
-# renewals of a held lease; and the baseline both are held to, a bare
-# single-row UPDATE and its commit -- interleaved in each round, so slow
+# pg_virtualenv): acquire+release cycles, each client on its own lock, and
+# renewals of a held lease (the scripts in bench/pgbench/); and the
+# baseline both are held to, a bare single-row UPDATE and its commit --
+# interleaved in each round, so slow
 # drift of the machine hits all three alike.  Appends CSV lines
 # "benchmark,variant,clients,round,value,unit" to $1 (bench/render.pl reads
 # them).  Called by bench/measure.sh; alone:
@@ -13,6 +14,7 @@
 set -euo pipefail
 out=$1
 rounds=${BENCH_ROUNDS:-3} seconds=${BENCH_SECONDS:-5} clients_list=${BENCH_CLIENTS:-1 2 8}
+here=$(cd "$(dirname "$0")" && pwd)
 record() { echo "$1,$2,$3,$4,$5,$6" >>"$out"; }
 psql -X -q -v ON_ERROR_STOP=1 <<'SQL'
 CREATE EXTENSION IF NOT EXISTS pg_fencing;
@@ -23,24 +25,13 @@ VACUUM ANALYZE bench_lease_bare;
 SQL
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cat >"$work/cycle.sql" <<'PGB'
-SELECT CAST(fencing_acquire('bench-lease-' || :client_id, 'c' || :client_id, '1 minute') AS bigint) AS tok \gset
-SELECT fencing_release('bench-lease-' || :client_id, CAST(:tok AS fencing_token));
-PGB
-cat >"$work/renew.sql" <<'PGB'
-\if :have_token = 0
-SELECT CAST(fencing_acquire('bench-renew-' || :client_id, 'r' || :client_id, '1 minute') AS bigint) AS tok \gset
-\set have_token 1
-\endif
-SELECT fencing_renew('bench-renew-' || :client_id, CAST(:tok AS fencing_token), '1 minute');
-PGB
 echo "UPDATE bench_lease_bare SET val = val + 1 WHERE id = :client_id + 1;" >"$work/bare.sql"
 tps() { pgbench -n "$@" 2>/dev/null | awk '/^tps/ {print $3}'; }
 for clients in $clients_list; do
   for round in $(seq 1 "$rounds"); do
     common=(-c "$clients" -j "$clients" -T "$seconds")
-    record lease_cycle_tps acquire_release "$clients" "$round" "$(tps -f "$work/cycle.sql" "${common[@]}")" tps
+    record lease_cycle_tps acquire_release "$clients" "$round" "$(tps -f "$here/pgbench/acquire_release.pgb" "${common[@]}")" tps
     record lease_cycle_tps bare_update "$clients" "$round" "$(tps -f "$work/bare.sql" "${common[@]}")" tps
-    record lease_renew_tps renew "$clients" "$round" "$(tps -D have_token=0 -f "$work/renew.sql" "${common[@]}")" tps
+    record lease_renew_tps renew "$clients" "$round" "$(tps -D have_token=0 -f "$here/pgbench/renew.pgb" "${common[@]}")" tps
   done
 done
