@@ -166,8 +166,8 @@ Datum SessionUserName() {
 uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values,
                    const char *nulls) {
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  const int rc = SPI_execute_with_args(query, count, types, const_cast<Datum *>(values), nulls,
-                                       false, 0);
+  const int rc =
+      SPI_execute_with_args(query, count, types, const_cast<Datum *>(values), nulls, false, 0);
   if (rc != SPI_OK_INSERT) {
     elog(ERROR, "pg_fencing: inserting a first lease row failed: %s", SPI_result_code_string(rc));
   }
@@ -265,8 +265,8 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
   // Nobody takes a free lock from under the first waiter in line.
   LOCKTAG room;
   const uint64 key = static_cast<uint64>(PGF_CORE(WaitingRoomKey(lock_id)));
-  SET_LOCKTAG_ADVISORY(room, MyDatabaseId, static_cast<uint32>(key >> 32),
-                       static_cast<uint32>(key), 1);
+  SET_LOCKTAG_ADVISORY(room, MyDatabaseId, static_cast<uint32>(key >> 32), static_cast<uint32>(key),
+                       1);
   if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
 
   // The lease as looked at must still be the lease: its row locked (a
@@ -287,10 +287,10 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
   bool written = false;
   if (attempt == LeaseAttempt::kGrantFirst) {
     const char *s = quote_identifier(get_namespace_name(request.schema));
-    Oid types[] = {TEXTOID, TEXTOID, NAMEOID, TokenTypeOid(request.schema), TIMESTAMPTZOID,
-                   TIMESTAMPTZOID, JSONBOID};
-    const Datum values[] = {request.lock_name,        request.holder, request.holder_role,
-                            Int64GetDatum(granted),   TimestampTzGetDatum(now), expires_at,
+    Oid types[] = {TEXTOID,        TEXTOID,        NAMEOID, TokenTypeOid(request.schema),
+                   TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID};
+    const Datum values[] = {request.lock_name,      request.holder,           request.holder_role,
+                            Int64GetDatum(granted), TimestampTzGetDatum(now), expires_at,
                             request.payload};
     const char nulls[] = {' ', ' ', ' ', ' ', ' ', ' ', request.payload_null ? 'n' : ' ', '\0'};
     written =
@@ -304,10 +304,14 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
     const int columns[] = {ids.lease_holder,     ids.lease_holder_role, ids.lease_token,
                            ids.lease_granted_at, ids.lease_expires_at,  ids.lease_payload,
                            ids.lease_ended,      ids.lease_end_reason};
-    const Datum values[] = {request.holder,          request.holder_role,
-                            Int64GetDatum(granted),  TimestampTzGetDatum(now),
-                            expires_at,              request.payload,
-                            Datum(0),                Datum(0)};
+    const Datum values[] = {request.holder,
+                            request.holder_role,
+                            Int64GetDatum(granted),
+                            TimestampTzGetDatum(now),
+                            expires_at,
+                            request.payload,
+                            Datum(0),
+                            Datum(0)};
     const bool nulls[] = {false, false, false, false, false, request.payload_null, true, true};
     written = ReplaceRow(t.lease, lease, 8, columns, values, nulls);
   }
@@ -357,10 +361,11 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
           DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
       (void)RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
       seen.ended = !ended_null;
-      seen.ours = DatumGetBool(DirectFunctionCall2Coll(
-                      texteq, DEFAULT_COLLATION_OID,
-                      RowColumn(t.lease, lease, ids.lease_holder, &is_null), request.holder)) &&
-                  SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), request.holder_role);
+      seen.ours =
+          DatumGetBool(DirectFunctionCall2Coll(
+              texteq, DEFAULT_COLLATION_OID, RowColumn(t.lease, lease, ids.lease_holder, &is_null),
+              request.holder)) &&
+          SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), request.holder_role);
       // The lock-delay counts only after an expiry; computed only then.
       seen.available_at = seen.expires_at;
       if (!seen.ended && seen.expires_at <= now) {
@@ -385,8 +390,9 @@ AttemptRequest RequestFrom(FunctionCallInfo fcinfo, Oid schema, int payload_arg)
   request.holder_role = SessionUserName();
   request.ttl = PG_GETARG_DATUM(2);
   request.payload_null = PG_ARGISNULL(payload_arg);
-  request.payload =
-      request.payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(payload_arg)));
+  request.payload = request.payload_null
+                        ? Datum(0)
+                        : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(payload_arg)));
   return request;
 }
 
@@ -474,12 +480,12 @@ Datum fencing_acquire(PG_FUNCTION_ARGS) {
   const Oid schema = ExtensionSchema(fcinfo);
   const Oid caller = GetUserId();
   if (!PG_ARGISNULL(3)) {
-    static const Oid kArgTypes[] = {OIDOID,      TEXTOID,     TEXTOID,
-                                    INTERVALOID, INTERVALOID, JSONBOID};
+    static const Oid kArgTypes[] = {OIDOID, TEXTOID, TEXTOID, INTERVALOID, INTERVALOID, JSONBOID};
     FmgrInfo *waiting = ExtensionFunction(schema, "fencing_acquire_as", 6, kArgTypes);
-    const Datum args[] = {ObjectIdGetDatum(caller), PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-                          PG_GETARG_DATUM(2),       PG_GETARG_DATUM(3),
-                          PG_ARGISNULL(4) ? Datum(0) : PG_GETARG_DATUM(4)};
+    const Datum args[] = {
+        ObjectIdGetDatum(caller), PG_GETARG_DATUM(0),
+        PG_GETARG_DATUM(1),       PG_GETARG_DATUM(2),
+        PG_GETARG_DATUM(3),       PG_ARGISNULL(4) ? Datum(0) : PG_GETARG_DATUM(4)};
     const bool nulls[] = {false, false, false, false, false, PG_ARGISNULL(4)};
     bool is_null = false;
     const Datum token = CallExtensionFunction(waiting, 6, args, nulls, &is_null);

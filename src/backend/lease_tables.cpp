@@ -16,20 +16,20 @@
 
 extern "C" {
 #include "access/genam.h"
-#include "access/relscan.h"
-#include "access/tableam.h"
-#include "catalog/pg_am.h"
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "access/relscan.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "lib/stringinfo.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "executor/tuptable.h"
+#include "lib/stringinfo.h"
 #include "nodes/execnodes.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -214,8 +214,7 @@ HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name
     if (scan->xs_recheck) {
       bool is_null = false;
       const Datum found = slot_getattr(slot, 1, &is_null);
-      if (is_null ||
-          !DatumGetBool(DirectFunctionCall2Coll(texteq, collation, found, name))) {
+      if (is_null || !DatumGetBool(DirectFunctionCall2Coll(texteq, collation, found, name))) {
         continue;
       }
     }

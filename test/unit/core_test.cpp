@@ -1021,4 +1021,3 @@ TEST(DecideAttemptTest, AReleasedOrRevokedLeaseFreesTheLockAtOnce) {
 }
 
 }  // namespace pg_fencing
-
