@@ -24,7 +24,7 @@
 // fencing_lock_authorize(), which creates it or raises the usual 42501.
 // The first lease of a lock and its first mark are inserted with SQL
 // (INSERT ... ON CONFLICT), once per lock.
-#include "lease_engine.hpp"
+#include "boundary.hpp"
 
 extern "C" {
 #include "access/genam.h"
