@@ -30,6 +30,7 @@ extern "C" {
 #include "fences.hpp"
 #include "locks.hpp"
 #include "merge_actions.hpp"
+#include "shared_stats.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -250,8 +251,22 @@ Oid OwnerOfRelation(Oid relid) {
 
 // ---- Reporting ---------------------------------------------------------------
 
-[[noreturn]] void ReportStaleForRow(const TriggerData *td, AttrNumber attnum, Token token,
-                                    Token row_mark) {
+// Every refused (or skipped) write is counted and recorded before the
+// error rolls its transaction back (shared_stats.hpp).
+void RecordStale(const TriggerData *td, const char *lock_name, Token token, Token mark,
+                 bool raised) {
+  RecordRefusedWrite({RelationGetRelid(td->tg_relation), lock_name, token, true, mark, true,
+                      raised ? PGF_ERRCODE_STALE_TOKEN : 0});
+}
+
+void RecordMissing(const TriggerData *td, const char *lock_name) {
+  RecordRefusedWrite({RelationGetRelid(td->tg_relation), lock_name, 0, false, 0, false,
+                      PGF_ERRCODE_MISSING_TOKEN});
+}
+
+[[noreturn]] void ReportStaleForRow(const TriggerData *td, const char *lock_name, AttrNumber attnum,
+                                    Token token, Token row_mark) {
+  RecordStale(td, lock_name, token, row_mark, true);
   ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                   errmsg("stale fencing token " INT64_FORMAT " for table \"%s\": the row has "
                          "already seen " INT64_FORMAT,
@@ -264,6 +279,7 @@ Oid OwnerOfRelation(Oid relid) {
 
 [[noreturn]] void ReportStaleForLock(const TriggerData *td, const GuardCache &guard, Token token,
                                      Token lock_mark) {
+  RecordStale(td, guard.lock_name, token, lock_mark, true);
   ereport(ERROR,
           (errcode(PGF_ERRCODE_STALE_TOKEN),
            errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\": "
@@ -305,6 +321,7 @@ int HintPresent(const char *lock) {
   const char *column =
       NameStr(TupleDescAttr(RelationGetDescr(td->tg_relation), guard.attnum - 1)->attname);
   const char *lock = guard.lock_name;
+  RecordMissing(td, lock);
 #define PGF_MISSING(...)                                           \
   ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN), __VA_ARGS__, \
                   errtablecol(td->tg_relation, guard.attnum)))
@@ -386,9 +403,10 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
     case GuardVerdict::kAccept:
       return PointerGetDatum(td->tg_newtuple);
     case GuardVerdict::kSkip:
+      RecordStale(td, nullptr, in.new_token, in.old_token, false);
       return PointerGetDatum(nullptr);
     case GuardVerdict::kRejectStale:
-      ReportStaleForRow(td, guard.attnum, in.new_token, in.old_token);
+      ReportStaleForRow(td, nullptr, guard.attnum, in.new_token, in.old_token);
     case GuardVerdict::kRejectMissing:
       ReportMissing(td, guard,
                     in.column_assigned ? MissingReason::kSetToNull : MissingReason::kNotSet);
@@ -498,9 +516,10 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
     case GuardVerdict::kAccept:
       break;
     case GuardVerdict::kSkip:
+      RecordStale(td, guard.lock_name, decision.write_token, in.old_token, false);
       return PointerGetDatum(nullptr);
     case GuardVerdict::kRejectStale:
-      ReportStaleForRow(td, guard.attnum, decision.write_token, in.old_token);
+      ReportStaleForRow(td, guard.lock_name, guard.attnum, decision.write_token, in.old_token);
     case GuardVerdict::kRejectMissing:
       switch (in.kind) {
         case WriteKind::kInsert:
@@ -516,7 +535,10 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
 
   Token mark = 0;
   if (!AdvanceLockFence(guard.extension_schema, guard.lock_name, decision.write_token, &mark)) {
-    if (guard.options.skip) return PointerGetDatum(nullptr);
+    if (guard.options.skip) {
+      RecordStale(td, guard.lock_name, decision.write_token, mark, false);
+      return PointerGetDatum(nullptr);
+    }
     ReportStaleForLock(td, guard, decision.write_token, mark);
   }
   if (in.kind == WriteKind::kDelete) return PointerGetDatum(old_row);

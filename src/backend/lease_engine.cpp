@@ -46,14 +46,18 @@ extern "C" {
 }
 
 #include "durable_commit.hpp"
+#include "expiry_worker.hpp"
 #include "extension_objects.hpp"
 #include "grant.hpp"
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
+#include "lease_events.hpp"
 #include "lease_tables.hpp"
 #include "lease_wait.hpp"
 #include "lease_wakeup.hpp"
 #include "locks.hpp"
+#include "pg_compat.hpp"  // VARSIZE_ANY_EXHDR: varatt.h from 16 on
+#include "shared_stats.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -142,9 +146,24 @@ int64 LockIdOf(const Tables &t, HeapTuple lock_row) {
   return DatumGetInt64(RowColumn(t.lock, lock_row, t.ids->lock_id, &is_null));
 }
 
+// Whether the lock's owner asked for its events to be announced (1.4).
+bool LockIsAnnounced(const Tables &t, HeapTuple lock_row) {
+  if (t.ids->lock_announce == InvalidAttrNumber) return false;
+  bool is_null = false;
+  const Datum announce = RowColumn(t.lock, lock_row, t.ids->lock_announce, &is_null);
+  return !is_null && DatumGetBool(announce);
+}
+
 // Equality of two names (bitwise, as the name type's).
 bool SameName(Datum a, Datum b) {
   return strncmp(NameStr(*DatumGetName(a)), NameStr(*DatumGetName(b)), NAMEDATALEN) == 0;
+}
+
+// Whether a text Datum is exactly `word`.
+bool TextIs(Datum value, const char *word) {
+  text *t = DatumGetTextPP(value);
+  const size_t length = VARSIZE_ANY_EXHDR(t);
+  return length == strlen(word) && memcmp(VARDATA_ANY(t), word, length) == 0;
 }
 
 Datum TimestampPlus(TimestampTz at, Datum interval) {
@@ -238,13 +257,77 @@ bool LeaseExistsNow(const Tables &t, const AttemptRequest &request) {
   return lease != nullptr;
 }
 
+// What an attempt looked at: the lock's row, its lease's row (none before
+// the first grant) and what the lease says.
+struct Look {
+  HeapTuple lock;
+  HeapTuple lease;
+  LeaseSeen seen;
+  bool expiry_announced;  // ended = 'expired': the expiry has been announced
+};
+
+// The grant's news: the lease it replaces goes into the history (how it
+// ended: released, revoked, expired, or taken over by another holder), its
+// expiry is announced if nobody did yet, and the grant is announced.
+void PublishGrant(const Tables &t, const AttemptRequest &request, const Look &look, TimestampTz now,
+                  int64 granted) {
+  const LeaseTableIds &ids = *t.ids;
+  const bool announce = LockIsAnnounced(t, look.lock);
+  const char *lock_name = text_to_cstring(DatumGetTextPP(request.lock_name));
+  LeaseEvent grant = {};
+  grant.lock_name = lock_name;
+  grant.lock_id = LockIdOf(t, look.lock);
+  grant.kind = LeaseEventKind::kGranted;
+  grant.holder = request.holder;
+  grant.has_token = true;
+  grant.token = granted;
+  if (look.lease != nullptr) {
+    bool is_null = false, ended_null = false;
+    EndedLease ended = {};
+    ended.lock_name = request.lock_name;
+    ended.holder = RowColumn(t.lease, look.lease, ids.lease_holder, &is_null);
+    ended.holder_role = RowColumn(t.lease, look.lease, ids.lease_holder_role, &is_null);
+    ended.token = DatumGetInt64(RowColumn(t.lease, look.lease, ids.lease_token, &is_null));
+    ended.granted_at =
+        DatumGetTimestampTz(RowColumn(t.lease, look.lease, ids.lease_granted_at, &is_null));
+    ended.ended_at = look.seen.expires_at;
+    const Datum how = RowColumn(t.lease, look.lease, ids.lease_ended, &ended_null);
+    const bool expired = !look.seen.ended;  // ran out (announced or not)
+    ended.end_reason =
+        expired ? ExpiredEndReason(look.seen.ours) : text_to_cstring(DatumGetTextPP(how));
+    ended.grant_count =
+        ids.lease_grant_count != InvalidAttrNumber
+            ? DatumGetInt64(RowColumn(t.lease, look.lease, ids.lease_grant_count, &is_null))
+            : 0;
+    if (ids.lease_grant_count != InvalidAttrNumber) RecordEndedLease(request.schema, ended);
+    if (expired && !look.expiry_announced) {
+      LeaseEvent expiry = {};
+      expiry.lock_name = lock_name;
+      expiry.lock_id = grant.lock_id;
+      expiry.kind = LeaseEventKind::kExpired;
+      expiry.holder = ended.holder;
+      expiry.has_token = true;
+      expiry.token = ended.token;
+      PublishLeaseEvent(expiry, announce);
+    }
+    grant.takeover = expired && !look.seen.ours;
+    grant.has_previous = true;
+    grant.previous_holder = ended.holder;
+    grant.previous_token = ended.token;
+  }
+  PublishLeaseEvent(grant, announce);
+  ScheduleExpiryCheckAtCommit(DatumGetTimestampTz(TimestampPlus(now, request.ttl)));
+}
+
 // Carries out a decision other than kBusy on the lease row looked at (none
 // for kGrantFirst).  Returns whether the lease is the caller's now (*token
 // its token); false when the row changed since the look, or a waiter is
 // first in line.
-bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, HeapTuple lease,
+bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
               LeaseAttempt attempt, TimestampTz now, int64 *token) {
   const LeaseTableIds &ids = *t.ids;
+  const int64 lock_id = LockIdOf(t, look.lock);
+  HeapTuple lease = look.lease;
   const Datum expires_at = TimestampPlus(now, request.ttl);
   bool is_null = false;
   const int64 seen_token =
@@ -259,6 +342,9 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
     if (!ReplaceRow(t.lease, lease, 2, columns, values, nulls)) return false;
     *token = seen_token;
     RequireDurableCommit();
+    CountLeaseEventAtCommit(text_to_cstring(DatumGetTextPP(request.lock_name)),
+                            LeaseCounter::kRenewals);
+    ScheduleExpiryCheckAtCommit(DatumGetTimestampTz(expires_at));
     return true;
   }
 
@@ -301,9 +387,13 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
                              s),
                     7, types, values, nulls) == 1;
   } else {
+    // The lease's number among the lock's grants (1.4): the previous plus one.
+    const bool counted = ids.lease_grant_count != InvalidAttrNumber;
+    const int64 grant_count =
+        counted ? DatumGetInt64(RowColumn(t.lease, lease, ids.lease_grant_count, &is_null)) + 1 : 0;
     const int columns[] = {ids.lease_holder,     ids.lease_holder_role, ids.lease_token,
                            ids.lease_granted_at, ids.lease_expires_at,  ids.lease_payload,
-                           ids.lease_ended,      ids.lease_end_reason};
+                           ids.lease_ended,      ids.lease_end_reason,  ids.lease_grant_count};
     const Datum values[] = {request.holder,
                             request.holder_role,
                             Int64GetDatum(granted),
@@ -311,9 +401,11 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
                             expires_at,
                             request.payload,
                             Datum(0),
-                            Datum(0)};
-    const bool nulls[] = {false, false, false, false, false, request.payload_null, true, true};
-    written = ReplaceRow(t.lease, lease, 8, columns, values, nulls);
+                            Datum(0),
+                            Int64GetDatum(grant_count)};
+    const bool nulls[] = {false, false, false, false, false, request.payload_null,
+                          true,  true,  false};
+    written = ReplaceRow(t.lease, lease, counted ? 9 : 8, columns, values, nulls);
   }
   if (!written) {
     // Cannot happen while the room and the row lock hold; if it did, the
@@ -324,6 +416,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, int64 lock_id, Hea
                            text_to_cstring(DatumGetTextPP(request.lock_name)))));
   }
   RequireDurableCommit();
+  PublishGrant(t, request, look, now, granted);
   *token = granted;
   return true;
 }
@@ -352,15 +445,19 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
       *access = Access::kRefused;
       return false;
     }
-    LeaseSeen seen = {};
+    Look look = {lock, lease, {}, false};
+    LeaseSeen &seen = look.seen;
     if (lease != nullptr) {
       const LeaseTableIds &ids = *t.ids;
       bool is_null = false, ended_null = false;
       seen.exists = true;
       seen.expires_at =
           DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
-      (void)RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
-      seen.ended = !ended_null;
+      const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
+      // 'expired': an expiry already announced, still an expiry (it
+      // starts the lock-delay); 'released' and 'revoked' end a lease early.
+      look.expiry_announced = !ended_null && TextIs(ended, "expired");
+      seen.ended = !ended_null && !look.expiry_announced;
       seen.ours =
           DatumGetBool(DirectFunctionCall2Coll(
               texteq, DEFAULT_COLLATION_OID, RowColumn(t.lease, lease, ids.lease_holder, &is_null),
@@ -368,7 +465,7 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
           SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), request.holder_role);
       // The lock-delay counts only after an expiry; computed only then.
       seen.available_at = seen.expires_at;
-      if (!seen.ended && seen.expires_at <= now) {
+      if (!seen.ended && seen.expires_at <= now) {  // expired
         seen.available_at = DatumGetTimestampTz(
             TimestampPlus(seen.expires_at, RowColumn(t.lock, lock, ids.lock_delay, &is_null)));
       }
@@ -376,7 +473,7 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
     const LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
     if (attempt == LeaseAttempt::kBusy) return false;
     PreventCommandIfReadOnly("fencing_acquire()");
-    if (CarryOut(t, request, LockIdOf(t, lock), lease, attempt, now, token)) return true;
+    if (CarryOut(t, request, look, attempt, now, token)) return true;
   }
   return false;
 }
@@ -442,6 +539,19 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     const bool nulls[] = {false, ended == nullptr};
     if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
       moved = true;
+      if (ended != nullptr) {
+        LeaseEvent release = {};
+        release.lock_name = lock_name;
+        release.lock_id = LockIdOf(t, lock);
+        release.kind = LeaseEventKind::kReleased;
+        release.holder = RowColumn(t.lease, lease, ids.lease_holder, &is_null);
+        release.has_token = true;
+        release.token = token;
+        PublishLeaseEvent(release, LockIsAnnounced(t, lock));
+      } else {
+        CountLeaseEventAtCommit(lock_name, LeaseCounter::kRenewals);
+        ScheduleExpiryCheckAtCommit(DatumGetTimestampTz(new_end));
+      }
       // A release frees the lock and a renew that brings the end closer
       // makes it free sooner: the first waiter must look again.  A renew
       // that moves the end later need not wake it: it sleeps until the old

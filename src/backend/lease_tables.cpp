@@ -192,6 +192,9 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.lease_ended = ColumnOf(ids.lease, "ended");
   ids.lease_end_reason = ColumnOf(ids.lease, "end_reason");
   ids.fence_high_water = ColumnOf(ids.fence, "high_water");
+  // From 1.4 on; InvalidAttrNumber in a database not yet updated.
+  ids.lock_announce = get_attnum(ids.lock, "announce");
+  ids.lease_grant_count = get_attnum(ids.lease, "grant_count");
   cached_ids = ids;
   ids_valid = true;
   return cached_ids;

@@ -27,6 +27,9 @@ struct LeaseTableIds {
   AttrNumber lease_holder, lease_holder_role, lease_token, lease_granted_at, lease_expires_at,
       lease_payload, lease_ended, lease_end_reason;
   AttrNumber fence_high_water;
+  // Columns added in 1.4: InvalidAttrNumber in a database whose extension
+  // is older (the library serves it as that version did).
+  AttrNumber lock_announce, lease_grant_count;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);

@@ -36,6 +36,7 @@ extern "C" {
 
 #include "lease_wait.hpp"
 #include "pg_compat.hpp"
+#include "post_commit.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -63,22 +64,13 @@ void WakeRoomHolder(int64 room) {
   }
 }
 
-// Wakes the pending rooms' holders.  Runs after the commit record: an ERROR
-// here would turn into a PANIC ("cannot abort transaction, it was already
-// committed"), so any error (out of memory in GetLockConflicts) is
-// swallowed, and the waiters not woken fall back to their recheck.
+// Wakes the pending rooms' holders, after the commit record (an error --
+// out of memory in GetLockConflicts -- is dropped, and the waiters not
+// woken fall back to their recheck).
 void WakePendingRooms() {
-  MemoryContext context = CurrentMemoryContext;
-  PG_TRY();
-  {
+  IgnoringErrorsAfterCommit([] {
     for (int i = 0; i < pending_wakeups.Count(); ++i) WakeRoomHolder(pending_wakeups.At(i));
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(context);
-    FlushErrorState();
-  }
-  PG_END_TRY();
+  });
 }
 
 void OnTransactionEvent(XactEvent event, void *) {

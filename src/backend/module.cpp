@@ -2,9 +2,12 @@
 // installs when it is loaded.
 #include "boundary.hpp"
 #include "durable_commit.hpp"
+#include "expiry_worker.hpp"
 #include "fences.hpp"
+#include "lease_events.hpp"
 #include "lease_wakeup.hpp"
 #include "merge_actions.hpp"
+#include "shared_stats.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -15,5 +18,8 @@ void _PG_init(void) {
   pg_fencing::RegisterDurableCommitCallback();
   pg_fencing::RegisterMergeTracking();
   pg_fencing::RegisterLeaseWakeup();
+  pg_fencing::RegisterLeaseEvents();
+  pg_fencing::RegisterSharedStats();
+  pg_fencing::RegisterExpiryWorker();
 }
 }

@@ -106,7 +106,7 @@ sub sql_error
 my $last_version = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_fencing'"
 );
-is($last_version, '1.3', 'the default version is 1.3');
+is($last_version, '1.4', 'the default version is 1.4');
 
 ###############################################################################
 # Database "upgraded": 1.0, in use, then updated.
@@ -619,6 +619,30 @@ is(sql('at12', "SELECT fencing_acquire('kept', 'other', '1 hour') IS NULL"),
 	't', 'and nobody else gets the lock');
 my $regranted = sql('at12', "SELECT fencing_acquire('cycled', 'c', '1 hour')");
 ok($regranted > $cycled, 'a lock released under 1.2 is granted again, above its old token');
+
+###############################################################################
+# A database at 1.3 under the current library: the C lease engine serves
+# tables without 1.4's columns (announce, grant_count) and no history table,
+# then the update adds them and the leases carry on.
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE at13');
+$node->safe_psql('at13',
+	"CREATE SCHEMA fencing; CREATE EXTENSION pg_fencing SCHEMA fencing VERSION '1.3'");
+my $first13 = sql('at13', "SELECT fencing_acquire('l13', 'a', '1 hour')");
+is(sql('at13', "SELECT fencing_release('l13', '$first13')"),
+	't', '1.3 tables under the current library: release');
+my $second13 = sql('at13', "SELECT fencing_acquire('l13', 'b', '1 hour')");
+ok($second13 > $first13, '1.3 tables under the current library: a grant over a released lease');
+is(sql('at13', "SELECT fencing_renew('l13', '$second13', '1 hour')"),
+	't', '1.3 tables under the current library: renew');
+sql('at13', 'ALTER EXTENSION pg_fencing UPDATE');
+is(sql('at13', "SELECT fencing_release('l13', '$second13')"),
+	't', 'a lease granted under 1.3 is released after the update');
+my $third13 = sql('at13', "SELECT fencing_acquire('l13', 'c', '1 hour')");
+is( sql('at13',
+		"SELECT string_agg(holder || ':' || coalesce(end_reason, 'live'), ',' ORDER BY token) FROM fencing_history WHERE lock_name = 'l13'"),
+	'b:released,c:live',
+	'after the update the history starts with the lease the first grant replaced');
 
 $node->stop;
 done_testing();

@@ -1,5 +1,6 @@
 // Unit tests of the PostgreSQL-free core (include/pg_fencing/token.hpp, src/core/).
 #include "guard_decision.hpp"
+#include "lease_counts.hpp"
 #include "lease_decision.hpp"
 #include "lease_wait.hpp"
 #include "pg_fencing/token.hpp"
@@ -1018,6 +1019,75 @@ TEST(DecideAttemptTest, AReleasedOrRevokedLeaseFreesTheLockAtOnce) {
             LeaseAttempt::kGrantEnded);
   EXPECT_EQ(DecideAttempt(Seen(true, true, kNow - 10, kNow + 1'000'000), kNow),
             LeaseAttempt::kGrantEnded);
+}
+
+// ---- PendingLeaseCounts: a transaction's lease events until commit ----------------
+
+namespace {
+int CountOf(const PendingLeaseCounts &pending, std::string_view lock, LeaseCounter counter) {
+  int total = 0;
+  for (int i = 0; i < pending.Count(); ++i) {
+    if (lock == pending.At(i).lock_name) total += pending.At(i).counts[static_cast<int>(counter)];
+  }
+  return total;
+}
+}  // namespace
+
+TEST(PendingLeaseCountsTest, CountsPerLockAndCounter) {
+  PendingLeaseCounts pending;
+  EXPECT_TRUE(pending.Add("a", LeaseCounter::kGrants, 1));
+  EXPECT_TRUE(pending.Add("a", LeaseCounter::kGrants, 1));
+  EXPECT_TRUE(pending.Add("a", LeaseCounter::kReleases, 1));
+  EXPECT_TRUE(pending.Add("b", LeaseCounter::kGrants, 1));
+  EXPECT_EQ(pending.Count(), 2);
+  EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kGrants), 2);
+  EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kReleases), 1);
+  EXPECT_EQ(CountOf(pending, "b", LeaseCounter::kGrants), 1);
+  EXPECT_EQ(CountOf(pending, "b", LeaseCounter::kRevokes), 0);
+}
+
+TEST(PendingLeaseCountsTest, ARolledBackSavepointTakesItsEventsAndItsChildren) {
+  PendingLeaseCounts pending;
+  pending.Add("a", LeaseCounter::kGrants, 1);  // top level
+  pending.Add("a", LeaseCounter::kGrants, 2);  // savepoint 2
+  pending.Add("a", LeaseCounter::kGrants, 3);  // savepoint 3, inside 2
+  pending.CommitSubTransaction(3, 2);
+  pending.AbortSubTransaction(2);
+  EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kGrants), 1);
+}
+
+TEST(PendingLeaseCountsTest, ACommittedSavepointsEventsStayWithItsParent) {
+  PendingLeaseCounts pending;
+  pending.Add("a", LeaseCounter::kRenewals, 2);
+  pending.CommitSubTransaction(2, 1);
+  pending.Add("a", LeaseCounter::kRenewals, 4);  // a later savepoint, rolled back
+  pending.AbortSubTransaction(4);
+  EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kRenewals), 1);
+}
+
+TEST(PendingLeaseCountsTest, DropsNamesTooLongAndEventsBeyondCapacity) {
+  PendingLeaseCounts pending;
+  const std::string longest(kMaxCountedLockName, 'x');
+  EXPECT_TRUE(pending.Add(longest, LeaseCounter::kGrants, 1));
+  EXPECT_FALSE(pending.Add(longest + "x", LeaseCounter::kGrants, 1));
+  EXPECT_FALSE(pending.Add("", LeaseCounter::kGrants, 1));
+  for (int i = 1; i < PendingLeaseCounts::kCapacity; ++i) {
+    EXPECT_TRUE(pending.Add("lock" + std::to_string(i), LeaseCounter::kGrants, 1));
+  }
+  EXPECT_FALSE(pending.Add("one too many", LeaseCounter::kGrants, 1));
+  EXPECT_TRUE(pending.Add("lock1", LeaseCounter::kGrants, 1));  // an entry it has
+  EXPECT_EQ(pending.Dropped(), 3u);
+  pending.Clear();
+  EXPECT_EQ(pending.Count(), 0);
+  EXPECT_EQ(pending.Dropped(), 0u);
+}
+
+TEST(EarlierEndTest, ZeroMeansNone) {
+  EXPECT_EQ(EarlierEnd(0, 0), 0);
+  EXPECT_EQ(EarlierEnd(0, 5), 5);
+  EXPECT_EQ(EarlierEnd(7, 0), 7);
+  EXPECT_EQ(EarlierEnd(7, 5), 5);
+  EXPECT_EQ(EarlierEnd(5, 7), 5);
 }
 
 }  // namespace pg_fencing

@@ -1,0 +1,415 @@
+// See expiry_worker.hpp.
+//
+// A lease that runs out changes nothing in the tables: the expiry is a
+// moment, not a write.  To announce it, something must look at that
+// moment.  With the library preloaded:
+//
+//   the schedule  shared memory: per database, the earliest lease end that
+//                 someone must look at (0: none).  Each commit that grants,
+//                 extends or renews a lease moves it earlier if its lease
+//                 ends sooner, and wakes the launcher.
+//   the launcher  a background worker connected to no database: sleeps
+//                 until the earliest time in the schedule, then starts the
+//                 database's worker.  At start it puts every database in
+//                 the schedule once (leases granted before a restart).
+//   a worker      connects to one database, calls
+//                 fencing_announce_expiries() (announce and mark every
+//                 lease that ran out, return the next end), puts that end
+//                 into the schedule, and exits.  It lives for one look, so
+//                 it never keeps a database from being dropped.
+//
+// No end is missed: the worker clears its database's entry before it takes
+// its snapshot, and a commit moves the entry only after it is visible; so
+// a lease either is in the worker's snapshot or moves the entry after the
+// clearing.  A worker that fails leaves a retry ten seconds later.
+#include "expiry_worker.hpp"
+
+extern "C" {
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+}
+
+#include "extension_objects.hpp"
+#include "lease_counts.hpp"  // EarlierEnd
+#include "lease_events.hpp"
+
+namespace pg_fencing {
+namespace {
+
+// Databases the schedule can hold; a database beyond them has its
+// expiries announced only when its locks are next acted on.
+constexpr int kMaxDatabases = 256;
+constexpr int64 kRetryUs = 10 * USECS_PER_SEC;
+// The launcher's longest sleep: it also notices a lost wake-up this way.
+constexpr long kMaxSleepMs = 60 * 1000;
+
+struct ScheduledDatabase {
+  Oid database;
+  TimestampTz next_look;  // 0: nothing to look at
+  bool running;           // a worker is looking (the launcher's flag)
+};
+
+struct Schedule {
+  slock_t mutex;
+  Latch *launcher;  // nullptr while no launcher runs
+  int count;
+  ScheduledDatabase databases[kMaxDatabases];
+};
+
+Schedule *schedule = nullptr;
+shmem_request_hook_type previous_shmem_request = nullptr;
+shmem_startup_hook_type previous_shmem_startup = nullptr;
+
+void RequestSchedule() {
+  if (previous_shmem_request != nullptr) previous_shmem_request();
+  RequestAddinShmemSpace(MAXALIGN(sizeof(Schedule)));
+}
+
+void StartupSchedule() {
+  if (previous_shmem_startup != nullptr) previous_shmem_startup();
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  bool found = false;
+  schedule = static_cast<Schedule *>(
+      ShmemInitStruct("pg_fencing expiry schedule", sizeof(Schedule), &found));
+  if (!found) {
+    SpinLockInit(&schedule->mutex);
+    schedule->launcher = nullptr;
+    schedule->count = 0;
+  }
+  LWLockRelease(AddinShmemInitLock);
+}
+
+// With the mutex held: the database's entry, made if need be (nullptr when
+// the schedule is full).
+ScheduledDatabase *EntryOf(Oid database) {
+  for (int i = 0; i < schedule->count; ++i) {
+    if (schedule->databases[i].database == database) return &schedule->databases[i];
+  }
+  if (schedule->count == kMaxDatabases) return nullptr;
+  ScheduledDatabase *entry = &schedule->databases[schedule->count++];
+  *entry = {database, 0, false};
+  return entry;
+}
+
+// Moves the database's next look to `at` if that is earlier; wakes the
+// launcher when it did.
+void LookNoLaterThan(Oid database, TimestampTz at) {
+  if (schedule == nullptr || at == 0) return;
+  Latch *wake = nullptr;
+  SpinLockAcquire(&schedule->mutex);
+  if (ScheduledDatabase *entry = EntryOf(database)) {
+    const TimestampTz before = entry->next_look;
+    entry->next_look = EarlierEnd(before, at);
+    if (entry->next_look != before) wake = schedule->launcher;
+  }
+  SpinLockRelease(&schedule->mutex);
+  if (wake != nullptr) SetLatch(wake);
+}
+
+// ---- The lease ends of the current transaction ----------------------------------
+
+TimestampTz pending_end = 0;
+
+void OnTransactionEvent(XactEvent event, void *) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+      // After the commit record, and nothing here can fail.
+      LookNoLaterThan(MyDatabaseId, pending_end);
+      pending_end = 0;
+      break;
+    case XACT_EVENT_PARALLEL_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PREPARE:
+      pending_end = 0;
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- The launcher -----------------------------------------------------------------
+
+// Every database that accepts connections, into the schedule, due now.
+void ScheduleEveryDatabase() {
+  StartTransactionCommand();
+  (void)GetTransactionSnapshot();
+  Relation databases = table_open(DatabaseRelationId, AccessShareLock);
+  TableScanDesc scan = table_beginscan_catalog(databases, 0, nullptr);
+  const TimestampTz now = GetCurrentTimestamp();
+  while (HeapTuple tuple = heap_getnext(scan, ForwardScanDirection)) {
+    const auto *form = reinterpret_cast<Form_pg_database>(GETSTRUCT(tuple));
+    if (form->datallowconn && !form->datistemplate) LookNoLaterThan(form->oid, now);
+  }
+  table_endscan(scan);
+  table_close(databases, AccessShareLock);
+  CommitTransactionCommand();
+}
+
+bool DatabaseExists(Oid database) {
+  StartTransactionCommand();
+  const bool exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(database));
+  CommitTransactionCommand();
+  return exists;
+}
+
+BackgroundWorkerHandle *StartWorker(Oid database) {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof worker);
+  worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = BGW_NEVER_RESTART;
+  snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_fencing");
+  snprintf(worker.bgw_function_name, BGW_MAXLEN, "pg_fencing_expiry_worker_main");
+  snprintf(worker.bgw_name, BGW_MAXLEN, "pg_fencing expiry worker for database %u", database);
+  snprintf(worker.bgw_type, BGW_MAXLEN, "pg_fencing expiry worker");
+  worker.bgw_main_arg = ObjectIdGetDatum(database);
+  worker.bgw_notify_pid = MyProcPid;
+  BackgroundWorkerHandle *handle = nullptr;
+  if (!RegisterDynamicBackgroundWorker(&worker, &handle)) return nullptr;
+  return handle;
+}
+
+void ClearLauncher(int, Datum) {
+  SpinLockAcquire(&schedule->mutex);
+  schedule->launcher = nullptr;
+  SpinLockRelease(&schedule->mutex);
+}
+
+// One pass: starts the workers that are due, notes the ones that ended,
+// and returns how long to sleep.
+long LaunchDueWorkers(BackgroundWorkerHandle **handles) {
+  const TimestampTz now = GetCurrentTimestamp();
+  TimestampTz earliest = 0;
+  for (int i = 0;; ++i) {
+    SpinLockAcquire(&schedule->mutex);
+    if (i >= schedule->count) {
+      SpinLockRelease(&schedule->mutex);
+      break;
+    }
+    ScheduledDatabase entry = schedule->databases[i];
+    SpinLockRelease(&schedule->mutex);
+
+    if (entry.running) {
+      pid_t pid = 0;
+      if (GetBackgroundWorkerPid(handles[i], &pid) != BGWH_STOPPED) continue;
+      pfree(handles[i]);
+      handles[i] = nullptr;
+      SpinLockAcquire(&schedule->mutex);
+      schedule->databases[i].running = false;
+      entry = schedule->databases[i];
+      SpinLockRelease(&schedule->mutex);
+    }
+    if (entry.next_look == 0) continue;
+    if (entry.next_look > now) {
+      earliest = EarlierEnd(earliest, entry.next_look);
+      continue;
+    }
+    if (!DatabaseExists(entry.database)) {
+      SpinLockAcquire(&schedule->mutex);
+      schedule->databases[i].next_look = 0;
+      SpinLockRelease(&schedule->mutex);
+      continue;
+    }
+    BackgroundWorkerHandle *handle = StartWorker(entry.database);
+    SpinLockAcquire(&schedule->mutex);
+    // If the worker fails before it has looked, it is tried again later.
+    schedule->databases[i].next_look = now + kRetryUs;
+    schedule->databases[i].running = handle != nullptr;
+    SpinLockRelease(&schedule->mutex);
+    handles[i] = handle;
+    earliest = EarlierEnd(earliest, now + kRetryUs);
+  }
+  if (earliest == 0) return kMaxSleepMs;
+  const int64 sleep_ms = (earliest - now + 999) / 1000;
+  return sleep_ms < 1 ? 1 : Min(sleep_ms, (int64)kMaxSleepMs);
+}
+
+}  // namespace
+
+void RegisterExpiryWorker() {
+  RegisterXactCallback(OnTransactionEvent, nullptr);
+  if (!process_shared_preload_libraries_in_progress) return;
+  previous_shmem_request = shmem_request_hook;
+  shmem_request_hook = RequestSchedule;
+  previous_shmem_startup = shmem_startup_hook;
+  shmem_startup_hook = StartupSchedule;
+
+  BackgroundWorker launcher;
+  memset(&launcher, 0, sizeof launcher);
+  launcher.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  launcher.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  launcher.bgw_restart_time = 10;
+  snprintf(launcher.bgw_library_name, BGW_MAXLEN, "pg_fencing");
+  snprintf(launcher.bgw_function_name, BGW_MAXLEN, "pg_fencing_expiry_launcher_main");
+  snprintf(launcher.bgw_name, BGW_MAXLEN, "pg_fencing expiry launcher");
+  snprintf(launcher.bgw_type, BGW_MAXLEN, "pg_fencing expiry launcher");
+  RegisterBackgroundWorker(&launcher);
+}
+
+void ScheduleExpiryCheckAtCommit(TimestampTz lease_end) {
+  if (schedule == nullptr) return;
+  pending_end = EarlierEnd(pending_end, lease_end);
+}
+
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+PGDLLEXPORT void pg_fencing_expiry_launcher_main(Datum);
+void pg_fencing_expiry_launcher_main(Datum) {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);  // shared catalogs only
+
+  SpinLockAcquire(&schedule->mutex);
+  schedule->launcher = MyLatch;
+  for (int i = 0; i < schedule->count; ++i) schedule->databases[i].running = false;
+  SpinLockRelease(&schedule->mutex);
+  before_shmem_exit(ClearLauncher, 0);
+
+  BackgroundWorkerHandle *handles[kMaxDatabases] = {};
+  ScheduleEveryDatabase();
+  while (!ShutdownRequestPending) {
+    const long sleep_ms = LaunchDueWorkers(handles);
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, sleep_ms,
+                    PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+    if (ConfigReloadPending) {
+      ConfigReloadPending = false;
+      ProcessConfigFile(PGC_SIGHUP);
+    }
+  }
+  proc_exit(0);
+}
+
+PGDLLEXPORT void pg_fencing_expiry_worker_main(Datum);
+void pg_fencing_expiry_worker_main(Datum arg) {
+  const Oid database = DatumGetObjectId(arg);
+  pqsignal(SIGTERM, die);
+  BackgroundWorkerUnblockSignals();
+  BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
+
+  // Cleared before the snapshot (see the top of the file).
+  SpinLockAcquire(&schedule->mutex);
+  for (int i = 0; i < schedule->count; ++i) {
+    if (schedule->databases[i].database == database) schedule->databases[i].next_look = 0;
+  }
+  SpinLockRelease(&schedule->mutex);
+
+  TimestampTz next = 0;
+  PG_TRY();
+  {
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+    PushActiveSnapshot(GetTransactionSnapshot());
+    pgstat_report_activity(STATE_RUNNING, "pg_fencing: announcing expired leases");
+    // The extension, if this database has it at a version that announces.
+    const int found = SPI_execute(
+        "SELECT pg_catalog.format('%I.fencing_announce_expiries()', n.nspname) "
+        "FROM pg_catalog.pg_extension e "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
+        "JOIN pg_catalog.pg_proc p ON p.pronamespace = n.oid "
+        " AND p.proname = 'fencing_announce_expiries' AND p.pronargs = 0 "
+        "WHERE e.extname = 'pg_fencing'",
+        true, 1);
+    if (found == SPI_OK_SELECT && SPI_processed == 1) {
+      const char *call =
+          psprintf("SELECT %s", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+      if (SPI_execute(call, false, 1) != SPI_OK_SELECT || SPI_processed != 1) {
+        elog(ERROR, "pg_fencing: fencing_announce_expiries() failed");
+      }
+      bool is_null = false;
+      const Datum end = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+      if (!is_null) next = DatumGetTimestampTz(end);
+    }
+    SPI_finish();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+    pgstat_report_activity(STATE_IDLE, nullptr);
+  }
+  PG_CATCH();
+  {
+    LookNoLaterThan(database, GetCurrentTimestamp() + kRetryUs);
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  LookNoLaterThan(database, next);
+  proc_exit(0);
+}
+
+// fencing_announce_expiries() RETURNS timestamptz: every lease that ran
+// out and was not announced is announced (if its lock is) and counted as
+// an expiry, and marked ended = 'expired'; returns the end of the next
+// live lease (NULL: none).  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_announce_expiries);
+Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
+  PreventCommandIfReadOnly("fencing_announce_expiries()");
+  const char *s = quote_identifier(get_namespace_name(ExtensionSchema(fcinfo)));
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  // READ COMMITTED re-checks a row a grant changed meanwhile: a lease
+  // granted again is live, and left alone.
+  const int marked =
+      SPI_execute(psprintf("UPDATE %s.fencing_lease l SET ended = 'expired' FROM %s.fencing_lock k "
+                           "WHERE k.lock_name = l.lock_name AND l.ended IS NULL "
+                           "AND l.expires_at <= pg_catalog.clock_timestamp() "
+                           "RETURNING l.lock_name, k.lock_id, k.announce, l.holder, l.token",
+                           s, s),
+                  false, 0);
+  if (marked != SPI_OK_UPDATE_RETURNING) elog(ERROR, "pg_fencing: marking expired leases failed");
+  SPITupleTable *expired = SPI_tuptable;
+  for (uint64 i = 0; i < SPI_processed; ++i) {
+    HeapTuple row = expired->vals[i];
+    bool is_null = false;
+    LeaseEvent event = {};
+    event.lock_name = SPI_getvalue(row, expired->tupdesc, 1);
+    event.lock_id = DatumGetInt64(SPI_getbinval(row, expired->tupdesc, 2, &is_null));
+    const bool announce = DatumGetBool(SPI_getbinval(row, expired->tupdesc, 3, &is_null));
+    event.kind = LeaseEventKind::kExpired;
+    event.holder = SPI_getbinval(row, expired->tupdesc, 4, &is_null);
+    event.has_token = true;
+    event.token = DatumGetInt64(SPI_getbinval(row, expired->tupdesc, 5, &is_null));
+    PublishLeaseEvent(event, announce);
+  }
+  const int next =
+      SPI_execute(psprintf("SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l "
+                           "WHERE l.ended IS NULL AND l.expires_at > pg_catalog.clock_timestamp()",
+                           s),
+                  true, 1);
+  if (next != SPI_OK_SELECT || SPI_processed != 1) {
+    elog(ERROR, "pg_fencing: reading the next lease end failed");
+  }
+  bool is_null = false;
+  const Datum end = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+  SPI_finish();
+  if (is_null) PG_RETURN_NULL();
+  PG_RETURN_DATUM(end);  // by value
+}
+
+}  // extern "C"

@@ -1,0 +1,20 @@
+// Announcing the expiries nobody acts on: a background worker, when the
+// library is in shared_preload_libraries.  See expiry_worker.cpp.
+#pragma once
+
+#include "boundary.hpp"
+
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
+namespace pg_fencing {
+
+// In _PG_init: the launcher and the schedule, when preloading.
+void RegisterExpiryWorker();
+
+// A lease of this database will end at lease_end if the current
+// transaction commits: the worker looks at the database's leases then.
+void ScheduleExpiryCheckAtCommit(TimestampTz lease_end);
+
+}  // namespace pg_fencing

@@ -1,0 +1,237 @@
+// See lease_events.hpp.
+//
+// The announcement is a NOTIFY (Async_Notify): PostgreSQL queues it with
+// the transaction and delivers it when the transaction commits, in commit
+// order, and never when it rolls back.  PostgreSQL has no privilege on
+// LISTEN -- any role of the database reads every payload -- so only the
+// locks whose owner set fencing_set_announce(lock, true) are announced.
+#include "lease_events.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
+}
+
+#include "extension_objects.hpp"
+#include "locks.hpp"
+#include "shared_stats.hpp"
+
+namespace pg_fencing {
+namespace {
+
+// pg_fencing.history_size: leases kept per lock in fencing_grant_history.
+int history_size = 100;
+
+constexpr const char *kChannel = "fencing_events";
+// NOTIFY refuses a payload of this many bytes or more (async.c).
+constexpr size_t kMaxPayload = BLCKSZ - NAMEDATALEN - 128;
+
+const char *EventName(LeaseEventKind kind) {
+  switch (kind) {
+    case LeaseEventKind::kGranted:
+      return "granted";
+    case LeaseEventKind::kReleased:
+      return "released";
+    case LeaseEventKind::kExpired:
+      return "expired";
+    case LeaseEventKind::kRevoked:
+      return "revoked";
+  }
+  return "unknown";
+}
+
+LeaseCounter CounterOf(LeaseEventKind kind) {
+  switch (kind) {
+    case LeaseEventKind::kGranted:
+      return LeaseCounter::kGrants;
+    case LeaseEventKind::kReleased:
+      return LeaseCounter::kReleases;
+    case LeaseEventKind::kExpired:
+      return LeaseCounter::kExpiries;
+    case LeaseEventKind::kRevoked:
+      return LeaseCounter::kRevokes;
+  }
+  return LeaseCounter::kGrants;
+}
+
+void AppendJsonText(StringInfo buf, Datum text_value) {
+  if (text_value == Datum(0)) {
+    appendStringInfoString(buf, "null");
+    return;
+  }
+  escape_json(buf, text_to_cstring(DatumGetTextPP(text_value)));
+}
+
+void AppendJsonToken(StringInfo buf, bool has_token, Token token) {
+  if (has_token) {
+    appendStringInfo(buf, "\"" INT64_FORMAT "\"", token);
+  } else {
+    appendStringInfoString(buf, "null");
+  }
+}
+
+// The payload: a JSON object whose tokens are strings (a JSON number
+// loses precision past 2^53 in most readers).
+char *Payload(const LeaseEvent &event) {
+  StringInfoData buf;
+  initStringInfo(&buf);
+  appendStringInfoString(&buf, "{\"lock_name\": ");
+  escape_json(&buf, event.lock_name);
+  appendStringInfo(&buf, ", \"lock_id\": \"" INT64_FORMAT "\", \"event\": \"%s\", \"holder\": ",
+                   event.lock_id, EventName(event.kind));
+  AppendJsonText(&buf, event.holder);
+  appendStringInfoString(&buf, ", \"token\": ");
+  AppendJsonToken(&buf, event.has_token, event.token);
+  char at[MAXDATELEN + 1];
+  appendStringInfo(
+      &buf, ", \"at\": \"%s\"",
+      JsonEncodeDateTime(at, TimestampTzGetDatum(GetCurrentTimestamp()), TIMESTAMPTZOID, nullptr));
+  if (event.kind == LeaseEventKind::kGranted) {
+    appendStringInfo(
+        &buf, ", \"takeover\": %s, \"previous_holder\": ", event.takeover ? "true" : "false");
+    AppendJsonText(&buf, event.has_previous ? event.previous_holder : Datum(0));
+    appendStringInfoString(&buf, ", \"previous_token\": ");
+    AppendJsonToken(&buf, event.has_previous, event.previous_token);
+  }
+  appendStringInfoChar(&buf, '}');
+  if (buf.len < static_cast<int>(kMaxPayload)) return buf.data;
+  // A name or holder too long for NOTIFY: what fits, and where to read
+  // the rest (fencing_locks.lock_id, fencing_leases).
+  resetStringInfo(&buf);
+  appendStringInfo(&buf, "{\"lock_id\": \"" INT64_FORMAT "\", \"event\": \"%s\", \"token\": ",
+                   event.lock_id, EventName(event.kind));
+  AppendJsonToken(&buf, event.has_token, event.token);
+  appendStringInfoString(&buf, ", \"truncated\": true}");
+  return buf.data;
+}
+
+// The saved INSERT of a history entry, per schema.
+struct HistoryPlan {
+  Oid schema;
+  Oid table;
+  SPIPlanPtr plan;
+};
+HistoryPlan history_plan{InvalidOid, InvalidOid, nullptr};
+
+}  // namespace
+
+void PublishLeaseEvent(const LeaseEvent &event, bool announce) {
+  if (announce) Async_Notify(kChannel, Payload(event));
+  CountLeaseEventAtCommit(event.lock_name, CounterOf(event.kind));
+  if (event.takeover) CountLeaseEventAtCommit(event.lock_name, LeaseCounter::kTakeovers);
+}
+
+void RecordEndedLease(Oid schema, const EndedLease &lease) {
+  if (history_size <= 0) return;
+  const Oid table = get_relname_relid("fencing_grant_history", schema);
+  if (!OidIsValid(table)) return;  // an extension not yet updated to 1.4
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  if (history_plan.plan == nullptr || history_plan.schema != schema ||
+      history_plan.table != table) {
+    if (history_plan.plan != nullptr) SPI_freeplan(history_plan.plan);
+    history_plan.plan = nullptr;
+    Oid types[] = {TEXTOID,        INT4OID,        INT8OID, TokenTypeOid(schema), TEXTOID, NAMEOID,
+                   TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
+    SPIPlanPtr plan = SPI_prepare(
+        psprintf("INSERT INTO %s.fencing_grant_history AS h "
+                 "(lock_name, slot, grant_count, token, holder, holder_role, granted_at, "
+                 "ended_at, end_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+                 "ON CONFLICT (lock_name, slot) DO UPDATE SET grant_count = EXCLUDED.grant_count, "
+                 "token = EXCLUDED.token, holder = EXCLUDED.holder, "
+                 "holder_role = EXCLUDED.holder_role, granted_at = EXCLUDED.granted_at, "
+                 "ended_at = EXCLUDED.ended_at, end_reason = EXCLUDED.end_reason",
+                 quote_identifier(get_namespace_name(schema))),
+        9, types);
+    if (plan == nullptr || SPI_keepplan(plan) != 0) {
+      elog(ERROR, "pg_fencing: preparing the history entry failed: %s",
+           SPI_result_code_string(SPI_result));
+    }
+    history_plan = {schema, table, plan};
+  }
+  const Datum values[] = {lease.lock_name,
+                          Int32GetDatum(static_cast<int32>(lease.grant_count % history_size)),
+                          Int64GetDatum(lease.grant_count),
+                          Int64GetDatum(lease.token),
+                          lease.holder,
+                          lease.holder_role,
+                          TimestampTzGetDatum(lease.granted_at),
+                          TimestampTzGetDatum(lease.ended_at),
+                          CStringGetTextDatum(lease.end_reason)};
+  const int rc =
+      SPI_execute_plan(history_plan.plan, const_cast<Datum *>(values), nullptr, false, 0);
+  if (rc != SPI_OK_INSERT) {
+    elog(ERROR, "pg_fencing: writing the history entry failed: %s", SPI_result_code_string(rc));
+  }
+  SPI_finish();
+}
+
+void RegisterLeaseEvents() {
+  DefineCustomIntVariable("pg_fencing.history_size",
+                          "How many leases of each lock fencing_history keeps.",
+                          "0 keeps none but the current one. Lowering it hides the older entries.",
+                          &history_size, 100, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+}
+
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_lease_event(lock_name text, event text, holder text, token
+// fencing_token) RETURNS void: PublishLeaseEvent() for the SQL that changes
+// a lease (the revoke).  A lock that does not exist has no events.  PUBLIC
+// may not call it.
+PG_FUNCTION_INFO_V1(fencing_lease_event);
+Datum fencing_lease_event(PG_FUNCTION_ARGS) {
+  const char *lock_name = CheckLockName(fcinfo, 0);
+  const char *event_name = PG_ARGISNULL(1) ? "NULL" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+  LeaseEvent event = {};
+  event.lock_name = lock_name;
+  if (strcmp(event_name, "released") == 0) {
+    event.kind = LeaseEventKind::kReleased;
+  } else if (strcmp(event_name, "expired") == 0) {
+    event.kind = LeaseEventKind::kExpired;
+  } else if (strcmp(event_name, "revoked") == 0) {
+    event.kind = LeaseEventKind::kRevoked;
+  } else {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("lease event must be released, expired or revoked, got %s (lock \"%s\")",
+                           event_name, lock_name)));
+  }
+  event.holder = PG_ARGISNULL(2) ? Datum(0) : PointerGetDatum(PG_GETARG_TEXT_PP(2));
+  event.has_token = !PG_ARGISNULL(3);
+  event.token = event.has_token ? PG_GETARG_INT64(3) : 0;
+
+  const Oid schema = ExtensionSchema(fcinfo);
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  Oid types[] = {TEXTOID};
+  Datum args[] = {CStringGetTextDatum(lock_name)};
+  const int rc = SPI_execute_with_args(
+      psprintf("SELECT k.lock_id, k.announce FROM %s.fencing_lock k WHERE k.lock_name = $1",
+               quote_identifier(get_namespace_name(schema))),
+      1, types, args, nullptr, true, 1);
+  if (rc != SPI_OK_SELECT) elog(ERROR, "pg_fencing: reading fencing_lock failed");
+  bool found = SPI_processed == 1;
+  bool announce = false;
+  if (found) {
+    bool is_null = false;
+    event.lock_id =
+        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
+    announce =
+        DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null));
+  }
+  SPI_finish();
+  if (found) PublishLeaseEvent(event, announce);
+  PG_RETURN_VOID();
+}
+
+}  // extern "C"
