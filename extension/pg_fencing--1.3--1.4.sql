@@ -15,6 +15,16 @@
 
 \echo Use "ALTER EXTENSION pg_fencing UPDATE TO '1.4'" to load this file. \quit
 
+-- Who may read a lock's lease, history and statistics: the roles that may
+-- use it, and the monitoring roles (pg_read_all_stats, as pg_monitor
+-- has), which PostgreSQL lets read every session in pg_stat_activity too.
+CREATE FUNCTION @extschema@.fencing_role_may_read(role oid, owner regrole, users regrole[])
+  RETURNS boolean LANGUAGE sql STABLE STRICT PARALLEL SAFE
+  RETURN @extschema@.fencing_role_may_use(role, owner, users)
+      OR pg_catalog.pg_has_role(role, 'pg_read_all_stats', 'USAGE');
+COMMENT ON FUNCTION @extschema@.fencing_role_may_read(oid, regrole, regrole[]) IS
+  'whether a role may read the leases, history and statistics of a lock with this owner and these users: those who may use it, and pg_read_all_stats';
+
 -------------------------------------------------------------------------------
 -- Announcements
 -------------------------------------------------------------------------------
@@ -95,7 +105,8 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_announce_expiries() FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_announce_expiries() IS
   'announces (and counts) every lease that has run out and was not yet announced, marks it ended = ''expired'', and returns the end of the next live lease (NULL: none); the background worker calls it, or a scheduled job where the library is not preloaded; superuser only';
 
-CREATE OR REPLACE VIEW @extschema@.fencing_leases AS
+-- Readable by the monitoring roles too (fencing_role_may_read).
+CREATE OR REPLACE VIEW @extschema@.fencing_leases WITH (security_barrier) AS
   SELECT l.lock_name, l.holder, l.token, l.granted_at, l.expires_at,
          l.expires_at > clock_timestamp() AS live,
          l.payload, k.lock_delay,
@@ -106,7 +117,11 @@ CREATE OR REPLACE VIEW @extschema@.fencing_leases AS
               ELSE coalesce(l.ended, 'expired') END AS state,
          l.end_reason
     FROM @extschema@.fencing_lease l
-    JOIN @extschema@.fencing_locks k ON k.lock_name = l.lock_name;
+    JOIN @extschema@.fencing_lock k ON k.lock_name = l.lock_name
+   WHERE @extschema@.fencing_role_may_read(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+COMMENT ON VIEW @extschema@.fencing_leases IS
+  'every lock the current role may use (every lock for pg_read_all_stats) with its latest grant; live is judged by the server clock now';
 
 -------------------------------------------------------------------------------
 -- Grant history
@@ -139,19 +154,23 @@ COMMENT ON TABLE @extschema@.fencing_grant_history IS
 -- end_reason: released, revoked, expired (ran out; the lock has not been
 -- granted to another holder since), taken_over (ran out, and another
 -- holder was granted the lock); NULL while live.
-CREATE VIEW @extschema@.fencing_history AS
-  SELECT h.lock_name, h.token, h.holder, h.holder_role, h.granted_at, h.ended_at, h.end_reason
-    FROM @extschema@.fencing_grant_history h
-    JOIN @extschema@.fencing_locks k ON k.lock_name = h.lock_name
-  UNION ALL
-  SELECT l.lock_name, l.token, l.holder, l.holder_role, l.granted_at,
-         CASE WHEN l.expires_at > clock_timestamp() THEN NULL ELSE l.expires_at END,
-         CASE WHEN l.expires_at > clock_timestamp() THEN NULL ELSE coalesce(l.ended, 'expired') END
-    FROM @extschema@.fencing_lease l
-    JOIN @extschema@.fencing_locks k ON k.lock_name = l.lock_name;
+CREATE VIEW @extschema@.fencing_history WITH (security_barrier) AS
+  SELECT e.lock_name, e.token, e.holder, e.holder_role, e.granted_at, e.ended_at, e.end_reason
+    FROM (SELECT h.lock_name, h.token, h.holder, h.holder_role, h.granted_at, h.ended_at,
+                 h.end_reason
+            FROM @extschema@.fencing_grant_history h
+          UNION ALL
+          SELECT l.lock_name, l.token, l.holder, l.holder_role, l.granted_at,
+                 CASE WHEN l.expires_at > clock_timestamp() THEN NULL ELSE l.expires_at END,
+                 CASE WHEN l.expires_at > clock_timestamp() THEN NULL
+                      ELSE coalesce(l.ended, 'expired') END
+            FROM @extschema@.fencing_lease l) e
+    JOIN @extschema@.fencing_lock k ON k.lock_name = e.lock_name
+   WHERE @extschema@.fencing_role_may_read(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
 GRANT SELECT ON @extschema@.fencing_history TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_history IS
-  'every lease of the locks the current role may use, as far back as pg_fencing.history_size grants per lock, with when and how it ended';
+  'every lease of the locks the current role may use (every lock for pg_read_all_stats), as far back as pg_fencing.history_size grants per lock, with when and how it ended';
 
 -------------------------------------------------------------------------------
 -- Statistics (shared memory: shared_preload_libraries = 'pg_fencing')
@@ -204,8 +223,7 @@ CREATE VIEW @extschema@.fencing_lock_stats AS
          coalesce(c.missing_rejections, 0) AS missing_rejections
     FROM @extschema@.fencing_lock k
     LEFT JOIN @extschema@.fencing_lock_counters() c ON c.lock_name = k.lock_name
-   WHERE pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
-      OR @extschema@.fencing_role_may_use(
+   WHERE @extschema@.fencing_role_may_read(
            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
 GRANT SELECT ON @extschema@.fencing_lock_stats TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_lock_stats IS

@@ -127,6 +127,18 @@ SELECT fencing_stats_reset();
 SET pg_fencing.history_size = 1000000;
 RESET ROLE;
 SELECT lock_name, announce FROM fencing_locks WHERE lock_name IN ('obs-a', 'obs-b') ORDER BY 1;
+-- A monitoring role (pg_read_all_stats, as in pg_monitor) reads every
+-- lock's lease and history, and may do nothing with them.
+CREATE ROLE obs_monitor IN ROLE pg_read_all_stats;
+SET ROLE obs_monitor;
+SELECT lock_name, holder FROM fencing_leases WHERE lock_name IN ('obs-a', 'obs-b') ORDER BY 1;
+SELECT count(*) > 1 AS reads_history FROM fencing_history WHERE lock_name = 'obs-a';
+SELECT count(*) AS uses_no_lock FROM fencing_locks;
+SELECT fencing_set_announce('obs-a', false);
+SELECT fencing_release('obs-a', token) FROM fencing_leases WHERE lock_name = 'obs-a';
+SELECT fencing_revoke('obs-a');
+RESET ROLE;
+DROP ROLE obs_monitor;
 
 \c contrib_regression
 DROP DATABASE fencing_observability_probe;

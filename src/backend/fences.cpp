@@ -23,6 +23,7 @@ extern "C" {
 #include "durable_commit.hpp"
 #include "extension_objects.hpp"
 #include "locks.hpp"
+#include "shared_stats.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -170,19 +171,23 @@ extern "C" {
 PG_FUNCTION_INFO_V1(fencing_present);
 Datum fencing_present(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
+  const Oid schema = ExtensionSchema(fcinfo);
+  // Presenting takes the lock's fence, which every writer under the lock
+  // then waits for: only a role that may use the lock may do it.  (And only
+  // such a role's refusals are recorded: the record is bounded, and no
+  // other role may fill it.)
+  AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
   if (PG_ARGISNULL(1)) {
+    RecordRefusedWrite({InvalidOid, lock_name, 0, false, 0, false, PGF_ERRCODE_MISSING_TOKEN});
     ereport(ERROR,
             (errcode(PGF_ERRCODE_MISSING_TOKEN),
              errmsg("missing fencing token for lock \"%s\": fencing_present() was given NULL",
                     lock_name)));
   }
   const Token token = PG_GETARG_INT64(1);
-  const Oid schema = ExtensionSchema(fcinfo);
-  // Presenting takes the lock's fence, which every writer under the lock
-  // then waits for: only a role that may use the lock may do it.
-  AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
   Token mark = 0;
   if (!CheckLockFence(schema, lock_name, token, &mark)) {
+    RecordRefusedWrite({InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_STALE_TOKEN});
     ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                     errmsg("stale fencing token " INT64_FORMAT " for lock \"%s\": the lock has "
                            "already seen " INT64_FORMAT,

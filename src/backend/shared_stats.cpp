@@ -452,7 +452,9 @@ void RecordRefusedWrite(const RefusedWrite &write) {
   LWLockAcquire(shared->lock, LW_EXCLUSIVE);
   ring[shared->rejections_written++ % shared->rejections_capacity] = record;
   const TableKey table_key{MyDatabaseId, write.relid};
-  if (auto *table = EntryFor<TableCounts>(table_counts, table_key, max_tracked_tables)) {
+  if (!OidIsValid(write.relid)) {
+    // fencing_present(): no table yet, only the lock.
+  } else if (auto *table = EntryFor<TableCounts>(table_counts, table_key, max_tracked_tables)) {
     ++(stale ? table->stale_rejections : table->missing_rejections);
   }
   if (write.lock_name != nullptr && strlen(write.lock_name) <= kMaxCountedLockName) {
@@ -545,9 +547,10 @@ Datum fencing_table_counters(PG_FUNCTION_ARGS) {
 }
 
 // fencing_rejection_log(): the refused writes kept, oldest first, of the
-// current database's tables the caller may SELECT from; the refused role,
-// application and address only to a role with that role's privileges (as
-// pg_stat_activity shows them).
+// current database's tables the caller may SELECT from (a token refused by
+// fencing_present(), on no table: of the locks the caller may use); the
+// refused role, application and address only to a role with that role's
+// privileges (as pg_stat_activity shows them).
 PG_FUNCTION_INFO_V1(fencing_rejection_log);
 Datum fencing_rejection_log(PG_FUNCTION_ARGS) {
   TupleDesc desc;
@@ -564,15 +567,23 @@ Datum fencing_rejection_log(PG_FUNCTION_ARGS) {
     if (ring[i % capacity].database == MyDatabaseId) copy[count++] = ring[i % capacity];
   }
   LWLockRelease(shared->lock);
+  bool locks_read = false;
+  VisibleLocks visible{0, nullptr};
   for (int i = 0; i < count; ++i) {
     const RejectionEntry &r = copy[i];
-    const bool exists = get_rel_name(r.relid) != nullptr;
-    if (!all && (!exists || !MaySelectFrom(r.relid))) continue;
+    if (!all && OidIsValid(r.relid)) {
+      if (get_rel_name(r.relid) == nullptr || !MaySelectFrom(r.relid)) continue;
+    } else if (!all) {
+      if (!locks_read) visible = LocksTheCallerMayUse(ExtensionSchema(fcinfo));
+      locks_read = true;
+      if (!r.has_lock_name || !IsVisible(visible, r.lock_name)) continue;
+    }
     const bool who = all || has_privs_of_role(caller, r.role);
     Datum values[9];
     bool nulls[9] = {};
     values[0] = TimestampTzGetDatum(r.at);
     values[1] = ObjectIdGetDatum(r.relid);
+    nulls[1] = !OidIsValid(r.relid);
     values[2] = r.has_lock_name ? CStringGetTextDatum(r.lock_name) : Datum(0);
     nulls[2] = !r.has_lock_name;
     values[3] = Int64GetDatum(r.token);

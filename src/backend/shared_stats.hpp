@@ -18,8 +18,9 @@ void CountLeaseEventAtCommit(const char *lock_name, LeaseCounter counter);
 
 // A write the guard refused (or, with option 'skip', skipped): counted and
 // recorded now, so that they survive the rollback of the refused
-// transaction.  lock_name: nullptr for a per-row fence; has_mark: false
-// for a missing token.
+// transaction.  relid: InvalidOid for a token refused by fencing_present();
+// lock_name: nullptr for a per-row fence; has_mark: false for a missing
+// token.
 struct RefusedWrite {
   Oid relid;
   const char *lock_name;
