@@ -14,7 +14,8 @@ PACKAGES=(
   libpqxx-dev libpq-dev                                                   # client library and demo
   libipc-run-perl                                                         # PostgreSQL::Test::Cluster TAP tests
   pgbouncer                                                               # transaction-pooling tests
-  gnuplot-nox valgrind                                                    # benchmark chart, callgrind
+  gnuplot-nox valgrind                                                    # benchmark and demo charts, callgrind
+  prometheus-postgres-exporter curl                                       # test/exporter: the real exporter, scrapes
   clang-14 libclang-rt-14-dev sqlsmith                                    # libFuzzer, random SQL
   dpkg-dev build-essential debhelper postgresql-server-dev-all            # Debian package (test/packaging/deb.sh)
   libhiredis-dev libcurl4-openssl-dev nlohmann-json3-dev                  # demo: Redis and etcd clients (--lock redis|etcd)
@@ -38,6 +39,13 @@ install_packages() {
     log "installing: ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # Debian's exporter package starts a service that serves metrics on port
+    # 9187 of every interface where systemd runs; the tests start their own
+    # on loopback.  Stopped only when we installed it.
+    if [[ " ${missing[*]} " == *" prometheus-postgres-exporter "* ]] && command -v systemctl >/dev/null &&
+      systemctl is-enabled prometheus-postgres-exporter >/dev/null 2>&1; then
+      systemctl disable --now prometheus-postgres-exporter >/dev/null 2>&1 || true
+    fi
   fi
   # Debian's postgresql package creates a "main" cluster; we never use it.
   # Each run makes its own throwaway cluster on a port of its own.

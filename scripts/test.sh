@@ -89,6 +89,13 @@ demo_lock_services_run() {
   with_throwaway_cluster bash demo/run-with-services.sh build/demo/pg_fencing_demo --no-color
 }
 
+# Prometheus and the chart (issue 14): Debian's prometheus-postgres-exporter
+# with examples/prometheus/pg_fencing-queries.yaml against a throwaway cluster
+# that preloads pg_fencing, a scenario whose counters must move by exactly
+# what it did, the chart of a demo run (demo/chart.sh), and the exporter on a
+# cluster that does not preload the library (about 25 s).
+exporter_and_chart() { bash test/exporter/run.sh; }
+
 # The Python example (examples/python, psycopg2) against a throwaway cluster:
 # its unittest suite, then its demo, which exits non-zero unless the stale
 # write was refused.  Debian's python3, which python3-psycopg2 is for (a
@@ -166,6 +173,7 @@ run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock_services_run
+run_suite "Prometheus exporter and the demo chart (test/exporter/run.sh)" exporter_and_chart
 run_suite "Python example (psycopg2, unittest)" python_example
 run_suite "Node.js example (node-postgres, node --test)" node_example
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
