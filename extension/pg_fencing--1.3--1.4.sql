@@ -130,22 +130,27 @@ COMMENT ON VIEW @extschema@.fencing_leases IS
 -- own number.  The history keeps the last pg_fencing.history_size leases of
 -- each lock in slots grant_count % history_size, so it stays bounded without
 -- anything pruning it.  A lease goes into the history when a grant replaces
--- it; until then the lease row itself is its entry (the view).
+-- it; until then the lease row itself is its entry (the view).  The lease
+-- engine writes the table directly, as it writes fencing_lease
+-- (src/backend/lease_tables.cpp): the columns below are its contract.
 ALTER TABLE @extschema@.fencing_lease
   ADD COLUMN grant_count bigint NOT NULL DEFAULT 1;
 
 CREATE TABLE @extschema@.fencing_grant_history (
+  -- The lock's slot: lock_id * 2^20 + grant_count % history_size (the
+  -- setting stays below 2^20), the key the grant finds the slot by.
+  entry bigint PRIMARY KEY,
   lock_name text NOT NULL,
-  slot integer NOT NULL,
   grant_count bigint NOT NULL,
   token @extschema@.fencing_token NOT NULL,
   holder text NOT NULL,
   holder_role name NOT NULL,
   granted_at timestamptz NOT NULL,
   ended_at timestamptz NOT NULL,
-  end_reason text NOT NULL,
-  PRIMARY KEY (lock_name, slot)
-);
+  end_reason text NOT NULL
+) WITH (fillfactor = 50);  -- room for a slot's next version on its page (HOT)
+-- A lock's history, for the view.
+CREATE INDEX fencing_grant_history_lock ON @extschema@.fencing_grant_history (lock_name);
 REVOKE ALL ON @extschema@.fencing_grant_history FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_grant_history', '');
 COMMENT ON TABLE @extschema@.fencing_grant_history IS

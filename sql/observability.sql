@@ -55,6 +55,16 @@ SELECT :entries_before AS before, holder, end_reason FROM fencing_history WHERE 
 -- Bounded: the last pg_fencing.history_size leases a grant replaced, plus
 -- the current one.  The setting is a superuser's.
 SET pg_fencing.history_size = 3;
+-- A DBA's trigger on the history table fires for each entry written (the
+-- grant writes the table directly, and through SQL when it has triggers).
+CREATE TABLE history_audit (op text, holder text);
+CREATE FUNCTION audit_history() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO history_audit VALUES (TG_OP, NEW.holder);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER audit_history AFTER INSERT OR UPDATE ON fencing_grant_history
+  FOR EACH ROW EXECUTE FUNCTION audit_history();
 DO $$
 DECLARE t fencing_token;
 BEGIN
@@ -66,6 +76,10 @@ END $$;
 SELECT string_agg(holder || ':' || coalesce(end_reason, 'live'), ', ' ORDER BY token) AS kept
   FROM fencing_history WHERE lock_name = 'obs-bounded';
 SELECT count(*) AS history_rows FROM fencing_grant_history WHERE lock_name = 'obs-bounded';
+SELECT string_agg(op || ' ' || holder, ', ' ORDER BY ctid) AS audited FROM history_audit;
+DROP TRIGGER audit_history ON fencing_grant_history;
+DROP FUNCTION audit_history();
+DROP TABLE history_audit;
 SET pg_fencing.history_size = 0;
 SELECT fencing_acquire('obs-bounded', 'h11', '1 minute') IS NOT NULL AS granted;
 SELECT count(*) AS history_rows_unchanged FROM fencing_grant_history WHERE lock_name = 'obs-bounded';

@@ -284,6 +284,7 @@ void PublishGrant(const Tables &t, const AttemptRequest &request, const Look &lo
   if (look.lease != nullptr) {
     bool is_null = false, ended_null = false;
     EndedLease ended = {};
+    ended.lock_id = grant.lock_id;
     ended.lock_name = request.lock_name;
     ended.holder = RowColumn(t.lease, look.lease, ids.lease_holder, &is_null);
     ended.holder_role = RowColumn(t.lease, look.lease, ids.lease_holder_role, &is_null);

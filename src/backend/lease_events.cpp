@@ -8,6 +8,9 @@
 #include "lease_events.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "executor/spi.h"
@@ -17,10 +20,12 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
 #include "extension_objects.hpp"
+#include "lease_tables.hpp"
 #include "locks.hpp"
 #include "shared_stats.hpp"
 
@@ -113,14 +118,6 @@ char *Payload(const LeaseEvent &event) {
   return buf.data;
 }
 
-// The saved INSERT of a history entry, per schema.
-struct HistoryPlan {
-  Oid schema;
-  Oid table;
-  SPIPlanPtr plan;
-};
-HistoryPlan history_plan{InvalidOid, InvalidOid, nullptr};
-
 }  // namespace
 
 void PublishLeaseEvent(const LeaseEvent &event, bool announce) {
@@ -131,33 +128,20 @@ void PublishLeaseEvent(const LeaseEvent &event, bool announce) {
 
 void RecordEndedLease(Oid schema, const EndedLease &lease) {
   if (history_size <= 0) return;
-  const Oid table = get_relname_relid("fencing_grant_history", schema);
-  if (!OidIsValid(table)) return;  // an extension not yet updated to 1.4
-  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  if (history_plan.plan == nullptr || history_plan.schema != schema ||
-      history_plan.table != table) {
-    if (history_plan.plan != nullptr) SPI_freeplan(history_plan.plan);
-    history_plan.plan = nullptr;
-    Oid types[] = {TEXTOID,        INT4OID,        INT8OID, TokenTypeOid(schema), TEXTOID, NAMEOID,
-                   TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID};
-    SPIPlanPtr plan = SPI_prepare(
-        psprintf("INSERT INTO %s.fencing_grant_history AS h "
-                 "(lock_name, slot, grant_count, token, holder, holder_role, granted_at, "
-                 "ended_at, end_reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
-                 "ON CONFLICT (lock_name, slot) DO UPDATE SET grant_count = EXCLUDED.grant_count, "
-                 "token = EXCLUDED.token, holder = EXCLUDED.holder, "
-                 "holder_role = EXCLUDED.holder_role, granted_at = EXCLUDED.granted_at, "
-                 "ended_at = EXCLUDED.ended_at, end_reason = EXCLUDED.end_reason",
-                 quote_identifier(get_namespace_name(schema))),
-        9, types);
-    if (plan == nullptr || SPI_keepplan(plan) != 0) {
-      elog(ERROR, "pg_fencing: preparing the history entry failed: %s",
-           SPI_result_code_string(SPI_result));
-    }
-    history_plan = {schema, table, plan};
-  }
-  const Datum values[] = {lease.lock_name,
-                          Int32GetDatum(static_cast<int32>(lease.grant_count % history_size)),
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  if (!OidIsValid(ids.history)) return;  // an extension not yet updated to 1.4
+  // The lock's slot: entry = lock_id * 2^20 + slot (history_size < 2^20).
+  const int64 slot = lease.grant_count % history_size;
+  const int64 entry = (lease.lock_id << 20) | slot;
+  Relation history = table_open(ids.history, RowExclusiveLock);
+  Relation probe = index_open(ids.history_probe, AccessShareLock);
+  CommandCounterIncrement();
+  Snapshot snapshot = RegisterSnapshot(GetTransactionSnapshot());
+  HeapTuple used = FetchRowByNumber(history, probe, entry, snapshot);
+  UnregisterSnapshot(snapshot);
+  // The columns of fencing_grant_history, in order.
+  const Datum values[] = {Int64GetDatum(entry),
+                          lease.lock_name,
                           Int64GetDatum(lease.grant_count),
                           Int64GetDatum(lease.token),
                           lease.holder,
@@ -165,18 +149,27 @@ void RecordEndedLease(Oid schema, const EndedLease &lease) {
                           TimestampTzGetDatum(lease.granted_at),
                           TimestampTzGetDatum(lease.ended_at),
                           CStringGetTextDatum(lease.end_reason)};
-  const int rc =
-      SPI_execute_plan(history_plan.plan, const_cast<Datum *>(values), nullptr, false, 0);
-  if (rc != SPI_OK_INSERT) {
-    elog(ERROR, "pg_fencing: writing the history entry failed: %s", SPI_result_code_string(rc));
+  const bool nulls[lengthof(values)] = {};
+  if (used == nullptr) {
+    InsertRow(history, values, nulls);
+  } else {
+    // Nobody else writes this lock's slots: its grants take turns.
+    const int columns[] = {3, 4, 5, 6, 7, 8, 9};
+    if (!ReplaceRow(history, used, lengthof(columns), columns, values + 2, nulls + 2)) {
+      ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                      errmsg("history entry of fencing lock \"%s\" changed while it was written",
+                             text_to_cstring(DatumGetTextPP(lease.lock_name)))));
+    }
   }
-  SPI_finish();
+  index_close(probe, NoLock);
+  table_close(history, NoLock);
 }
 
 void RegisterLeaseEvents() {
   DefineCustomIntVariable("pg_fencing.history_size",
                           "How many leases of each lock fencing_history keeps.",
-                          "0 keeps none but the current one. Lowering it hides the older entries.",
+                          "0 keeps none but the current lease. A lower value leaves the entries in "
+                          "slots beyond it until they are deleted by hand.",
                           &history_size, 100, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 }
 

@@ -40,6 +40,7 @@ void PublishLeaseEvent(const LeaseEvent &event, bool announce);
 
 // A lease that a grant replaces, as its history entry records it.
 struct EndedLease {
+  int64 lock_id;
   Datum lock_name;  // text
   Datum holder;     // text
   Datum holder_role;
@@ -51,8 +52,9 @@ struct EndedLease {
 };
 
 // Keeps the ended lease in fencing_grant_history (slot grant_count %
-// pg_fencing.history_size), as the tables' owner.  Nothing when the
-// history is off (size 0) or the extension predates it.
+// pg_fencing.history_size of its lock), written directly as the lease
+// tables are (lease_tables.hpp), by a caller acting as the tables' owner.
+// Nothing when the history is off (size 0) or the extension predates it.
 void RecordEndedLease(Oid schema, const EndedLease &lease);
 
 // How an expired lease ended, seen from the grant that replaces it: taken

@@ -156,6 +156,33 @@ bool ReplaceRowWithTriggers(Relation table, HeapTuple row, int count, const int 
   return replaced;
 }
 
+// InsertRow for a table that has triggers: an INSERT, so that they fire.
+void InsertRowWithTriggers(Relation table, const Datum *values, const bool *nulls) {
+  TupleDesc desc = RelationGetDescr(table);
+  StringInfoData query;
+  initStringInfo(&query);
+  appendStringInfo(&query, "INSERT INTO %s.%s VALUES (",
+                   quote_identifier(get_namespace_name(RelationGetNamespace(table))),
+                   quote_identifier(RelationGetRelationName(table)));
+  Oid types[MaxTupleAttributeNumber];
+  char arg_nulls[MaxTupleAttributeNumber + 1];
+  for (int i = 0; i < desc->natts; ++i) {
+    appendStringInfo(&query, "%s$%d", i > 0 ? ", " : "", i + 1);
+    types[i] = TupleDescAttr(desc, i)->atttypid;
+    arg_nulls[i] = nulls[i] ? 'n' : ' ';
+  }
+  arg_nulls[desc->natts] = '\0';
+  appendStringInfoChar(&query, ')');
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  const int rc = SPI_execute_with_args(query.data, desc->natts, types, const_cast<Datum *>(values),
+                                       arg_nulls, false, 0);
+  if (rc != SPI_OK_INSERT) {
+    elog(ERROR, "pg_fencing: inserting a row into %s failed: %s", RelationGetRelationName(table),
+         SPI_result_code_string(rc));
+  }
+  SPI_finish();
+}
+
 }  // namespace
 
 const LeaseTableIds &LeaseTablesOf(Oid schema) {
@@ -195,29 +222,32 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   // From 1.4 on; InvalidAttrNumber in a database not yet updated.
   ids.lock_announce = get_attnum(ids.lock, "announce");
   ids.lease_grant_count = get_attnum(ids.lease, "grant_count");
+  ids.history = get_relname_relid("fencing_grant_history", schema);
+  ids.history_probe =
+      OidIsValid(ids.history) ? RelationIn(schema, "fencing_grant_history_pkey") : InvalidOid;
   cached_ids = ids;
   ids_valid = true;
   return cached_ids;
 }
 
-HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name,
-                   Snapshot snapshot) {
-  // The probe's strategy is the index's equality: 1 in a hash index, 3 in
-  // a B-tree.
-  const StrategyNumber equal =
-      index_rel->rd_rel->relam == HASH_AM_OID ? HTEqualStrategyNumber : BTEqualStrategyNumber;
-  ScanKeyData key;
-  ScanKeyEntryInitialize(&key, 0, 1, equal, InvalidOid, collation, F_TEXTEQ, name);
+namespace {
+
+// The first row version that snapshot sees through index for key (on the
+// index's first column), copied; nullptr if none.  recheck_name: for a
+// hash index on a text column, which matches hash codes, the name to check
+// on the row (0: the index's match is exact).
+HeapTuple FirstRowFor(Relation table, Relation index_rel, ScanKeyData *key, Snapshot snapshot,
+                      Oid collation, Datum recheck_name) {
   IndexScanDesc scan = compat::IndexBeginScan(table, index_rel, snapshot, 1);
-  index_rescan(scan, &key, 1, nullptr, 0);
+  index_rescan(scan, key, 1, nullptr, 0);
   TupleTableSlot *slot = table_slot_create(table, nullptr);
   HeapTuple row = nullptr;
   while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
-    // A hash index matches hash codes: the name itself is checked on the row.
-    if (scan->xs_recheck) {
+    if (scan->xs_recheck && recheck_name != Datum(0)) {
       bool is_null = false;
       const Datum found = slot_getattr(slot, 1, &is_null);
-      if (is_null || !DatumGetBool(DirectFunctionCall2Coll(texteq, collation, found, name))) {
+      if (is_null ||
+          !DatumGetBool(DirectFunctionCall2Coll(texteq, collation, found, recheck_name))) {
         continue;
       }
     }
@@ -227,6 +257,38 @@ HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name
   index_endscan(scan);
   ExecDropSingleTupleTableSlot(slot);
   return row;
+}
+
+}  // namespace
+
+HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name,
+                   Snapshot snapshot) {
+  // The probe's strategy is the index's equality: 1 in a hash index, 3 in
+  // a B-tree.
+  const StrategyNumber equal =
+      index_rel->rd_rel->relam == HASH_AM_OID ? HTEqualStrategyNumber : BTEqualStrategyNumber;
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, equal, InvalidOid, collation, F_TEXTEQ, name);
+  return FirstRowFor(table, index_rel, &key, snapshot, collation, name);
+}
+
+HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot) {
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
+                         Int64GetDatum(number));
+  return FirstRowFor(table, btree, &key, snapshot, InvalidOid, Datum(0));
+}
+
+void InsertRow(Relation table, const Datum *values, const bool *nulls) {
+  TupleDesc desc = RelationGetDescr(table);
+  if (table->trigdesc != nullptr) {
+    InsertRowWithTriggers(table, values, nulls);
+    return;
+  }
+  HeapTuple row = heap_form_tuple(desc, const_cast<Datum *>(values), const_cast<bool *>(nulls));
+  simple_heap_insert(table, row);
+  InsertIndexEntries(table, row, false);
+  CommandCounterIncrement();
 }
 
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null) {

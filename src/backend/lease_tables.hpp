@@ -30,6 +30,8 @@ struct LeaseTableIds {
   // Columns added in 1.4: InvalidAttrNumber in a database whose extension
   // is older (the library serves it as that version did).
   AttrNumber lock_announce, lease_grant_count;
+  // fencing_grant_history and its primary key (1.4; InvalidOid before).
+  Oid history, history_probe;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
@@ -38,6 +40,14 @@ const LeaseTableIds &LeaseTablesOf(Oid schema);
 // index, open, covers) is name that snapshot sees, copied into the current
 // memory context (t_self is where it lives); nullptr if there is none.
 HeapTuple FetchRow(Relation table, Relation index, Oid collation, Datum name, Snapshot snapshot);
+
+// The same for a table whose first column is a bigint with a B-tree
+// (fencing_grant_history's entry).
+HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot);
+
+// Inserts a row of every column of table, as an INSERT would (WAL, TOAST,
+// index entries; triggers through an INSERT when the table has any).
+void InsertRow(Relation table, const Datum *values, const bool *nulls);
 
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
