@@ -14,6 +14,9 @@
 #
 # Usage (as root): bench/callgrind_lease.sh OUT_DIR [N] [LIVE_LOCKS]
 # LIVE_LOCKS other locks with live leases are made first (the scale curve).
+# PRELOAD=1: the server preloads pg_fencing (statistics counted);
+# ANNOUNCE=1: the cycled lock is announced (a NOTIFY per grant and release);
+# HISTORY_SIZE=N: pg_fencing.history_size (0: no history kept).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -35,6 +38,8 @@ cleanup() {
 trap cleanup EXIT
 as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
 settings="-p $port -k $work -c listen_addresses= -c jit=off -c autovacuum=off -c fsync=off"
+[[ ${PRELOAD:-0} == 1 ]] && settings+=" -c shared_preload_libraries=pg_fencing"
+[[ -n ${HISTORY_SIZE:-} ]] && settings+=" -c pg_fencing.history_size=$HISTORY_SIZE"
 q() { PGHOST=$work PGPORT=$port PGUSER=postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres "$@"; }
 
 # Set-up on a server without valgrind.
@@ -52,6 +57,8 @@ SELECT format('SELECT count(fencing_acquire(''scale-'' || i, ''h'', ''1 day'')) 
   FROM generate_series(1, $live, 1000) lo \gexec
 \o
 SELECT fencing_acquire('renewed', 'r', '1 day');
+SELECT fencing_create_lock('cycled');
+SELECT fencing_set_announce('cycled', ${ANNOUNCE:-0} = 1);
 VACUUM ANALYZE;
 SQL
 stop_server
