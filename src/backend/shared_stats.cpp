@@ -353,38 +353,44 @@ bool MaySelectFrom(Oid relid) {
 }
 
 // The names of the locks the calling role may use, read from the
-// extension's own view (fencing_locks applies the lock model's rule).
-struct VisibleLocks {
-  int count;
-  char **names;
+// extension's own view (fencing_locks applies the lock model's rule), as a
+// set in the current memory context.  Names longer than a counted name are
+// left out: nothing is counted under them.
+struct VisibleName {
+  char name[kMaxCountedLockName + 1];  // zero-padded: the key is hashed as bytes
 };
 
-VisibleLocks LocksTheCallerMayUse(Oid schema) {
-  VisibleLocks visible{0, nullptr};
-  MemoryContext outer = CurrentMemoryContext;
+HTAB *LocksTheCallerMayUse(Oid schema) {
+  HASHCTL info;
+  memset(&info, 0, sizeof info);
+  info.keysize = sizeof(VisibleName);
+  info.entrysize = sizeof(VisibleName);
+  info.hcxt = CurrentMemoryContext;
+  HTAB *visible =
+      hash_create("pg_fencing visible locks", 64, &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
   const char *query = psprintf("SELECT k.lock_name FROM %s.fencing_locks k",
                                quote_identifier(get_namespace_name(schema)));
   if (SPI_execute(query, true, 0) != SPI_OK_SELECT) {
     elog(ERROR, "pg_fencing: reading fencing_locks failed");
   }
-  // Copied out of SPI's memory, which SPI_finish frees.
-  visible.count = static_cast<int>(SPI_processed);
-  visible.names =
-      static_cast<char **>(MemoryContextAlloc(outer, sizeof(char *) * (visible.count + 1)));
-  for (int i = 0; i < visible.count; ++i) {
-    char *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-    visible.names[i] = MemoryContextStrdup(outer, name != nullptr ? name : "");
+  for (uint64 i = 0; i < SPI_processed; ++i) {
+    const char *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+    if (name == nullptr || strlen(name) > kMaxCountedLockName) continue;
+    VisibleName key;
+    memset(&key, 0, sizeof key);
+    strlcpy(key.name, name, sizeof key.name);
+    (void)hash_search(visible, &key, HASH_ENTER, nullptr);
   }
   SPI_finish();
   return visible;
 }
 
-bool IsVisible(const VisibleLocks &visible, const char *lock_name) {
-  for (int i = 0; i < visible.count; ++i) {
-    if (strcmp(visible.names[i], lock_name) == 0) return true;
-  }
-  return false;
+bool IsVisible(HTAB *visible, const char *lock_name) {
+  VisibleName key;
+  memset(&key, 0, sizeof key);
+  strlcpy(key.name, lock_name, sizeof key.name);
+  return hash_search(visible, &key, HASH_FIND, nullptr) != nullptr;
 }
 
 }  // namespace
@@ -493,8 +499,7 @@ Datum fencing_lock_counters(PG_FUNCTION_ARGS) {
   TupleDesc desc;
   Tuplestorestate *rows = BeginRows(fcinfo, &desc);
   const bool all = ReadsAllStats();
-  const VisibleLocks visible =
-      all ? VisibleLocks{0, nullptr} : LocksTheCallerMayUse(ExtensionSchema(fcinfo));
+  HTAB *visible = all ? nullptr : LocksTheCallerMayUse(ExtensionSchema(fcinfo));
   LWLockAcquire(shared->lock, LW_SHARED);
   HASH_SEQ_STATUS scan;
   hash_seq_init(&scan, lock_counts);
@@ -567,15 +572,13 @@ Datum fencing_rejection_log(PG_FUNCTION_ARGS) {
     if (ring[i % capacity].database == MyDatabaseId) copy[count++] = ring[i % capacity];
   }
   LWLockRelease(shared->lock);
-  bool locks_read = false;
-  VisibleLocks visible{0, nullptr};
+  HTAB *visible = nullptr;
   for (int i = 0; i < count; ++i) {
     const RejectionEntry &r = copy[i];
     if (!all && OidIsValid(r.relid)) {
       if (get_rel_name(r.relid) == nullptr || !MaySelectFrom(r.relid)) continue;
     } else if (!all) {
-      if (!locks_read) visible = LocksTheCallerMayUse(ExtensionSchema(fcinfo));
-      locks_read = true;
+      if (visible == nullptr) visible = LocksTheCallerMayUse(ExtensionSchema(fcinfo));
       if (!r.has_lock_name || !IsVisible(visible, r.lock_name)) continue;
     }
     const bool who = all || has_privs_of_role(caller, r.role);
