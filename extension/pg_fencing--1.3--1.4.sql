@@ -92,7 +92,11 @@ BEGIN
     DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
   PERFORM @extschema@.fencing_commit_durably();
   PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
-  PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', ended_holder, ended_token);
+  -- A revoke that found no live lease raised the mark all the same, but
+  -- ended no lease: nothing to announce or count.
+  IF ended_token IS NOT NULL THEN
+    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', ended_holder, ended_token);
+  END IF;
   RETURN new_mark;
 END $$;
 
@@ -214,7 +218,7 @@ COMMENT ON FUNCTION @extschema@.fencing_rejection_log() IS
 -- Every lock the role may use (all of them for pg_read_all_stats), with
 -- zeros where nothing happened since the last reset.  waiting: sessions in
 -- the lock's waiting room (fencing_waiting_room), from pg_locks.
-CREATE VIEW @extschema@.fencing_lock_stats AS
+CREATE VIEW @extschema@.fencing_lock_stats WITH (security_barrier) AS
   SELECT k.lock_name,
          coalesce(c.grants, 0) AS grants, coalesce(c.renewals, 0) AS renewals,
          coalesce(c.releases, 0) AS releases, coalesce(c.expiries, 0) AS expiries,

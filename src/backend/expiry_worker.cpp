@@ -61,6 +61,13 @@ namespace {
 // expiries announced only when its locks are next acted on.
 constexpr int kMaxDatabases = 256;
 constexpr int64 kRetryUs = 10 * USECS_PER_SEC;
+// A database with the extension is looked at this often even when no
+// commit scheduled a look (a lease granted by a prepared transaction, a
+// lease row changed by hand).
+constexpr int64 kPeriodicUs = 60 * USECS_PER_SEC;
+// An expired lease the worker could not mark (its row locked by a
+// transaction still running) is looked at again this soon.
+constexpr int64 kRelookUs = 100 * 1000;
 // The launcher's longest sleep: it also notices a lost wake-up this way.
 constexpr long kMaxSleepMs = 60 * 1000;
 
@@ -103,13 +110,20 @@ void StartupSchedule() {
 // With the mutex held: the database's entry, made if need be (nullptr when
 // the schedule is full).
 ScheduledDatabase *EntryOf(Oid database) {
+  ScheduledDatabase *free_slot = nullptr;
   for (int i = 0; i < schedule->count; ++i) {
-    if (schedule->databases[i].database == database) return &schedule->databases[i];
+    ScheduledDatabase *entry = &schedule->databases[i];
+    if (entry->database == database) return entry;
+    if (entry->database == InvalidOid && !entry->running && free_slot == nullptr) {
+      free_slot = entry;  // a dropped database's
+    }
   }
-  if (schedule->count == kMaxDatabases) return nullptr;
-  ScheduledDatabase *entry = &schedule->databases[schedule->count++];
-  *entry = {database, 0, false};
-  return entry;
+  if (free_slot == nullptr) {
+    if (schedule->count == kMaxDatabases) return nullptr;
+    free_slot = &schedule->databases[schedule->count++];
+  }
+  *free_slot = {database, 0, false};
+  return free_slot;
 }
 
 // Moves the database's next look to `at` if that is earlier; wakes the
@@ -138,10 +152,15 @@ void OnTransactionEvent(XactEvent event, void *) {
       LookNoLaterThan(MyDatabaseId, pending_end);
       pending_end = 0;
       break;
+    case XACT_EVENT_PREPARE:
+      // Its leases are visible only once COMMIT PREPARED runs, maybe after
+      // this look: the worker's periodic look (kPeriodicUs) catches them.
+      LookNoLaterThan(MyDatabaseId, pending_end);
+      pending_end = 0;
+      break;
     case XACT_EVENT_PARALLEL_COMMIT:
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
-    case XACT_EVENT_PREPARE:
       pending_end = 0;
       break;
     default:
@@ -228,7 +247,7 @@ long LaunchDueWorkers(BackgroundWorkerHandle **handles) {
     }
     if (!DatabaseExists(entry.database)) {
       SpinLockAcquire(&schedule->mutex);
-      schedule->databases[i].next_look = 0;
+      schedule->databases[i] = {InvalidOid, 0, false};  // the slot is free again
       SpinLockRelease(&schedule->mutex);
       continue;
     }
@@ -305,7 +324,9 @@ void pg_fencing_expiry_launcher_main(Datum) {
       ProcessConfigFile(PGC_SIGHUP);
     }
   }
-  proc_exit(0);
+  // Not 0: the postmaster forgets a worker that exits with 0, and a
+  // launcher stopped by pg_terminate_backend() must come back.
+  proc_exit(1);
 }
 
 PGDLLEXPORT void pg_fencing_expiry_worker_main(Datum);
@@ -347,7 +368,10 @@ void pg_fencing_expiry_worker_main(Datum arg) {
       }
       bool is_null = false;
       const Datum end = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
-      if (!is_null) next = DatumGetTimestampTz(end);
+      const TimestampTz now = GetCurrentTimestamp();
+      // The next end, or soon when a lease it could not mark is still due.
+      if (!is_null) next = Max(DatumGetTimestampTz(end), now + kRelookUs);
+      next = EarlierEnd(next, now + kPeriodicUs);
     }
     SPI_finish();
     PopActiveSnapshot();
@@ -373,15 +397,21 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
   PreventCommandIfReadOnly("fencing_announce_expiries()");
   const char *s = quote_identifier(get_namespace_name(ExtensionSchema(fcinfo)));
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  // READ COMMITTED re-checks a row a grant changed meanwhile: a lease
-  // granted again is live, and left alone.
-  const int marked =
-      SPI_execute(psprintf("UPDATE %s.fencing_lease l SET ended = 'expired' FROM %s.fencing_lock k "
-                           "WHERE k.lock_name = l.lock_name AND l.ended IS NULL "
-                           "AND l.expires_at <= pg_catalog.clock_timestamp() "
-                           "RETURNING l.lock_name, k.lock_id, k.announce, l.holder, l.token",
-                           s, s),
-                  false, 0);
+  // Rows locked by a transaction still running (a grant over this very
+  // lease, say) are skipped, not waited for: the worker must not stall a
+  // database's announcements behind one transaction.  READ COMMITTED
+  // re-checks a row a grant changed meanwhile: a lease granted again is
+  // live, and left alone.
+  const int marked = SPI_execute(
+      psprintf("WITH due AS (SELECT d.lock_name FROM %s.fencing_lease d "
+               "WHERE d.ended IS NULL AND d.expires_at <= pg_catalog.clock_timestamp() "
+               "FOR NO KEY UPDATE SKIP LOCKED) "
+               "UPDATE %s.fencing_lease l SET ended = 'expired' FROM due, %s.fencing_lock k "
+               "WHERE l.lock_name = due.lock_name AND k.lock_name = l.lock_name "
+               "AND l.ended IS NULL "
+               "RETURNING l.lock_name, k.lock_id, k.announce, l.holder, l.token",
+               s, s, s),
+      false, 0);
   if (marked != SPI_OK_UPDATE_RETURNING) elog(ERROR, "pg_fencing: marking expired leases failed");
   SPITupleTable *expired = SPI_tuptable;
   for (uint64 i = 0; i < SPI_processed; ++i) {
@@ -397,19 +427,24 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
     event.token = DatumGetInt64(SPI_getbinval(row, expired->tupdesc, 5, &is_null));
     PublishLeaseEvent(event, announce);
   }
-  const int next =
-      SPI_execute(psprintf("SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l "
-                           "WHERE l.ended IS NULL AND l.expires_at > pg_catalog.clock_timestamp()",
-                           s),
-                  true, 1);
+  // The earliest end of a lease not marked, past or future: one that ended
+  // after the marking's look (or was skipped) is due at once, so none falls
+  // between the two statements.
+  const int next = SPI_execute(
+      psprintf("SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l WHERE l.ended IS NULL",
+               s),
+      false, 1);  // not read-only: it must see the marks just made
   if (next != SPI_OK_SELECT || SPI_processed != 1) {
     elog(ERROR, "pg_fencing: reading the next lease end failed");
   }
   bool is_null = false;
   const Datum end = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+  // Read before SPI_finish frees the row (a timestamptz is by reference
+  // where int8 is).
+  const TimestampTz next_end = is_null ? 0 : DatumGetTimestampTz(end);
   SPI_finish();
   if (is_null) PG_RETURN_NULL();
-  PG_RETURN_DATUM(end);  // by value
+  PG_RETURN_TIMESTAMPTZ(next_end);
 }
 
 }  // extern "C"

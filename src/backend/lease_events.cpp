@@ -139,27 +139,36 @@ void RecordEndedLease(Oid schema, const EndedLease &lease) {
   Snapshot snapshot = RegisterSnapshot(GetTransactionSnapshot());
   HeapTuple used = FetchRowByNumber(history, probe, entry, snapshot);
   UnregisterSnapshot(snapshot);
-  // The columns of fencing_grant_history, in order.
-  const Datum values[] = {Int64GetDatum(entry),
-                          lease.lock_name,
-                          Int64GetDatum(lease.grant_count),
-                          Int64GetDatum(lease.token),
-                          lease.holder,
-                          lease.holder_role,
-                          TimestampTzGetDatum(lease.granted_at),
-                          TimestampTzGetDatum(lease.ended_at),
-                          CStringGetTextDatum(lease.end_reason)};
-  const bool nulls[lengthof(values)] = {};
+  // Every column of the table, found by name; any other (a DBA's) NULL.
+  const int natts = RelationGetDescr(history)->natts;
+  auto *values = static_cast<Datum *>(palloc0(sizeof(Datum) * natts));
+  auto *nulls = static_cast<bool *>(palloc(sizeof(bool) * natts));
+  for (int i = 0; i < natts; ++i) nulls[i] = true;
+  const int columns[] = {ids.history_entry,      ids.history_lock_name, ids.history_grant_count,
+                         ids.history_token,      ids.history_holder,    ids.history_holder_role,
+                         ids.history_granted_at, ids.history_ended_at,  ids.history_end_reason};
+  const Datum column_values[] = {Int64GetDatum(entry),
+                                 lease.lock_name,
+                                 Int64GetDatum(lease.grant_count),
+                                 Int64GetDatum(lease.token),
+                                 lease.holder,
+                                 lease.holder_role,
+                                 TimestampTzGetDatum(lease.granted_at),
+                                 TimestampTzGetDatum(lease.ended_at),
+                                 CStringGetTextDatum(lease.end_reason)};
+  const bool column_nulls[lengthof(columns)] = {};
+  for (size_t i = 0; i < lengthof(columns); ++i) {
+    values[columns[i] - 1] = column_values[i];
+    nulls[columns[i] - 1] = false;
+  }
   if (used == nullptr) {
     InsertRow(history, values, nulls);
-  } else {
+  } else if (!ReplaceRow(history, used, lengthof(columns) - 2, columns + 2, column_values + 2,
+                         column_nulls + 2)) {
     // Nobody else writes this lock's slots: its grants take turns.
-    const int columns[] = {3, 4, 5, 6, 7, 8, 9};
-    if (!ReplaceRow(history, used, lengthof(columns), columns, values + 2, nulls + 2)) {
-      ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                      errmsg("history entry of fencing lock \"%s\" changed while it was written",
-                             text_to_cstring(DatumGetTextPP(lease.lock_name)))));
-    }
+    ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                    errmsg("history entry of fencing lock \"%s\" changed while it was written",
+                           text_to_cstring(DatumGetTextPP(lease.lock_name)))));
   }
   index_close(probe, NoLock);
   table_close(history, NoLock);

@@ -157,25 +157,34 @@ bool ReplaceRowWithTriggers(Relation table, HeapTuple row, int count, const int 
 }
 
 // InsertRow for a table that has triggers: an INSERT, so that they fire.
+// Columns are named (dropped ones left out), the others take their values.
 void InsertRowWithTriggers(Relation table, const Datum *values, const bool *nulls) {
   TupleDesc desc = RelationGetDescr(table);
-  StringInfoData query;
+  StringInfoData query, params;
   initStringInfo(&query);
-  appendStringInfo(&query, "INSERT INTO %s.%s VALUES (",
+  initStringInfo(&params);
+  appendStringInfo(&query, "INSERT INTO %s.%s (",
                    quote_identifier(get_namespace_name(RelationGetNamespace(table))),
                    quote_identifier(RelationGetRelationName(table)));
   Oid types[MaxTupleAttributeNumber];
+  Datum args[MaxTupleAttributeNumber];
   char arg_nulls[MaxTupleAttributeNumber + 1];
+  int count = 0;
   for (int i = 0; i < desc->natts; ++i) {
-    appendStringInfo(&query, "%s$%d", i > 0 ? ", " : "", i + 1);
-    types[i] = TupleDescAttr(desc, i)->atttypid;
-    arg_nulls[i] = nulls[i] ? 'n' : ' ';
+    const Form_pg_attribute attribute = TupleDescAttr(desc, i);
+    if (attribute->attisdropped) continue;
+    appendStringInfo(&query, "%s%s", count > 0 ? ", " : "",
+                     quote_identifier(NameStr(attribute->attname)));
+    appendStringInfo(&params, "%s$%d", count > 0 ? ", " : "", count + 1);
+    types[count] = attribute->atttypid;
+    args[count] = values[i];
+    arg_nulls[count] = nulls[i] ? 'n' : ' ';
+    ++count;
   }
-  arg_nulls[desc->natts] = '\0';
-  appendStringInfoChar(&query, ')');
+  arg_nulls[count] = '\0';
+  appendStringInfo(&query, ") VALUES (%s)", params.data);
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  const int rc = SPI_execute_with_args(query.data, desc->natts, types, const_cast<Datum *>(values),
-                                       arg_nulls, false, 0);
+  const int rc = SPI_execute_with_args(query.data, count, types, args, arg_nulls, false, 0);
   if (rc != SPI_OK_INSERT) {
     elog(ERROR, "pg_fencing: inserting a row into %s failed: %s", RelationGetRelationName(table),
          SPI_result_code_string(rc));
@@ -192,7 +201,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
     callback_registered = true;
   }
   if (ids_valid && cached_ids.schema == schema) return cached_ids;
-  LeaseTableIds ids;
+  LeaseTableIds ids = {};
   ids.schema = schema;
   ids.lock = RelationIn(schema, "fencing_lock");
   ids.lock_probe = RelationIn(schema, "fencing_lock_name_hash");
@@ -225,6 +234,17 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.history = get_relname_relid("fencing_grant_history", schema);
   ids.history_probe =
       OidIsValid(ids.history) ? RelationIn(schema, "fencing_grant_history_pkey") : InvalidOid;
+  if (OidIsValid(ids.history)) {
+    ids.history_entry = ColumnOf(ids.history, "entry");
+    ids.history_lock_name = ColumnOf(ids.history, "lock_name");
+    ids.history_grant_count = ColumnOf(ids.history, "grant_count");
+    ids.history_token = ColumnOf(ids.history, "token");
+    ids.history_holder = ColumnOf(ids.history, "holder");
+    ids.history_holder_role = ColumnOf(ids.history, "holder_role");
+    ids.history_granted_at = ColumnOf(ids.history, "granted_at");
+    ids.history_ended_at = ColumnOf(ids.history, "ended_at");
+    ids.history_end_reason = ColumnOf(ids.history, "end_reason");
+  }
   cached_ids = ids;
   ids_valid = true;
   return cached_ids;

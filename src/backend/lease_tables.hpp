@@ -30,8 +30,11 @@ struct LeaseTableIds {
   // Columns added in 1.4: InvalidAttrNumber in a database whose extension
   // is older (the library serves it as that version did).
   AttrNumber lock_announce, lease_grant_count;
-  // fencing_grant_history and its primary key (1.4; InvalidOid before).
+  // fencing_grant_history and its primary key (1.4; InvalidOid before), and
+  // its columns.
   Oid history, history_probe;
+  AttrNumber history_entry, history_lock_name, history_grant_count, history_token, history_holder,
+      history_holder_role, history_granted_at, history_ended_at, history_end_reason;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
@@ -45,8 +48,9 @@ HeapTuple FetchRow(Relation table, Relation index, Oid collation, Datum name, Sn
 // (fencing_grant_history's entry).
 HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot);
 
-// Inserts a row of every column of table, as an INSERT would (WAL, TOAST,
-// index entries; triggers through an INSERT when the table has any).
+// Inserts a row, as an INSERT would (WAL, TOAST, index entries; triggers
+// through an INSERT when the table has any).  values and nulls have one
+// entry per column of the table (its natts, dropped columns included).
 void InsertRow(Relation table, const Datum *values, const bool *nulls);
 
 // A column of a fetched row.

@@ -36,6 +36,7 @@ extern "C" {
 #include "utils/hsearch.h"
 #include "utils/inet.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
 
@@ -303,7 +304,13 @@ LockCounts *LockCountsFor(const LockKey &key) {
 
 // ---- Counting at commit ----------------------------------------------------------
 
-PendingLeaseCounts pending;
+// The counts of the current transaction: in a static array for the
+// usual few locks, in the transaction's memory beyond them.
+constexpr int kInlineLocks = 16;
+PendingLockCounts inline_counts[kInlineLocks];
+PendingLeaseCounts pending(inline_counts, kInlineLocks);
+
+void ForgetPending() { PGF_CORE(pending.Reset(inline_counts, kInlineLocks)); }
 
 // Runs after the commit record (post_commit.hpp): statistics are not
 // worth a server.
@@ -325,13 +332,13 @@ void OnTransactionEvent(XactEvent event, void *) {
   switch (event) {
     case XACT_EVENT_COMMIT:
       ApplyPending();
-      pending.Clear();
+      ForgetPending();
       break;
     case XACT_EVENT_PARALLEL_COMMIT:
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
-    case XACT_EVENT_PREPARE:
-      pending.Clear();
+    case XACT_EVENT_PREPARE:  // a prepared transaction's events are not counted
+      ForgetPending();
       break;
     default:
       break;
@@ -422,7 +429,15 @@ void RegisterSharedStats() {
 void CountLeaseEventAtCommit(const char *lock_name, LeaseCounter counter) {
   if (!Available()) return;
   const SubTransactionId subxact = GetCurrentSubTransactionId();
-  (void)PGF_CORE(pending.Add(lock_name, counter, subxact));
+  const std::string_view name(lock_name);
+  if (PGF_CORE(pending.Add(name, counter, subxact)) != PendingLeaseCounts::Added::kFull) return;
+  // More locks than fit: twice the room, in the transaction's memory (freed
+  // with it; ForgetPending() goes back to the static array).
+  const int capacity = pending.Capacity() * 2;
+  auto *larger = static_cast<PendingLockCounts *>(
+      MemoryContextAlloc(TopTransactionContext, sizeof(PendingLockCounts) * capacity));
+  PGF_CORE(pending.MoveTo(larger, capacity));
+  (void)PGF_CORE(pending.Add(name, counter, subxact));
 }
 
 void RecordRefusedWrite(const RefusedWrite &write) {

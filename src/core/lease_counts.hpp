@@ -33,24 +33,32 @@ struct PendingLockCounts {
   std::uint32_t counts[kLeaseCounterCount];
 };
 
-// Fixed capacity and no allocation, so the backend can keep it in a
-// static.  Past its capacity, events are dropped and counted as dropped:
-// statistics, not state.
+// No allocation of its own: it counts into storage the caller gives it
+// (the backend starts with a static array and, when a transaction touches
+// more locks, gives it a larger one in the transaction's memory).  A name
+// too long to count is dropped and counted as dropped: statistics, not
+// state.
 class PendingLeaseCounts {
  public:
-  static constexpr int kCapacity = 32;
+  PendingLeaseCounts(PendingLockCounts *storage, int capacity) noexcept
+      : entries_(storage), capacity_(capacity) {}
 
-  // Counts one event of lock_name in subtransaction subxact.  False when
-  // it was dropped (name too long, or the set full).
-  bool Add(std::string_view lock_name, LeaseCounter counter, SubxactId subxact) noexcept {
-    if (lock_name.empty() || lock_name.size() > kMaxCountedLockName) return Drop();
+  enum class Added { kCounted, kFull, kDropped };
+
+  // Counts one event of lock_name in subtransaction subxact.  kFull: no
+  // room for a new lock; move to larger storage (MoveTo) and add again.
+  Added Add(std::string_view lock_name, LeaseCounter counter, SubxactId subxact) noexcept {
+    if (lock_name.empty() || lock_name.size() > kMaxCountedLockName) {
+      ++dropped_;
+      return Added::kDropped;
+    }
     PendingLockCounts *entry = nullptr;
     for (int i = 0; i < count_ && entry == nullptr; ++i) {
       if (entries_[i].subxact == subxact && lock_name == entries_[i].lock_name)
         entry = &entries_[i];
     }
     if (entry == nullptr) {
-      if (count_ == kCapacity) return Drop();
+      if (count_ == capacity_) return Added::kFull;
       entry = &entries_[count_++];
       std::memcpy(entry->lock_name, lock_name.data(), lock_name.size());
       entry->lock_name[lock_name.size()] = '\0';
@@ -58,7 +66,15 @@ class PendingLeaseCounts {
       for (std::uint32_t &c : entry->counts) c = 0;
     }
     ++entry->counts[static_cast<int>(counter)];
-    return true;
+    return Added::kCounted;
+  }
+
+  // Copies the entries into storage of capacity (at least Count()) and
+  // counts there from now on.
+  void MoveTo(PendingLockCounts *storage, int capacity) noexcept {
+    for (int i = 0; i < count_; ++i) storage[i] = entries_[i];
+    entries_ = storage;
+    capacity_ = capacity;
   }
 
   // Subtransaction ids increase within a transaction: rolling back subxact
@@ -80,20 +96,21 @@ class PendingLeaseCounts {
   }
 
   int Count() const noexcept { return count_; }
+  int Capacity() const noexcept { return capacity_; }
   const PendingLockCounts &At(int i) const noexcept { return entries_[i]; }
   std::uint64_t Dropped() const noexcept { return dropped_; }
-  void Clear() noexcept {
+
+  // Empty, counting into storage again (the transaction's memory is gone).
+  void Reset(PendingLockCounts *storage, int capacity) noexcept {
+    entries_ = storage;
+    capacity_ = capacity;
     count_ = 0;
     dropped_ = 0;
   }
 
  private:
-  bool Drop() noexcept {
-    ++dropped_;
-    return false;
-  }
-
-  PendingLockCounts entries_[kCapacity] = {};
+  PendingLockCounts *entries_;
+  int capacity_;
   int count_ = 0;
   std::uint64_t dropped_ = 0;
 };

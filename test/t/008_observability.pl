@@ -277,6 +277,55 @@ is( sql("SELECT count(*) FROM fencing_lock_stats", 'monitor')
 like(sql_error('SELECT fencing_stats_reset()', 'tenant_a'),
 	qr/permission denied/, 'only a superuser resets the statistics');
 
+# A leaky function of another tenant's sees no lock name it may not read
+# (the views are security barriers).
+sql('CREATE SCHEMA b_schema AUTHORIZATION tenant_b');
+sql(q{CREATE FUNCTION b_schema.peek(text) RETURNS boolean LANGUAGE plpgsql COST 0.0000001 AS
+  'BEGIN RAISE NOTICE ''peeked: %'', $1; RETURN true; END'}, 'tenant_b');
+for my $view ('fencing_lock_stats', 'fencing_leases', 'fencing_history')
+{
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM $view WHERE b_schema.peek(lock_name)",
+		extra_params => [ '-U', 'tenant_b' ]);
+	unlike($err, qr/peeked: (watched|quiet)/, "a leaky function sees no foreign lock name through $view");
+}
+
+# More locks in one transaction than the counts keep in their static room:
+# every one counted.
+sql("SELECT count(fencing_acquire('many-' || i, 'h', '1 minute')) FROM generate_series(1, 40) i");
+is(sql("SELECT sum(grants) FROM fencing_lock_stats WHERE lock_name LIKE 'many-%'"),
+	'40', 'forty grants in one transaction are forty grants');
+
+# A revoke that finds no live lease ends none: nothing counted.
+sql("SELECT fencing_release('many-1', token) FROM fencing_leases WHERE lock_name = 'many-1'");
+sql("SELECT fencing_revoke('many-1')");
+is(sql("SELECT revokes FROM fencing_lock_stats WHERE lock_name = 'many-1'"),
+	'0', 'a revoke of a lock with no live lease counts no revoke');
+
+# A transaction holding an expired lease's row does not stall the worker:
+# it marks the others and comes back for that one.
+sql("SELECT fencing_acquire('held-row', 'h', '200 ms'), fencing_acquire('free-row', 'f', '400 ms')");
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('BEGIN');
+$holder->query_safe("SELECT 1 FROM fencing_lease WHERE lock_name = 'held-row' FOR UPDATE");
+ok( $node->poll_query_until('postgres',
+		"SELECT ended = 'expired' FROM fencing_lease WHERE lock_name = 'free-row'"),
+	'the worker marks an expiry while another expired lease\'s row is locked');
+is(sql("SELECT ended IS NULL FROM fencing_lease WHERE lock_name = 'held-row'"),
+	't', 'and leaves the locked one');
+$holder->query_safe('COMMIT');
+ok( $node->poll_query_until('postgres',
+		"SELECT ended = 'expired' FROM fencing_lease WHERE lock_name = 'held-row'"),
+	'which it marks once the row is free');
+$holder->quit;
+
+# The launcher comes back when it is terminated.
+my $launcher = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_fencing expiry launcher'";
+ok(sql($launcher) =~ /^\d+$/, 'the expiry launcher runs');
+sql("SELECT pg_terminate_backend(($launcher))");
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_fencing expiry launcher'"),
+	'and is restarted after pg_terminate_backend');
+
 # ---- Across restarts -------------------------------------------------------------
 
 $gate->quit;

@@ -1031,14 +1031,22 @@ int CountOf(const PendingLeaseCounts &pending, std::string_view lock, LeaseCount
   }
   return total;
 }
+
+// Counts with room for `capacity` locks, as the backend starts.
+struct Pending {
+  explicit Pending(int capacity) : storage(capacity), counts(storage.data(), capacity) {}
+  std::vector<PendingLockCounts> storage;
+  PendingLeaseCounts counts;
+};
 }  // namespace
 
 TEST(PendingLeaseCountsTest, CountsPerLockAndCounter) {
-  PendingLeaseCounts pending;
-  EXPECT_TRUE(pending.Add("a", LeaseCounter::kGrants, 1));
-  EXPECT_TRUE(pending.Add("a", LeaseCounter::kGrants, 1));
-  EXPECT_TRUE(pending.Add("a", LeaseCounter::kReleases, 1));
-  EXPECT_TRUE(pending.Add("b", LeaseCounter::kGrants, 1));
+  Pending p(8);
+  PendingLeaseCounts &pending = p.counts;
+  EXPECT_EQ(pending.Add("a", LeaseCounter::kGrants, 1), PendingLeaseCounts::Added::kCounted);
+  pending.Add("a", LeaseCounter::kGrants, 1);
+  pending.Add("a", LeaseCounter::kReleases, 1);
+  pending.Add("b", LeaseCounter::kGrants, 1);
   EXPECT_EQ(pending.Count(), 2);
   EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kGrants), 2);
   EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kReleases), 1);
@@ -1047,7 +1055,8 @@ TEST(PendingLeaseCountsTest, CountsPerLockAndCounter) {
 }
 
 TEST(PendingLeaseCountsTest, ARolledBackSavepointTakesItsEventsAndItsChildren) {
-  PendingLeaseCounts pending;
+  Pending p(8);
+  PendingLeaseCounts &pending = p.counts;
   pending.Add("a", LeaseCounter::kGrants, 1);  // top level
   pending.Add("a", LeaseCounter::kGrants, 2);  // savepoint 2
   pending.Add("a", LeaseCounter::kGrants, 3);  // savepoint 3, inside 2
@@ -1057,7 +1066,8 @@ TEST(PendingLeaseCountsTest, ARolledBackSavepointTakesItsEventsAndItsChildren) {
 }
 
 TEST(PendingLeaseCountsTest, ACommittedSavepointsEventsStayWithItsParent) {
-  PendingLeaseCounts pending;
+  Pending p(8);
+  PendingLeaseCounts &pending = p.counts;
   pending.Add("a", LeaseCounter::kRenewals, 2);
   pending.CommitSubTransaction(2, 1);
   pending.Add("a", LeaseCounter::kRenewals, 4);  // a later savepoint, rolled back
@@ -1065,20 +1075,34 @@ TEST(PendingLeaseCountsTest, ACommittedSavepointsEventsStayWithItsParent) {
   EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kRenewals), 1);
 }
 
-TEST(PendingLeaseCountsTest, DropsNamesTooLongAndEventsBeyondCapacity) {
-  PendingLeaseCounts pending;
+TEST(PendingLeaseCountsTest, DropsNamesTooLongOrEmpty) {
+  Pending p(8);
+  PendingLeaseCounts &pending = p.counts;
   const std::string longest(kMaxCountedLockName, 'x');
-  EXPECT_TRUE(pending.Add(longest, LeaseCounter::kGrants, 1));
-  EXPECT_FALSE(pending.Add(longest + "x", LeaseCounter::kGrants, 1));
-  EXPECT_FALSE(pending.Add("", LeaseCounter::kGrants, 1));
-  for (int i = 1; i < PendingLeaseCounts::kCapacity; ++i) {
-    EXPECT_TRUE(pending.Add("lock" + std::to_string(i), LeaseCounter::kGrants, 1));
-  }
-  EXPECT_FALSE(pending.Add("one too many", LeaseCounter::kGrants, 1));
-  EXPECT_TRUE(pending.Add("lock1", LeaseCounter::kGrants, 1));  // an entry it has
-  EXPECT_EQ(pending.Dropped(), 3u);
-  pending.Clear();
+  EXPECT_EQ(pending.Add(longest, LeaseCounter::kGrants, 1), PendingLeaseCounts::Added::kCounted);
+  EXPECT_EQ(pending.Add(longest + "x", LeaseCounter::kGrants, 1),
+            PendingLeaseCounts::Added::kDropped);
+  EXPECT_EQ(pending.Add("", LeaseCounter::kGrants, 1), PendingLeaseCounts::Added::kDropped);
+  EXPECT_EQ(pending.Dropped(), 2u);
+}
+
+TEST(PendingLeaseCountsTest, WhenFullItMovesToLargerStorageAndLosesNothing) {
+  Pending p(2);
+  PendingLeaseCounts &pending = p.counts;
+  pending.Add("a", LeaseCounter::kGrants, 1);
+  pending.Add("b", LeaseCounter::kGrants, 1);
+  EXPECT_EQ(pending.Add("a", LeaseCounter::kGrants, 1), PendingLeaseCounts::Added::kCounted);
+  EXPECT_EQ(pending.Add("c", LeaseCounter::kGrants, 1), PendingLeaseCounts::Added::kFull);
+  std::vector<PendingLockCounts> larger(4);
+  pending.MoveTo(larger.data(), 4);
+  EXPECT_EQ(pending.Add("c", LeaseCounter::kGrants, 1), PendingLeaseCounts::Added::kCounted);
+  EXPECT_EQ(pending.Capacity(), 4);
+  EXPECT_EQ(CountOf(pending, "a", LeaseCounter::kGrants), 2);
+  EXPECT_EQ(CountOf(pending, "b", LeaseCounter::kGrants), 1);
+  EXPECT_EQ(CountOf(pending, "c", LeaseCounter::kGrants), 1);
+  pending.Reset(p.storage.data(), 2);
   EXPECT_EQ(pending.Count(), 0);
+  EXPECT_EQ(pending.Capacity(), 2);
   EXPECT_EQ(pending.Dropped(), 0u);
 }
 
