@@ -1,4 +1,4 @@
-// Tests of fenced-lease.js against a live server with pg_fencing installed.
+// Tests of fenced-lease.js and follower.js against a live server with pg_fencing installed.
 //
 //   bash examples/node/run-tests.sh        # npm ci, then node --test
 //
@@ -22,6 +22,7 @@ import {
   fencedQuery,
   withLease,
 } from './fenced-lease.js';
+import { LeaderFollower } from './follower.js';
 
 const RUN = randomBytes(4).toString('hex'); // in table and holder names: runs sharing a database do not meet
 const TABLE = `js_example_${RUN}`;
@@ -252,5 +253,136 @@ describe('FencedLease', () => {
     );
     assert.equal(await leader(), null);
     assert.notEqual(await lease('C').acquire(), null);
+  });
+});
+
+// The followers here have no reread period unless a test is about it:
+// nothing but a notification, a reconnect or the lease's expiry makes them
+// read, so each test fails if the path it is about is missing.
+describe('LeaderFollower', () => {
+  let followers; // stopped after each test
+  let reports; // what the test's follower emitted: holders, null for none
+  let errors;
+
+  before(async () => {
+    admin = new pg.Client();
+    await admin.connect();
+    await admin.query('CREATE EXTENSION IF NOT EXISTS pg_fencing');
+  });
+
+  after(async () => {
+    await admin?.end();
+  });
+
+  beforeEach((t) => {
+    lock = `js-${t.name.replace(/\W+/g, '-')}-${randomBytes(4).toString('hex')}`;
+    leases = [];
+    followers = [];
+    reports = [];
+    errors = [];
+  });
+
+  afterEach(async () => {
+    for (const f of followers) await f.stop();
+    for (const l of leases) await l.release().catch(() => {});
+  });
+
+  async function makeLock(announce) {
+    await admin.query('SELECT fencing_create_lock($1)', [lock]);
+    await admin.query('SELECT fencing_set_announce($1, $2)', [lock, announce]);
+  }
+
+  async function follow(options = {}) {
+    const f = new LeaderFollower({ lockName: lock, rereadPeriodMs: 0, ...options });
+    f.on('leader', (leader) => reports.push(leader));
+    f.on('reconnecting', (err) => errors.push(err));
+    followers.push(f);
+    await f.start();
+    return f;
+  }
+
+  async function acquired(name, ttlMs = 30_000) {
+    const l = lease(name, { ttlMs });
+    assert.notEqual(await l.acquire(), null);
+    return l;
+  }
+
+  const holders = () => reports.map((r) => r?.holder ?? null);
+  const lastIs = (holder) => () => reports.length > 0 && (reports.at(-1)?.holder ?? null) === holder;
+  const notify = (payload) => admin.query("SELECT pg_notify('fencing_events', $1)", [JSON.stringify(payload)]);
+
+  test('reports the leader at start, then a grant and a release', async () => {
+    await makeLock(true);
+    const a = await acquired('A');
+    const f = await follow();
+    assert.equal(f.leader.holder, a.holder, 'start() read the leader');
+    assert.equal(f.leader.token, a.token);
+    assert.ok(await waitUntil(lastIs(a.holder), 5000), `${holders()}`);
+    await a.release();
+    assert.ok(await waitUntil(lastIs(null), 5000), `release not seen: ${holders()}`);
+    const b = await acquired('B'); // another connection's grant
+    assert.ok(await waitUntil(lastIs(b.holder), 5000), `grant not seen: ${holders()}`);
+    assert.equal(f.leader.token, b.token);
+    assert.deepEqual(errors, []);
+  });
+
+  test('reports neither a rolled-back grant nor a forged notification', async () => {
+    await makeLock(true);
+    await follow({ rereadPeriodMs: 100 }); // many reads, each of which could report wrongly
+    assert.ok(await waitUntil(lastIs(null), 5000));
+    const other = new pg.Client();
+    await other.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query("SELECT fencing_acquire($1, 'ghost', '30 s')", [lock]);
+      await notify({ lock_name: lock, event: 'granted' }); // the follower reads while it is pending
+      await sleep(300);
+      await other.query('ROLLBACK');
+    } finally {
+      await other.end();
+    }
+    await notify({ lock_name: lock, event: 'granted', holder: 'forged', token: '999999' });
+    await notify({ lock_id: '1', event: 'granted', truncated: true });
+    const real = await acquired('real');
+    assert.ok(await waitUntil(lastIs(real.holder), 5000), `${holders()}`);
+    await notify({ lock_name: lock, event: 'released', holder: real.holder });
+    await sleep(500);
+    assert.deepEqual(holders(), [null, real.holder]);
+    assert.deepEqual(errors, []);
+  });
+
+  test('sees an expiry that nobody announces', async () => {
+    await makeLock(false);
+    await admin.query("SELECT fencing_acquire($1, 'short', '700 milliseconds')", [lock]);
+    await follow();
+    assert.ok(await waitUntil(lastIs('short'), 5000), `${holders()}`);
+    assert.ok(await waitUntil(lastIs(null), 5000), `expiry not seen: ${holders()}`);
+  });
+
+  test('reads again after its connection is terminated', async () => {
+    await makeLock(false); // only a read finds the grant
+    const f = await follow();
+    assert.ok(await waitUntil(lastIs(null), 5000));
+    const a = await acquired('A', 60_000);
+    await sleep(300);
+    assert.deepEqual(holders(), [null], 'read without a reason');
+    assert.equal(
+      await sql1('SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE application_name = $1', [
+        `leader_follower ${lock}`.slice(0, 63),
+      ]),
+      1,
+    );
+    assert.ok(await waitUntil(lastIs(a.holder), 10_000), `${holders()}`);
+    assert.equal(f.leader.token, a.token);
+    assert.ok(errors.length >= 1, "'reconnecting' not emitted");
+    assert.equal(f.connected, true);
+  });
+
+  test('the reread period catches a lock that is not announced', async () => {
+    await makeLock(false);
+    await follow({ rereadPeriodMs: 200 });
+    assert.ok(await waitUntil(lastIs(null), 5000));
+    const a = await acquired('A');
+    assert.ok(await waitUntil(lastIs(a.holder), 5000), `${holders()}`);
   });
 });

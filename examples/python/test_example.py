@@ -1,4 +1,4 @@
-"""Tests of fenced_lease against a live server with pg_fencing installed.
+"""Tests of fenced_lease and follower against a live server with pg_fencing installed.
 
     python3 -m unittest discover -s examples/python -v
 
@@ -7,6 +7,7 @@ role must be allowed to create the extension.  Each test uses a lock name of
 its own; the module makes (and drops) a protected table of its own.
 """
 
+import json
 import threading
 import time
 import unittest
@@ -16,6 +17,7 @@ from unittest import mock
 import psycopg2
 
 import fenced_lease
+from follower import LeaderFollower
 from fenced_lease import (
     FencedLease,
     LeaseLostError,
@@ -245,6 +247,147 @@ class FencedLeaseTest(unittest.TestCase):
         self.assertFalse(a.held)
         self.assertIsNone(leader(self.lock))
         self.assertIsNotNone(self.lease("B").acquire())
+
+
+class Changes:
+    """What a LeaderFollower reported, for waiting on and asserting."""
+
+    def __init__(self):
+        self.leaders = []
+        self.errors = []
+        self.cond = threading.Condition()
+
+    def on_change(self, leader):
+        with self.cond:
+            self.leaders.append(leader)
+            self.cond.notify_all()
+
+    def on_error(self, message):
+        with self.cond:
+            self.errors.append(message)
+            self.cond.notify_all()
+
+    def wait_for(self, holder, timeout=5.0):
+        """Waits until the last report is holder (None: no leader)."""
+        def last_is():
+            if not self.leaders:
+                return False
+            last = self.leaders[-1]
+            return last is None if holder is None else last is not None and last.holder == holder
+        with self.cond:
+            return self.cond.wait_for(last_is, timeout)
+
+    def holders(self):
+        with self.cond:
+            return [leader and leader.holder for leader in self.leaders]
+
+
+class LeaderFollowerTest(unittest.TestCase):
+    """The followers here have no reread period, unless a test is about it:
+    nothing but a notification, a reconnect or the lease's expiry makes them
+    read, so each test fails if the path it is about is missing."""
+
+    def setUp(self):
+        self.lock = f"py-{self._testMethodName}-{uuid.uuid4().hex[:8]}"
+        self.changes = Changes()
+        self.followers = []
+        self.leases = []
+
+    def tearDown(self):
+        for follower in self.followers:
+            follower.stop()
+        for lease in self.leases:
+            try:
+                lease.release()
+            except psycopg2.Error:
+                pass
+
+    def make_lock(self, announce):
+        sql1("SELECT fencing_create_lock(%s)::text", (self.lock,))
+        sql1("SELECT fencing_set_announce(%s, %s)::text", (self.lock, announce))
+
+    def follow(self, **kwargs):
+        kwargs.setdefault("reread_period", None)
+        follower = LeaderFollower(DSN, self.lock, self.changes.on_change,
+                                  on_error=self.changes.on_error, **kwargs)
+        self.followers.append(follower)
+        return follower.start()
+
+    def lease(self, name, ttl=30.0):
+        lease = FencedLease(DSN, self.lock, holder=f"{name}-{RUN}", ttl=ttl)
+        self.leases.append(lease)
+        self.assertIsNotNone(lease.acquire())
+        return lease
+
+    def notify(self, payload):
+        sql1("SELECT pg_notify('fencing_events', %s)::text", (payload,))
+
+    def test_reports_the_leader_at_start_then_a_grant_and_a_release(self):
+        self.make_lock(announce=True)
+        a = self.lease("A")
+        follower = self.follow()
+        self.assertEqual(follower.leader.holder, a.holder, "start() read the leader")
+        self.assertEqual(follower.leader.token, a.token)
+        self.assertTrue(self.changes.wait_for(a.holder), self.changes.holders())
+        a.release()
+        self.assertTrue(self.changes.wait_for(None), f"release not seen: {self.changes.holders()}")
+        b = self.lease("B")  # another connection's grant
+        self.assertTrue(self.changes.wait_for(b.holder), f"grant not seen: {self.changes.holders()}")
+        self.assertEqual(follower.leader.token, b.token)
+        self.assertEqual(self.changes.errors, [])
+
+    def test_reports_neither_a_rolled_back_grant_nor_a_forged_notification(self):
+        self.make_lock(announce=True)
+        self.follow(reread_period=0.1)  # many reads, each of which could report wrongly
+        self.assertTrue(self.changes.wait_for(None))
+        other = psycopg2.connect(DSN)
+        try:
+            with other.cursor() as cur:
+                cur.execute("SELECT fencing_acquire(%s, 'ghost', '30 s')", (self.lock,))
+            # The follower reads while the grant is pending.
+            self.notify(json.dumps({"lock_name": self.lock, "event": "granted"}))
+            time.sleep(0.3)
+            other.rollback()
+        finally:
+            other.close()
+        self.notify(json.dumps({"lock_name": self.lock, "event": "granted",
+                                "holder": "forged", "token": "999999"}))
+        self.notify(json.dumps({"lock_id": "1", "event": "granted", "truncated": True}))
+        real = self.lease("real")
+        self.assertTrue(self.changes.wait_for(real.holder), self.changes.holders())
+        self.notify(json.dumps({"lock_name": self.lock, "event": "released", "holder": real.holder}))
+        time.sleep(0.5)
+        self.assertEqual(self.changes.holders(), [None, real.holder])
+        self.assertEqual(self.changes.errors, [])
+
+    def test_sees_an_expiry_that_nobody_announces(self):
+        self.make_lock(announce=False)
+        sql1("SELECT fencing_acquire(%s, 'short', '700 milliseconds')::text", (self.lock,))
+        self.follow()
+        self.assertTrue(self.changes.wait_for("short"))
+        self.assertTrue(self.changes.wait_for(None), f"expiry not seen: {self.changes.holders()}")
+
+    def test_reads_again_after_its_connection_is_terminated(self):
+        self.make_lock(announce=False)  # only a read finds the grant
+        follower = self.follow()
+        self.assertTrue(self.changes.wait_for(None))
+        a = self.lease("A", ttl=60.0)
+        time.sleep(0.3)
+        self.assertEqual(self.changes.holders(), [None], "read without a reason")
+        self.assertEqual(sql1(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+            (f"leader_follower {self.lock}"[:63],)), 1)
+        self.assertTrue(self.changes.wait_for(a.holder, timeout=10.0), self.changes.holders())
+        self.assertEqual(follower.leader.token, a.token)
+        self.assertGreaterEqual(len(self.changes.errors), 1, "on_error not called")
+        self.assertTrue(follower.connected)
+
+    def test_reread_period_catches_a_lock_that_is_not_announced(self):
+        self.make_lock(announce=False)
+        self.follow(reread_period=0.2)
+        self.assertTrue(self.changes.wait_for(None))
+        a = self.lease("A")
+        self.assertTrue(self.changes.wait_for(a.holder), self.changes.holders())
 
 
 if __name__ == "__main__":

@@ -19,6 +19,14 @@
 #define PG_FENCING_PQXX_HAVE_EXEC_WITH_PARAMS 0
 #endif
 
+// 7.10 added connection::listen(channel, handler) and deprecated
+// notification_receiver, which 8 removed.
+#if PQXX_VERSION_MAJOR > 7 || (PQXX_VERSION_MAJOR == 7 && PQXX_VERSION_MINOR >= 10)
+#define PG_FENCING_PQXX_HAVE_LISTEN 1
+#else
+#define PG_FENCING_PQXX_HAVE_LISTEN 0
+#endif
+
 // 8 hands out rows and fields of a result as light references (row_ref,
 // field_ref) where older releases hand out pqxx::row and pqxx::field.
 #if PQXX_VERSION_MAJOR >= 8

@@ -1,6 +1,6 @@
 // Uses every installed header and all archives: the core (ParseToken), the
-// client (RethrowMapped, Lease, Heartbeat), the Redis and etcd locks and,
-// through them, libpqxx, hiredis, libcurl and threads.  check.sh fails if a
+// client (RethrowMapped, Lease, Heartbeat, LeaderWatch), the Redis and etcd
+// locks and, through them, libpqxx, hiredis, libcurl and threads.  check.sh fails if a
 // header is installed that this file does not include.  Needs no server:
 // nothing connects unless a conninfo is given.
 #include <pg_fencing/client.hpp>
@@ -10,6 +10,7 @@
 #include <pg_fencing/redis_lock.hpp>
 #include <pg_fencing/renewed_lock.hpp>
 #include <pg_fencing/token.hpp>
+#include <pg_fencing/watch.hpp>
 
 #include <cstdio>
 #include <stdexcept>
@@ -52,6 +53,17 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "CheckEtcdReachable reached nothing\n");
     return 1;
   } catch (const std::runtime_error &) {
+    // expected
+  }
+
+  // Links the watch: its options are checked before it connects.
+  try {
+    pfc::LeaderWatchOptions watch_options;
+    watch_options.lock_name = "client_consumer";
+    pfc::LeaderWatch watch(watch_options);
+    std::fprintf(stderr, "LeaderWatch accepted options without on_change\n");
+    return 1;
+  } catch (const std::invalid_argument &) {
     // expected
   }
 

@@ -1,5 +1,5 @@
-// Integration tests of pg_fencing_client (include/pg_fencing/client.hpp)
-// against a live server with the extension created.
+// Integration tests of pg_fencing_client (include/pg_fencing/client.hpp,
+// watch.hpp) against a live server with the extension created.
 //
 // The connection string comes from PG_FENCING_TEST_DSN (an empty value means
 // "libpq's environment": PGHOST, PGPORT, ...).  Without it, the tests that
@@ -7,6 +7,7 @@
 // tamper with the extension's lease table, which needs a superuser; they skip
 // otherwise.  Every test uses lock and table names of its own.
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/watch.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -28,7 +29,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "../../src/client/fencing_events.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
 
 namespace pg_fencing::client {
@@ -974,6 +977,407 @@ TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
       pqxx_compat::Exec1(tx, "SELECT token::bigint, val FROM " + table + " WHERE id = 1");
   EXPECT_EQ(row[0].as<Token>(), 10);
   EXPECT_EQ(row[1].as<std::string>(), "ten again");
+}
+
+// ---- LeaderWatch (watch.hpp) -----------------------------------------------------
+//
+// The watches here use reread_period 0 unless a test is about the period:
+// then nothing but a notification, a reconnect or the lease's expiry makes
+// them read, and each test fails if the path it is about is missing.
+
+// Records on_change and on_error calls; must outlive the watch.
+class WatchProbe {
+ public:
+  void Attach(LeaderWatchOptions &options) {
+    options.on_change = [this](const std::optional<LeaderInfo> &leader) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      changes_.push_back(leader);
+      cv_.notify_all();
+    };
+    options.on_error = [this](const std::string &what) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      errors_.push_back(what);
+      cv_.notify_all();
+    };
+  }
+  // Waits until the last change reported is `holder` (nullopt: no leader).
+  bool WaitForLeader(const std::optional<std::string> &holder, milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] {
+      if (changes_.empty()) return false;
+      const std::optional<LeaderInfo> &last = changes_.back();
+      return holder ? (last && last->holder == *holder) : !last;
+    });
+  }
+  bool WaitForErrors(std::size_t count, milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] { return errors_.size() >= count; });
+  }
+  std::vector<std::optional<LeaderInfo>> changes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return changes_;
+  }
+  std::size_t errors() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return errors_.size();
+  }
+  // "none, a#12, b#13": what was reported, for assertion messages.
+  std::string History() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string text;
+    for (const std::optional<LeaderInfo> &change : changes_) {
+      if (!text.empty()) text += ", ";
+      text += change ? change->holder + "#" + std::to_string(change->token) : "none";
+    }
+    return text;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::optional<LeaderInfo>> changes_;
+  std::vector<std::string> errors_;
+};
+
+class WatchTest : public ClientTest {
+ protected:
+  // Creates the lock and sets whether it is announced on fencing_events.
+  void MakeLock(const std::string &lock, bool announce) {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::ExecParams(tx, "SELECT fencing_create_lock($1)", lock);
+    pqxx_compat::ExecParams(tx, "SELECT fencing_set_announce($1, $2)", lock, announce);
+  }
+
+  LeaderWatchOptions WatchOptions(const std::string &lock, WatchProbe &probe,
+                                  const std::string &extra_conninfo = "") {
+    LeaderWatchOptions options;
+    options.conninfo = std::string(Dsn()) + " application_name=" + AppName() + " " + extra_conninfo;
+    options.lock_name = lock;
+    options.reread_period = 0ms;
+    probe.Attach(options);
+    return options;
+  }
+
+  // The watches' application_name, for finding their backends: unique like
+  // Name(), and short enough to be kept whole (63 bytes).
+  std::string AppName() const {
+    return "ct_watch_" + std::to_string(std::hash<std::string>{}(Name("watch")));
+  }
+
+  int TerminateWatchBackends() {
+    pqxx::nontransaction tx(*conn_);
+    return pqxx_compat::ExecParams1(tx,
+                                    "SELECT count(pg_terminate_backend(pid))::int "
+                                    "FROM pg_stat_activity WHERE application_name = $1",
+                                    AppName())[0]
+        .as<int>();
+  }
+
+  // fencing_acquire in a statement of its own: a lease nobody renews.
+  Token AcquireBySql(const std::string &lock, const std::string &holder, const char *ttl) {
+    pqxx::nontransaction tx(*conn_);
+    return pqxx_compat::ExecParams1(tx, "SELECT fencing_acquire($1, $2, $3::interval)::bigint",
+                                    lock, holder, ttl)[0]
+        .as<Token>();
+  }
+
+  void Notify(const std::string &payload) {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::ExecParams(tx, "SELECT pg_notify('fencing_events', $1)", payload);
+  }
+};
+
+TEST_F(WatchTest, ReportsTheLeaderAtStartThenEachGrantReleaseAndRevoke) {
+  const std::string lock = Name("lock");
+  MakeLock(lock, true);
+  auto first = std::make_unique<Lease>(Options(lock, "first", 30s));
+  WatchProbe probe;
+  LeaderWatch watch(WatchOptions(lock, probe));
+  ASSERT_TRUE(watch.leader()) << "the constructor read the leader";
+  EXPECT_EQ(watch.leader()->holder, "first");
+  EXPECT_EQ(watch.leader()->token, first->token());
+  ASSERT_TRUE(probe.WaitForLeader("first", 5s)) << probe.History();
+  EXPECT_TRUE(watch.connected());
+
+  ASSERT_TRUE(first->Release());
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << "release not seen: " << probe.History();
+  EXPECT_EQ(watch.leader(), std::nullopt);
+
+  // A grant by another connection.
+  LeaseOptions options = Options(lock, "second", 30s);
+  options.payload = R"({"addr": "10.0.0.2:5000"})";
+  Lease second(options);
+  ASSERT_TRUE(probe.WaitForLeader("second", 5s)) << "grant not seen: " << probe.History();
+  const std::optional<LeaderInfo> seen = watch.leader();
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->token, second.token());
+  EXPECT_EQ(seen->payload, std::optional<std::string>(R"({"addr": "10.0.0.2:5000"})"));
+
+  if (IsSuperuser()) {
+    Revoke(*conn_, lock, "watch test");
+    ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << "revoke not seen: " << probe.History();
+  }
+  EXPECT_EQ(probe.errors(), 0u);
+}
+
+// What the watch reports is fencing_leases, never a notification's word: a
+// grant that rolled back (even while the watch read because of another
+// notification) and a forged notification (any role may NOTIFY) are not
+// reported; a renewal or a re-acquire by the live holder is no change.
+TEST_F(WatchTest, ReportsOnlyCommittedChangesOfHolderOrToken) {
+  const std::string lock = Name("lock");
+  MakeLock(lock, true);
+  WatchProbe probe;
+  LeaderWatchOptions watch_options = WatchOptions(lock, probe);
+  watch_options.reread_period = 100ms;  // many reads, each of which could report wrongly
+  LeaderWatch watch(watch_options);
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << probe.History();
+
+  {
+    pqxx::connection other(Dsn());
+    pqxx::work tx(other);
+    pqxx_compat::ExecParams1(tx, "SELECT fencing_acquire($1, 'ghost', '30 s'::interval)", lock);
+    // The watch reads while the grant is pending.
+    Notify(R"({"lock_name": ")" + lock + R"(", "event": "granted"})");
+    std::this_thread::sleep_for(300ms);
+    tx.abort();
+  }
+  Notify(R"({"lock_name": ")" + lock +
+         R"(", "lock_id": "1", "event": "granted", "holder": "forged", "token": "999999"})");
+  Notify(R"({"lock_id": "1", "event": "granted", "token": "999998", "truncated": true})");
+
+  LeaseOptions options = Options(lock, "real", 30s);
+  options.heartbeat = 100ms;
+  Lease real(options);
+  ASSERT_TRUE(probe.WaitForLeader("real", 5s)) << probe.History();
+  // Renewals, a re-acquire by the holder with a new payload, more forgeries.
+  {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::ExecParams1(tx,
+                             "SELECT fencing_acquire($1, 'real', '30 s'::interval, "
+                             "payload => '{\"v\": 2}'::jsonb)",
+                             lock);
+  }
+  Notify(R"({"lock_name": ")" + lock + R"(", "event": "released", "holder": "real"})");
+  std::this_thread::sleep_for(800ms);
+
+  const std::vector<std::optional<LeaderInfo>> changes = probe.changes();
+  ASSERT_EQ(changes.size(), 2u) << probe.History();
+  EXPECT_EQ(changes[0], std::nullopt);
+  ASSERT_TRUE(changes[1]);
+  EXPECT_EQ(changes[1]->holder, "real");
+  EXPECT_EQ(changes[1]->token, real.token());
+  EXPECT_EQ(probe.errors(), 0u);
+}
+
+// Without the background worker nobody announces an expiry until the next
+// grant; the watch reads when the lease is due to end, by the server's clock.
+TEST_F(WatchTest, SeesAnExpiryThatNobodyAnnounces) {
+  const std::string lock = Name("lock");
+  MakeLock(lock, false);
+  const Token token = AcquireBySql(lock, "short", "700 milliseconds");
+  WatchProbe probe;
+  LeaderWatch watch(WatchOptions(lock, probe));
+  ASSERT_TRUE(probe.WaitForLeader("short", 5s)) << probe.History();
+  EXPECT_EQ(probe.changes().back()->token, token);
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << "expiry not seen: " << probe.History();
+}
+
+// A lock that is not announced is watched by the period alone.
+TEST_F(WatchTest, RereadPeriodCatchesChangesOfALockThatIsNotAnnounced) {
+  const std::string lock = Name("lock");
+  MakeLock(lock, false);
+  WatchProbe probe;
+  LeaderWatchOptions options = WatchOptions(lock, probe);
+  options.reread_period = 200ms;
+  LeaderWatch watch(options);
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << probe.History();
+  Lease lease(Options(lock, "quiet", 30s));
+  ASSERT_TRUE(probe.WaitForLeader("quiet", 5s)) << probe.History();
+  ASSERT_TRUE(lease.Release());
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << probe.History();
+}
+
+// The watch's backend is terminated: it reconnects, LISTENs again and reads,
+// and so finds a grant that was never announced (the lock is not) and that
+// nothing else would make it read (no period, a long ttl).
+TEST_F(WatchTest, ReadsAgainAfterItsConnectionIsTerminated) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to terminate another role's backend";
+  const std::string lock = Name("lock");
+  MakeLock(lock, false);
+  WatchProbe probe;
+  LeaderWatch watch(WatchOptions(lock, probe));
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << probe.History();
+  Lease lease(Options(lock, "unannounced", 60s));
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(probe.changes().size(), 1u) << "read without a reason: " << probe.History();
+
+  ASSERT_EQ(TerminateWatchBackends(), 1);
+  ASSERT_TRUE(probe.WaitForErrors(1, 5s)) << "on_error not called";
+  ASSERT_TRUE(probe.WaitForLeader("unannounced", 10s)) << probe.History();
+  EXPECT_EQ(probe.changes().back()->token, lease.token());
+  // It listens again: an announced change is seen without any other read.
+  {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::ExecParams(tx, "SELECT fencing_set_announce($1, true)", lock);
+  }
+  ASSERT_TRUE(lease.Release());
+  ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << "not listening again: " << probe.History();
+}
+
+// The watch is cut off and cannot reconnect (its role may not log in) while
+// the leader changes, announced: the notification is lost, and the watch
+// catches up when it is back.
+TEST_F(WatchTest, CatchesUpWithAChangeMadeWhileItWasDisconnected) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to create a role and stop its logins";
+  const std::string lock = Name("lock");
+  const std::string role = "ct_watch_follower_" + std::to_string(getpid());  // kept whole
+  MakeLock(lock, true);
+  struct RoleGuard {
+    pqxx::connection &conn;
+    std::string role, lock;
+    ~RoleGuard() {
+      try {
+        pqxx::nontransaction tx(conn);
+        pqxx_compat::ExecParams(tx, "SELECT fencing_revoke_lock($1, $2::regrole)", lock, role);
+        pqxx_compat::Exec0(tx, "DROP ROLE IF EXISTS " + tx.quote_name(role));
+      } catch (...) {
+      }
+    }
+  };
+  {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::Exec0(tx, "CREATE ROLE " + tx.quote_name(role) + " LOGIN PASSWORD 'watch'");
+    pqxx_compat::ExecParams(tx, "SELECT fencing_grant_lock($1, $2::regrole)", lock, role);
+  }
+  RoleGuard guard{*conn_, role, lock};
+  auto set_login = [&](bool login) {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::Exec0(tx, "ALTER ROLE " + tx.quote_name(role) + (login ? " LOGIN" : " NOLOGIN"));
+  };
+
+  auto first = std::make_unique<Lease>(Options(lock, "before", 60s));
+  WatchProbe probe;
+  auto watch =
+      std::make_unique<LeaderWatch>(WatchOptions(lock, probe, "user=" + role + " password=watch"));
+  ASSERT_TRUE(probe.WaitForLeader("before", 5s)) << probe.History();
+
+  set_login(false);
+  ASSERT_EQ(TerminateWatchBackends(), 1);
+  // The break, then at least one reconnect refused.
+  ASSERT_TRUE(probe.WaitForErrors(2, 5s)) << "no failed reconnect reported";
+  EXPECT_FALSE(watch->connected());
+  ASSERT_TRUE(first->Release());
+  first.reset();
+  Lease during(Options(lock, "during", 60s));  // announced; nobody hears it
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(probe.changes().size(), 1u) << probe.History();
+
+  set_login(true);
+  // Reconnects within its back-off (at most 5 s).
+  ASSERT_TRUE(probe.WaitForLeader("during", 15s)) << probe.History();
+  EXPECT_EQ(probe.changes().back()->token, during.token());
+  EXPECT_EQ(probe.changes().size(), 2u)
+      << "the release in between is no leader to report: " << probe.History();
+  EXPECT_TRUE(watch->connected());
+
+  // Destroying a watch that is reconnecting does not wait for its back-off.
+  set_login(false);
+  ASSERT_EQ(TerminateWatchBackends(), 1);
+  const std::size_t before = probe.errors();
+  // Failures 1 to 6: at once, then after 0.1, 0.2, 0.4 and 0.8 s; now 1.6 s.
+  ASSERT_TRUE(probe.WaitForErrors(before + 6, 10s)) << "no back-off to interrupt";
+  const Clock::time_point start = Clock::now();
+  watch.reset();
+  EXPECT_LT(Since(start), 1000);
+}
+
+// A read blocked on the server does not hold up the destructor.
+TEST_F(WatchTest, DestructorInterruptsABlockedRead) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to lock fencing_lease";
+  const std::string lock = Name("lock");
+  MakeLock(lock, false);
+  Lease lease(Options(lock, "holder", 30s));
+  WatchProbe probe;
+  LeaderWatchOptions options = WatchOptions(lock, probe);
+  options.reread_period = 100ms;
+  auto watch = std::make_unique<LeaderWatch>(options);
+  ASSERT_TRUE(probe.WaitForLeader("holder", 5s)) << probe.History();
+
+  // The view's read waits behind an exclusive lock on the table.
+  pqxx::connection blocker_conn(Dsn());
+  pqxx::work blocker(blocker_conn);
+  pqxx_compat::Exec0(blocker, "LOCK TABLE fencing_lease IN ACCESS EXCLUSIVE MODE");
+  auto blocked_reads = [&] {
+    pqxx::nontransaction tx(*conn_);
+    return pqxx_compat::ExecParams1(tx,
+                                    "SELECT count(*)::int FROM pg_stat_activity "
+                                    "WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                                    AppName())[0]
+        .as<int>();
+  };
+  const Clock::time_point look = Clock::now();
+  while (blocked_reads() == 0 && Since(look) < 3000) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(blocked_reads(), 1) << "the watch's read is not waiting";
+
+  // On a thread of its own, so that a destructor that waits for the read
+  // fails the test instead of hanging it: the blocker gives way after 3 s.
+  const Clock::time_point start = Clock::now();
+  std::atomic<long long> took{-1};
+  std::thread destroy([&] {
+    watch.reset();
+    took = Since(start);
+  });
+  while (took < 0 && Since(start) < 3000) std::this_thread::sleep_for(10ms);
+  blocker.abort();
+  destroy.join();
+  EXPECT_LT(took.load(), 1000);
+}
+
+TEST(LeaderWatchOptionsTest, AreCheckedBeforeConnecting) {
+  LeaderWatchOptions options;
+  options.conninfo = "host=/nonexistent";
+  options.lock_name = "x";
+  EXPECT_THROW(LeaderWatch{options}, std::invalid_argument) << "no on_change";
+  options.on_change = [](const std::optional<LeaderInfo> &) {};
+  options.reread_period = -1ms;
+  EXPECT_THROW(LeaderWatch{options}, std::invalid_argument);
+  options.reread_period = 0ms;
+  options.lock_name = "";
+  EXPECT_THROW(LeaderWatch{options}, std::invalid_argument);
+  options.lock_name = "x";
+  EXPECT_THROW(LeaderWatch{options}, pqxx::broken_connection) << "connects in the constructor";
+}
+
+TEST(EventLockNameTest, ReadsTheTopLevelLockNameOnly) {
+  // As the server spells them (jsonb and json_build_object text).
+  EXPECT_EQ(EventLockName(R"({"lock_name": "orders", "event": "granted", "token": "12"})"),
+            std::optional<std::string>("orders"));
+  EXPECT_EQ(EventLockName(R"({"lock_name" : "orders", "lock_id" : "17"})"),
+            std::optional<std::string>("orders"));
+  EXPECT_EQ(EventLockName(R"({"event": "granted", "takeover": false, "previous_token": null,)"
+                          R"( "lock_name": "a\"b\\c\u00e9\ud83d\ude00\n"})"),
+            std::optional<std::string>("a\"b\\c\xc3\xa9\xf0\x9f\x98\x80\n"));
+  EXPECT_EQ(EventLockName(R"({"lock_name": "caf\u00e9"})"),
+            std::optional<std::string>("caf\xc3\xa9"));
+  // A holder that looks like a lock_name member is a string, not a member.
+  EXPECT_EQ(EventLockName(R"({"holder": "\", \"lock_name\": \"victim", "lock_name": "real"})"),
+            std::optional<std::string>("real"));
+  EXPECT_EQ(EventLockName(R"({"nested": {"lock_name": "inner"}, "lock_name": "outer"})"),
+            std::optional<std::string>("outer"));
+  // Nothing to go on: truncated, not a string, not an object, malformed.
+  EXPECT_EQ(EventLockName(R"({"lock_id": "17", "event": "granted", "truncated": true})"),
+            std::nullopt);
+  EXPECT_EQ(EventLockName(R"({"lock_name": 17})"), std::nullopt);
+  EXPECT_EQ(EventLockName(R"({"nested": {"lock_name": "inner"}})"), std::nullopt);
+  EXPECT_EQ(EventLockName(R"(["lock_name", "x"])"), std::nullopt);
+  EXPECT_EQ(EventLockName(""), std::nullopt);
+  EXPECT_EQ(EventLockName("orders"), std::nullopt);
+  EXPECT_EQ(EventLockName(R"({"lock_name": "orders")"), std::nullopt);
+  EXPECT_EQ(EventLockName(R"({"lock_name": "orders"} trailing)"), std::nullopt);
+  EXPECT_EQ(EventLockName(R"({"lock_name": "bad \x escape"})"), std::nullopt);
+  EXPECT_EQ(EventLockName(R"({"lock_name": "\ud83d alone"})"), std::nullopt);
+  EXPECT_EQ(EventLockName("{\"lock_name\": \"raw\nnewline\"}"), std::nullopt);
 }
 
 // ---- RethrowMapped without a server ---------------------------------------------
