@@ -58,6 +58,7 @@ struct Options {
   std::string dir;
   std::string pg_bindir = "/usr/lib/postgresql/15/bin";
   bool keep_data = false;
+  bool preload = false;  // shared_preload_libraries = pg_fencing (statistics, the expiry worker)
   bool check = true;
   int examples = 5;
   WorkerConfig worker;  // the per-worker knobs; slot, incarnation, paths filled in later
@@ -89,6 +90,8 @@ Unix socket only.  At the end, checks the history (pg_fencing_stress_check).
   --dir DIR           run directory (logs, history; default: a new /tmp/pg_fencing_stress.*)
   --pg-bindir DIR     PostgreSQL binaries (/usr/lib/postgresql/15/bin)
   --keep-data         keep the cluster's data directory
+  --preload           the server preloads pg_fencing: its statistics and expiry worker run
+                      through the faults
   --no-check          do not run the checker
   --examples N        violations shown per kind (5)
 Exit status: 0 no violation, 1 violations found, 2 setup or usage error.
@@ -154,6 +157,8 @@ Options ParseOptions(int argc, char **argv) {
         o.pg_bindir = value();
       else if (arg == "--keep-data")
         o.keep_data = true;
+      else if (arg == "--preload")
+        o.preload = true;
       else if (arg == "--no-check")
         o.check = false;
       else if (arg == "--examples")
@@ -543,6 +548,7 @@ int RunOrchestrator(int argc, char **argv) {
     co.log_path = dir + "/postgres.log";
     co.settings = {"log_min_messages=log", "log_min_error_statement=panic", "max_connections=200",
                    "fsync=on", "synchronous_commit=on"};
+    if (o.preload) co.settings.push_back("shared_preload_libraries=pg_fencing");
     cluster = std::make_unique<Cluster>(co);
     cluster->InitDb();
     cluster->Start();

@@ -4,7 +4,9 @@
 #   bash test/stress/run.sh BUILD_DIR [--duration S] [--unguarded-duration S] [--seed N]
 #                           [--pg-bindir DIR] [--keep]
 #
-# 1. a guarded run (both tables protected) with every fault: must pass;
+# 1. a guarded run (both tables protected) with every fault, on a server that
+#    preloads pg_fencing (its statistics and expiry worker run through the
+#    crashes too): must pass;
 # 2. an unguarded run (no fencing_protect), same load and faults: the checker
 #    must report violations, so its failure is this step's success;
 # 3. the checker against copies of run 1's directory with one defect planted
@@ -72,7 +74,7 @@ stress_run() {
 }
 
 # 1. Guarded: no violation allowed.
-stress_run guarded "$duration"
+stress_run guarded "$duration" --preload
 rc=$?
 if ((rc == 0)); then
   echo "--- guarded: PASS (no violation)"
