@@ -86,6 +86,9 @@ BEGIN
      SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason
    WHERE e.lock_name = l.lock_name AND e.expires_at > clock_timestamp()
   RETURNING e.holder, e.token INTO ended_holder, ended_token;
+  -- The fence gate first: the revoke waits for every transaction writing
+  -- under the current mark (they hold the gate shared).
+  PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
   new_mark := @extschema@.fencing_grant();
   INSERT INTO @extschema@.fencing_fence AS f VALUES (l.lock_name, new_mark)
     ON CONFLICT ON CONSTRAINT fencing_fence_pkey
@@ -99,6 +102,25 @@ BEGIN
   END IF;
   RETURN new_mark;
 END $$;
+
+-------------------------------------------------------------------------------
+-- The fence gate (issue 15): writers of one holder in parallel
+-------------------------------------------------------------------------------
+-- Every writer under a lock used to lock the lock's mark row to its commit,
+-- so that a raise of the mark (a grant, a revoke) waited for the writes in
+-- flight: the holder's own writers took turns.  From 1.4 a writer whose
+-- token is the mark holds the lock's fence gate shared instead (a lock in
+-- the lock manager, src/backend/fences.cpp), and whatever raises the mark
+-- takes the gate exclusively first: it still waits for every write in
+-- flight, and the writes after it wait for its commit, then are judged
+-- against the new mark.  The lease engine takes it in C; the revoke, below,
+-- through this function.  PUBLIC may not call it: holding a gate stops
+-- every writer under the lock.
+CREATE FUNCTION @extschema@.fencing_lock_fence_gate(lock_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_lock_fence_gate' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_lock_fence_gate(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_lock_fence_gate(bigint) IS
+  'takes a lock''s fence gate exclusively until the end of the transaction, before its mark is raised; internal';
 
 -- Expiries: a lease that ran out is marked ended = 'expired' once it has
 -- been announced, so that it is announced once.  Until a grant replaces

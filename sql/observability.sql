@@ -137,6 +137,8 @@ SELECT fencing_set_announce('obs-b', true);
 SELECT fencing_lease_event('obs-b', 'revoked', 'forged', '1');
 SELECT fencing_announce_expiries();
 SELECT fencing_stats_reset();
+-- Holding a lock's fence gate would stop every writer under it.
+SELECT fencing_lock_fence_gate(1);
 -- The setting is a superuser's.
 SET pg_fencing.history_size = 1000000;
 RESET ROLE;

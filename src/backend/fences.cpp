@@ -1,27 +1,37 @@
 // Lock-wide fences: the transaction's presented tokens (fencing_present)
 // and its locked view of each lock's high-water mark.
 //
-// The mark itself lives in the table fencing_fence, one row per lock.  Writes
-// read and move it through the SQL function fencing_fence_advance(),
-// presentations read it through fencing_fence_lock(), and a lease grant
-// raises it in fencing_try_acquire(); each locks the row for the rest of the
-// transaction.  So writers under one lock are serialised on that one row
-// whatever tables they write, and a transaction that has locked the mark can
-// judge every further row against its cached copy without another query.
+// The mark itself lives in the table fencing_fence, one row per lock.  A
+// transaction that raises it -- a write with a higher token, through the SQL
+// function fencing_fence_advance(), a lease grant, a revoke -- locks the row
+// for the rest of the transaction, and, from 1.4 on, first takes the lock's
+// fence gate (FenceGateKey) exclusively.  A transaction whose token is the
+// mark as it stands takes the gate shared and reads the mark, and no row
+// lock: the writers of one holder do not wait for each other, while a raise
+// waits for every one of them in flight and fences out whatever they write
+// after its commit (they wait for the gate behind it).  A transaction that
+// holds the mark judges every further row against its cached copy without
+// another query.  A database whose extension predates the gate (its revoke
+// does not take it) keeps the row lock for every writer.
 #include "fences.hpp"
 
 extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 }
 
 #include <new>
 
 #include "durable_commit.hpp"
 #include "extension_objects.hpp"
+#include "lease_tables.hpp"
 #include "locks.hpp"
 #include "shared_stats.hpp"
 
@@ -102,7 +112,80 @@ Token CallFenceLock(Oid schema, const char *lock_name) {
   return is_null ? 0 : DatumGetInt64(result);
 }
 
+// ---- The fence gate (1.4) ------------------------------------------------------
+
+// Whether the database's extension has the gate (1.4): its SQL that raises a
+// mark takes it (fencing_lock_fence_gate in the revoke).
+bool GateInUse(Oid schema) {
+  static const Oid kArgTypes[] = {INT8OID};
+  return ExtensionFunctionIfExists(schema, "fencing_lock_fence_gate", 1, kArgTypes) != nullptr;
+}
+
+// The gate's tag: an advisory lock's, in the field SQL's advisory locks set
+// to 1 or 2 (pg_locks.objsubid 3), so that no role can hold it from SQL.
+LOCKTAG GateTag(int64 lock_id) {
+  LOCKTAG tag;
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kFenceGateTag, static_cast<uint32>(lock_id), 3);
+  return tag;
+}
+
+// The lock's mark as committed now (the latest snapshot, whatever the
+// isolation level: the mark is judged as it stands, as a row lock would).
+// Under the gate, held in either mode, nobody can move it.  False: no mark.
+bool ReadMarkNow(Oid schema, const char *lock_name, Token *mark) {
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  Relation fence = table_open(ids.fence, AccessShareLock);
+  Relation probe = index_open(ids.fence_probe, AccessShareLock);
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+  HeapTuple row =
+      FetchRow(fence, probe, ids.name_collation, CStringGetTextDatum(lock_name), snapshot);
+  UnregisterSnapshot(snapshot);
+  bool found = row != nullptr;
+  if (found) {
+    bool is_null = false;
+    *mark = DatumGetInt64(RowColumn(fence, row, ids.fence_high_water, &is_null));
+    found = !is_null;
+  }
+  index_close(probe, NoLock);
+  table_close(fence, NoLock);
+  return found;
+}
+
+// The first look of a transaction at a lock's mark, with the gate: when
+// token is the mark (or below it), the gate is taken shared and the mark
+// read again under it, and the fence is held shared (true: *mark and
+// *mark_known are what the caller judges).  Otherwise (a higher token, or
+// no mark yet) the gate is taken exclusively, and the caller goes on to
+// lock and raise the mark's row as before (false).
+bool HoldFenceShared(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
+  LOCKTAG gate = GateTag(lock_id);
+  Token seen = 0;
+  if (ReadMarkNow(schema, lock_name, &seen) && token <= seen) {
+    (void)LockAcquire(&gate, ShareLock, false, false);
+    // A raise may have committed between the look and the gate: it only
+    // raised, so token <= the mark still.
+    if (!ReadMarkNow(schema, lock_name, &seen)) {
+      ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                      errmsg("the mark of fencing lock \"%s\" disappeared", lock_name)));
+    }
+    LockFence &fence = FenceFor(lock_name);
+    TransactionFences &fences = Fences();
+    const SubxactId subxact = GetCurrentSubTransactionId();
+    PGF_CORE(fences.Lock(fence, true, seen, subxact, true));
+    *mark = seen;
+    return true;
+  }
+  (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  return false;
+}
+
 }  // namespace
+
+void TakeFenceGateExclusively(Oid schema, int64 lock_id) {
+  if (lock_id == 0 || !GateInUse(schema)) return;
+  LOCKTAG gate = GateTag(lock_id);
+  (void)LockAcquire(&gate, ExclusiveLock, false, false);
+}
 
 void RegisterFenceCallbacks() {
   RegisterXactCallback(OnTransactionEnd, nullptr);
@@ -113,8 +196,9 @@ LockFence *FindTransactionFence(const char *lock_name) {
   return current_fences == nullptr ? nullptr : PGF_CORE(current_fences->Find(lock_name));
 }
 
-bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mark) {
+bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
   LockFence &fence = FenceFor(lock_name);
+  const bool gated = lock_id != 0 && GateInUse(schema);
   if (fence.locked) {
     switch (PGF_CORE(JudgeAgainstHighWater(token, fence.mark_known, fence.mark))) {
       case HighWaterVerdict::kAccept:
@@ -124,8 +208,14 @@ bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mar
         *mark = fence.mark;
         return false;
       case HighWaterVerdict::kRaise:
+        // Held shared: the raise needs the gate exclusively (it waits for
+        // the others sharing it; two that both do are a deadlock, which
+        // PostgreSQL breaks with 40P01).
+        if (fence.shared) TakeFenceGateExclusively(schema, lock_id);
         break;
     }
+  } else if (gated) {
+    if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) return token >= *mark;
   }
   Token previous = 0;
   const bool had_mark = CallFenceAdvance(schema, lock_name, token, &previous);
@@ -147,8 +237,14 @@ bool AdvanceLockFence(Oid schema, const char *lock_name, Token token, Token *mar
   return true;
 }
 
-bool CheckLockFence(Oid schema, const char *lock_name, Token token, Token *mark) {
+bool CheckLockFence(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
   LockFence *fence = &FenceFor(lock_name);
+  if (!fence->locked && lock_id != 0 && GateInUse(schema)) {
+    // A presentation of the mark shares the gate; of a higher token, takes
+    // it exclusively (the write that follows will raise the mark).
+    if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) return token >= *mark;
+    fence = &FenceFor(lock_name);
+  }
   if (!fence->locked) {
     const Token locked_mark = CallFenceLock(schema, lock_name);
     fence = &FenceFor(lock_name);  // the call may have run arbitrary code
@@ -176,7 +272,7 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   // then waits for: only a role that may use the lock may do it.  (And only
   // such a role's refusals are recorded: the record is bounded, and no
   // other role may fill it.)
-  AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
+  const int64 lock_id = AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
   if (PG_ARGISNULL(1)) {
     RecordRefusedWrite({InvalidOid, lock_name, 0, false, 0, false, PGF_ERRCODE_MISSING_TOKEN});
     ereport(ERROR,
@@ -186,7 +282,7 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   }
   const Token token = PG_GETARG_INT64(1);
   Token mark = 0;
-  if (!CheckLockFence(schema, lock_name, token, &mark)) {
+  if (!CheckLockFence(schema, lock_id, lock_name, token, &mark)) {
     RecordRefusedWrite({InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_STALE_TOKEN});
     ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                     errmsg("stale fencing token " INT64_FORMAT " for lock \"%s\": the lock has "
@@ -199,6 +295,15 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   const SubxactId subxact = GetCurrentSubTransactionId();
   LockFence *fence = PGF_CORE(fences.Find(lock_name));
   PGF_CORE(fences.Present(*fence, token, subxact));
+  PG_RETURN_VOID();
+}
+
+// fencing_lock_fence_gate(lock_id bigint) RETURNS void: takes the lock's
+// fence gate exclusively until the transaction ends, for the SQL that
+// raises a mark (the revoke).  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_lock_fence_gate);
+Datum fencing_lock_fence_gate(PG_FUNCTION_ARGS) {
+  TakeFenceGateExclusively(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
   PG_RETURN_VOID();
 }
 

@@ -18,9 +18,18 @@ LockFence *FindTransactionFence(const char *lock_name);
 // is not above token, moving it up to token if token is higher.  Returns
 // false, leaving the mark as it was, when token is below it; *mark then
 // holds the mark.  extension_schema is where fencing_fence lives.
-bool AdvanceLockFence(Oid extension_schema, const char *lock_name, Token token, Token *mark);
+// lock_id: the lock's (fencing_lock.lock_id), for its fence gate; 0 for
+// none (a database before 1.2): the mark's row is locked for every write.
+bool AdvanceLockFence(Oid extension_schema, int64 lock_id, const char *lock_name, Token token,
+                      Token *mark);
 
 // The same check, without moving the mark (fencing_present).
-bool CheckLockFence(Oid extension_schema, const char *lock_name, Token token, Token *mark);
+bool CheckLockFence(Oid extension_schema, int64 lock_id, const char *lock_name, Token token,
+                    Token *mark);
+
+// Takes the lock's fence gate exclusively until the transaction ends, before
+// raising its mark (a grant, a revoke): waits for every transaction writing
+// under the current mark.  Nothing in a database without the gate.
+void TakeFenceGateExclusively(Oid extension_schema, int64 lock_id);
 
 }  // namespace pg_fencing

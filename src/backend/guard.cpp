@@ -159,6 +159,7 @@ struct GuardCache {
   // executor state, so the lock's permissions are read once per statement
   // and role, not per row.
   Oid authorized_user;
+  int64 lock_id;  // the lock's, once authorized (its fence gate); 0 before 1.2
 };
 
 const char *TriggerWhere(const TriggerData *td) {
@@ -219,6 +220,7 @@ GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   fresh.relation_oid = relid;
   fresh.extension_schema = ExtensionSchema(fcinfo);
   fresh.authorized_user = InvalidOid;
+  fresh.lock_id = 0;
   fresh.attnum =
       ResolveNamedColumn(td->tg_relation, trigger->tgargs[0], TokenTypeOid(fresh.extension_schema));
   fresh.options = ParseOptions(trigger->tgargs + 1, trigger->tgnargs - 1, TriggerWhere(td));
@@ -422,7 +424,7 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
 void AuthorizeWritesUnderLock(const TriggerData *td, GuardCache &guard) {
   const Oid writer = GetUserId();
   if (guard.authorized_user == writer) return;
-  AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
+  guard.lock_id = AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
   const Oid owner = td->tg_relation->rd_rel->relowner;
   if (owner != writer) {
     AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false,
@@ -475,7 +477,7 @@ Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   }
   const Token token = fence->presented_token;
   Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_name, token, &mark)) {
+  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name, token, &mark)) {
     ReportStaleForLock(td, guard, token, mark);
   }
   return PointerGetDatum(nullptr);  // ignored for statement triggers
@@ -534,7 +536,8 @@ Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
   }
 
   Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_name, decision.write_token, &mark)) {
+  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name,
+                        decision.write_token, &mark)) {
     if (guard.options.skip) {
       RecordStale(td, guard.lock_name, decision.write_token, mark, false);
       return PointerGetDatum(nullptr);

@@ -48,6 +48,7 @@ extern "C" {
 #include "durable_commit.hpp"
 #include "expiry_worker.hpp"
 #include "extension_objects.hpp"
+#include "fences.hpp"
 #include "grant.hpp"
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
@@ -201,7 +202,10 @@ uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values
 // every older token under the lock at once, even before the new holder
 // writes anything.  Waits for a transaction writing under the lock (it
 // holds the mark's row) to end.
-void RaiseMark(const Tables &t, Oid schema, Datum lock_name, int64 token) {
+void RaiseMark(const Tables &t, Oid schema, int64 lock_id, Datum lock_name, int64 token) {
+  // First the gate: every transaction writing under the current mark has
+  // it shared, and the raise waits for them (fences.hpp).
+  TakeFenceGateExclusively(schema, lock_id);
   Relation fence = table_open(t.ids->fence, RowExclusiveLock);
   Relation fence_probe = index_open(t.ids->fence_probe, AccessShareLock);
   bool raised = false;
@@ -370,7 +374,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   }
   const int64 granted = GrantToken(request.schema);
   // Waits for a transaction writing under the lock (it holds the mark's row).
-  RaiseMark(t, request.schema, request.lock_name, granted);
+  RaiseMark(t, request.schema, lock_id, request.lock_name, granted);
   bool written = false;
   if (attempt == LeaseAttempt::kGrantFirst) {
     const char *s = quote_identifier(get_namespace_name(request.schema));

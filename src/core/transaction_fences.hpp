@@ -40,11 +40,26 @@ struct LockFence {
   bool presented;
   Token presented_token;
   SubxactId presented_in;
-  bool locked;      // the lock's fence row is locked by this transaction
+  bool locked;  // the lock's mark is held by this transaction (see shared)
+  // Held in share mode: the transaction writes under the mark as it is
+  // (its token is the mark), alongside others that do; it holds the lock's
+  // fence gate shared and no row lock, and must take the gate exclusively
+  // before it may raise the mark.  false: the gate exclusively and the mark's
+  // row locked, as every writer held them before 1.4.
+  bool shared;
   bool mark_known;  // a high-water mark exists (false: none yet)
   Token mark;       // valid when locked && mark_known
   SubxactId locked_in;
 };
+
+// The key of a lock's fence gate: a transaction-level lock in the lock
+// manager that writers under the lock's current mark hold shared (they do
+// not wait for each other) and whatever raises the mark holds exclusively
+// (it waits for the writers in flight, and writers that come after it wait
+// for its commit: the lock manager queues them in order).  The same two
+// 32-bit halves as an advisory lock, but in a field SQL cannot name (see
+// src/backend/fences.cpp), so no role can hold a gate from SQL.
+constexpr std::uint32_t kFenceGateTag = 0x46454e57;  // 'FENW'
 
 class TransactionFences {
  public:
@@ -54,7 +69,9 @@ class TransactionFences {
   // Finds the lock's entry, or adds an empty one; nullptr when full.
   LockFence *FindOrAdd(std::string_view lock_name) noexcept;
   void Present(LockFence &fence, Token token, SubxactId subxact) noexcept;
-  void Lock(LockFence &fence, bool mark_known, Token mark, SubxactId subxact) noexcept;
+  // shared: see LockFence::shared.
+  void Lock(LockFence &fence, bool mark_known, Token mark, SubxactId subxact,
+            bool shared = false) noexcept;
   void AbortSubTransaction(SubxactId subxact) noexcept;
   int size() const noexcept { return count_; }
 

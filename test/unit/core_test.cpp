@@ -904,6 +904,24 @@ TEST(TransactionFencesTest, AbortingASubtransactionForgetsWhatItDid) {
   EXPECT_TRUE(top.presented);  // presented at the top level, before 4
 }
 
+TEST(TransactionFencesTest, AMarkHeldSharedIsRememberedAsSuchUntilItIsRaised) {
+  TransactionFences fences;
+  LockFence &fence = *fences.FindOrAdd("lock");
+  fences.Lock(fence, true, 10, 1, /*shared=*/true);
+  EXPECT_TRUE(fence.locked);
+  EXPECT_TRUE(fence.shared);
+  EXPECT_EQ(fence.mark, 10);
+  // The raise that follows holds it exclusively.
+  fences.Lock(fence, true, 12, 1);
+  EXPECT_FALSE(fence.shared);
+  EXPECT_EQ(fence.mark, 12);
+  // Held shared in a savepoint rolled back: forgotten (the gate went with it).
+  LockFence &other = *fences.FindOrAdd("other");
+  fences.Lock(other, true, 5, 2, /*shared=*/true);
+  fences.AbortSubTransaction(2);
+  EXPECT_FALSE(other.locked);
+}
+
 TEST(TransactionFencesTest, RollingBackASavepointBringsTheOuterPresentationBack) {
   TransactionFences fences;
   LockFence &fence = *fences.FindOrAdd("tenant");
