@@ -11,6 +11,9 @@
 #   acquire_release  SELECT fencing_acquire(...); SELECT fencing_release(...)  (two transactions)
 #   renew            SELECT fencing_renew(...)  (one transaction, lease held)
 #   bare_update      UPDATE t SET val = val + 1 WHERE id = 1  (one transaction)
+#   row_update       the same UPDATE on a table with a per-row fence, setting its token
+#   lock_update      the same on a table under a lock-wide fence (the holder's token)
+# KINDS="..." picks the kinds (default: bare_update acquire_release renew).
 #
 # Usage (as root): bench/callgrind_lease.sh OUT_DIR [N] [LIVE_LOCKS]
 # LIVE_LOCKS other locks with live leases are made first (the scale curve).
@@ -48,6 +51,14 @@ q <<SQL
 CREATE EXTENSION pg_fencing;
 CREATE TABLE bare (id int PRIMARY KEY, val bigint NOT NULL);
 INSERT INTO bare VALUES (1, 0);
+CREATE TABLE row_fenced (id int PRIMARY KEY, tok fencing_token, val bigint NOT NULL);
+INSERT INTO row_fenced VALUES (1, NULL, 0);
+SELECT fencing_protect('row_fenced');
+CREATE TABLE lock_fenced (id int PRIMARY KEY, tok fencing_token, val bigint NOT NULL);
+INSERT INTO lock_fenced VALUES (1, NULL, 0);
+SELECT fencing_protect('lock_fenced', lock_name => 'fenced');
+UPDATE lock_fenced SET tok = 1000000, val = 0;  -- the lock's mark: the holder's token
+UPDATE row_fenced SET tok = 1000000, val = 0;
 -- In transactions of 1,000 locks each (\gexec runs each statement on its
 -- own): one transaction of 100,000 acquires runs out of shared memory for
 -- locks.
@@ -90,6 +101,10 @@ session() { # kind count
         for _ in $(seq 0 "$count"); do echo "SELECT fencing_renew('renewed', :'renew_token', '1 day');"; done ;;
       bare_update)
         for _ in $(seq 0 "$count"); do echo "UPDATE bare SET val = val + 1 WHERE id = 1;"; done ;;
+      row_update)
+        for _ in $(seq 0 "$count"); do echo "UPDATE row_fenced SET tok = 1000000, val = val + 1 WHERE id = 1;"; done ;;
+      lock_update)
+        for _ in $(seq 0 "$count"); do echo "UPDATE lock_fenced SET tok = 1000000, val = val + 1 WHERE id = 1;"; done ;;
     esac
     echo '\o'
     echo "SELECT :pid;"
@@ -103,13 +118,13 @@ count_of() { # pid: the backend's instruction count once it has exited
 }
 
 echo "kind,live_locks,operations,instructions_per_operation" >"$out/callgrind_lease.csv"
-for kind in bare_update acquire_release renew; do
+for kind in ${KINDS:-bare_update acquire_release renew}; do
   p0=$(session "$kind" 0)
   p1=$(session "$kind" "$n")
   c0=$(count_of "$p0")
   c1=$(count_of "$p1")
   per=$(( (c1 - c0) / n ))
   echo "$kind,$live,$n,$per" >>"$out/callgrind_lease.csv"
-  [[ $kind == acquire_release ]] && cp "$work/cg.$p1" "$out/callgrind.acquire_release.out"
+  [[ $kind == acquire_release || $kind == lock_update ]] && cp "$work/cg.$p1" "$out/callgrind.$kind.out"
 done
 cat "$out/callgrind_lease.csv"

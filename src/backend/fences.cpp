@@ -27,8 +27,6 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
-#include <new>
-
 #include "durable_commit.hpp"
 #include "extension_objects.hpp"
 #include "lease_tables.hpp"
@@ -38,10 +36,13 @@ extern "C" {
 namespace pg_fencing {
 namespace {
 
-// The current transaction's fences; nullptr until first used.  Allocated in
-// TopTransactionContext, which is reset at transaction end, when the
-// callback below also forgets the pointer.
-TransactionFences *current_fences = nullptr;
+// The current transaction's fences: one object for the backend, emptied at
+// each transaction's end (the lock names its entries point to live in
+// TopTransactionContext, which goes with the transaction).  A fresh one per
+// transaction cost 24,000 instructions to zero, a seventh of a single-row
+// UPDATE under a lock.
+TransactionFences backend_fences;
+bool fences_in_use = false;
 
 void OnTransactionEnd(XactEvent event, void *) {
   switch (event) {
@@ -50,7 +51,8 @@ void OnTransactionEnd(XactEvent event, void *) {
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
     case XACT_EVENT_PREPARE:
-      current_fences = nullptr;
+      PGF_CORE(backend_fences.Clear());
+      fences_in_use = false;
       break;
     default:
       break;
@@ -59,17 +61,14 @@ void OnTransactionEnd(XactEvent event, void *) {
 
 void OnSubTransactionEvent(SubXactEvent event, SubTransactionId my_subid, SubTransactionId,
                            void *) {
-  if (event == SUBXACT_EVENT_ABORT_SUB && current_fences != nullptr) {
-    PGF_CORE(current_fences->AbortSubTransaction(my_subid));
+  if (event == SUBXACT_EVENT_ABORT_SUB && fences_in_use) {
+    PGF_CORE(backend_fences.AbortSubTransaction(my_subid));
   }
 }
 
 TransactionFences &Fences() {
-  if (current_fences == nullptr) {
-    void *memory = MemoryContextAllocZero(TopTransactionContext, sizeof(TransactionFences));
-    current_fences = new (memory) TransactionFences();
-  }
-  return *current_fences;
+  fences_in_use = true;
+  return backend_fences;
 }
 
 LockFence &FenceFor(const char *lock_name) {
@@ -193,7 +192,7 @@ void RegisterFenceCallbacks() {
 }
 
 LockFence *FindTransactionFence(const char *lock_name) {
-  return current_fences == nullptr ? nullptr : PGF_CORE(current_fences->Find(lock_name));
+  return fences_in_use ? PGF_CORE(backend_fences.Find(lock_name)) : nullptr;
 }
 
 bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
@@ -272,7 +271,10 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   // then waits for: only a role that may use the lock may do it.  (And only
   // such a role's refusals are recorded: the record is bounded, and no
   // other role may fill it.)
-  const int64 lock_id = AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
+  int64 lock_id = 0;
+  if (!LockUsableBy(schema, lock_name, GetUserId(), &lock_id)) {
+    lock_id = AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
+  }
   if (PG_ARGISNULL(1)) {
     RecordRefusedWrite({InvalidOid, lock_name, 0, false, 0, false, PGF_ERRCODE_MISSING_TOKEN});
     ereport(ERROR,

@@ -424,12 +424,21 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
 void AuthorizeWritesUnderLock(const TriggerData *td, GuardCache &guard) {
   const Oid writer = GetUserId();
   if (guard.authorized_user == writer) return;
-  guard.lock_id = AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
   const Oid owner = td->tg_relation->rd_rel->relowner;
-  if (owner != writer) {
-    AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false,
-                  RelationGetRelid(td->tg_relation));
+  int64 lock_id = 0;
+  // The common case in C; a lock to create, or a role to refuse, goes to
+  // the lock model's SQL (fencing_lock_authorize), which raises 42501.
+  const bool usable =
+      LockUsableBy(guard.extension_schema, guard.lock_name, writer, &lock_id) &&
+      (owner == writer || LockUsableBy(guard.extension_schema, guard.lock_name, owner, &lock_id));
+  if (!usable) {
+    lock_id = AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
+    if (owner != writer) {
+      AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false,
+                    RelationGetRelid(td->tg_relation));
+    }
   }
+  guard.lock_id = lock_id;
   guard.authorized_user = writer;
 }
 

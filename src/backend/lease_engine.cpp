@@ -63,24 +63,6 @@ extern "C" {
 namespace pg_fencing {
 namespace {
 
-// ---- Who may use the lock ---------------------------------------------------------
-
-// fencing_role_may_use(): role has the privileges of the lock's owner or of
-// one of its users (pg_has_role(..., 'USAGE'); superusers have every role's).
-bool RoleMayUse(Oid role, Oid owner, Datum users, bool users_null) {
-  if (has_privs_of_role(role, owner)) return true;
-  if (users_null) return false;
-  Datum *elems = nullptr;
-  bool *elem_nulls = nullptr;
-  int count = 0;
-  deconstruct_array(DatumGetArrayTypeP(users), REGROLEOID, sizeof(Oid), true, TYPALIGN_INT, &elems,
-                    &elem_nulls, &count);
-  for (int i = 0; i < count; ++i) {
-    if (!elem_nulls[i] && has_privs_of_role(role, DatumGetObjectId(elems[i]))) return true;
-  }
-  return false;
-}
-
 // ---- The tables, as their owner -----------------------------------------------
 
 // The tables of one call and the indexes their rows are found by, opened
@@ -139,7 +121,7 @@ bool CallerMayUse(const Tables &t, HeapTuple lock_row, Oid caller) {
   bool is_null = false, users_null = false;
   const Oid owner = DatumGetObjectId(RowColumn(t.lock, lock_row, t.ids->lock_owner, &is_null));
   const Datum users = RowColumn(t.lock, lock_row, t.ids->lock_users, &users_null);
-  return RoleMayUse(caller, owner, users, users_null);
+  return RoleMayUseLock(caller, owner, users, users_null);
 }
 
 int64 LockIdOf(const Tables &t, HeapTuple lock_row) {

@@ -9,17 +9,23 @@
 #include "locks.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 }
 
 #include "extension_objects.hpp"
+#include "lease_tables.hpp"
 #include "pg_compat.hpp"  // VARSIZE_ANY_EXHDR: varatt.h from 16 on
 
 namespace pg_fencing {
@@ -46,6 +52,44 @@ int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create
                     errmsg("fencing_lock_authorize() returned NULL for lock \"%s\"", lock_name)));
   }
   return DatumGetInt64(id);
+}
+
+bool RoleMayUseLock(Oid role, Oid owner, Datum users, bool users_null) {
+  if (has_privs_of_role(role, owner)) return true;
+  if (users_null) return false;
+  Datum *elems = nullptr;
+  bool *elem_nulls = nullptr;
+  int count = 0;
+  deconstruct_array(DatumGetArrayTypeP(users), REGROLEOID, sizeof(Oid), true, TYPALIGN_INT, &elems,
+                    &elem_nulls, &count);
+  for (int i = 0; i < count; ++i) {
+    if (!elem_nulls[i] && has_privs_of_role(role, DatumGetObjectId(elems[i]))) return true;
+  }
+  return false;
+}
+
+bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id) {
+  // Before 1.2 there is no fencing_lock (nor, before 1.3, its hash index):
+  // AuthorizeLock() knows what to do.
+  if (!OidIsValid(get_relname_relid("fencing_lock_name_hash", schema))) return false;
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  Relation lock = table_open(ids.lock, AccessShareLock);
+  Relation probe = index_open(ids.lock_probe, AccessShareLock);
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+  HeapTuple row =
+      FetchRow(lock, probe, ids.name_collation, CStringGetTextDatum(lock_name), snapshot);
+  UnregisterSnapshot(snapshot);
+  bool usable = false;
+  if (row != nullptr) {
+    bool is_null = false, users_null = false;
+    const Oid owner = DatumGetObjectId(RowColumn(lock, row, ids.lock_owner, &is_null));
+    const Datum users = RowColumn(lock, row, ids.lock_users, &users_null);
+    usable = RoleMayUseLock(role, owner, users, users_null);
+    if (usable) *lock_id = DatumGetInt64(RowColumn(lock, row, ids.lock_id, &is_null));
+  }
+  index_close(probe, NoLock);
+  table_close(lock, NoLock);
+  return usable;
 }
 
 }  // namespace pg_fencing

@@ -24,4 +24,15 @@ const char *CheckLockName(FunctionCallInfo fcinfo, int arg);
 // refusing every write until the update.
 int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create, Oid for_table);
 
+// fencing_role_may_use(), in C: role has the privileges of the lock's owner
+// or of one of its users (a regrole[] Datum; superusers have every role's).
+bool RoleMayUseLock(Oid role, Oid owner, Datum users, bool users_null);
+
+// AuthorizeLock() without its SQL for the common case: when the lock exists
+// and role may use it (read through the lease tables' index, as committed
+// now), returns true with the lock's id.  False when the lock is missing,
+// role may not use it, or the extension predates the lock model: call
+// AuthorizeLock() then, which creates the lock or raises the usual 42501.
+bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id);
+
 }  // namespace pg_fencing

@@ -74,6 +74,9 @@ class TransactionFences {
             bool shared = false) noexcept;
   void AbortSubTransaction(SubxactId subxact) noexcept;
   int size() const noexcept { return count_; }
+  // Empty again, for the next transaction (the entries are overwritten as
+  // they are added).
+  void Clear() noexcept { count_ = 0; }
 
  private:
   LockFence fences_[kCapacity];
