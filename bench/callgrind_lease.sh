@@ -13,6 +13,8 @@
 #   bare_update      UPDATE t SET val = val + 1 WHERE id = 1  (one transaction)
 #   row_update       the same UPDATE on a table with a per-row fence, setting its token
 #   lock_update      the same on a table under a lock-wide fence (the holder's token)
+#   grant            SELECT fencing_grant()  (one transaction)
+#   nextval          SELECT nextval() of a plain sequence, CACHE 1  (one transaction)
 # KINDS="..." picks the kinds (default: bare_update acquire_release renew).
 #
 # Usage (as root): bench/callgrind_lease.sh OUT_DIR [N] [LIVE_LOCKS]
@@ -57,6 +59,7 @@ SELECT fencing_protect('row_fenced');
 CREATE TABLE lock_fenced (id int PRIMARY KEY, tok fencing_token, val bigint NOT NULL);
 INSERT INTO lock_fenced VALUES (1, NULL, 0);
 SELECT fencing_protect('lock_fenced', lock_name => 'fenced');
+CREATE SEQUENCE plain_seq CACHE 1;
 UPDATE lock_fenced SET tok = 1000000, val = 0;  -- the lock's mark: the holder's token
 UPDATE row_fenced SET tok = 1000000, val = 0;
 -- In transactions of 1,000 locks each (\gexec runs each statement on its
@@ -103,6 +106,10 @@ session() { # kind count
         for _ in $(seq 0 "$count"); do echo "UPDATE bare SET val = val + 1 WHERE id = 1;"; done ;;
       row_update)
         for _ in $(seq 0 "$count"); do echo "UPDATE row_fenced SET tok = 1000000, val = val + 1 WHERE id = 1;"; done ;;
+      grant)
+        for _ in $(seq 0 "$count"); do echo "SELECT fencing_grant();"; done ;;
+      nextval)
+        for _ in $(seq 0 "$count"); do echo "SELECT nextval('plain_seq');"; done ;;
       lock_update)
         for _ in $(seq 0 "$count"); do echo "UPDATE lock_fenced SET tok = 1000000, val = val + 1 WHERE id = 1;"; done ;;
     esac

@@ -20,6 +20,18 @@
 // unreplicated token.  Unlike a commit, a grant waits whatever the session's
 // synchronous_commit says: a commit that skips the wait loses only its own
 // data, but a token leaves the database at once and its holder acts on it.
+//
+// With the library preloaded (1.4, issue 15), tokens come from ranges
+// reserved in shared memory: the backend that finds its database's range
+// used up takes the next value from the sequence, moves the sequence on
+// by kReservation - 1 with setval() (one WAL record), flushes that record,
+// and publishes the rest of the range with the record's LSN.  Every token
+// of the range is then covered by a durable record: after a crash the
+// sequence is past the whole range, and the range itself, in shared
+// memory, is gone.  Tokens still strictly increase in grant order (one
+// counter per database, under a spinlock); a restart skips what was left of
+// a range.  One flush per kReservation grants instead of one per 32 (the
+// sequence's own log-ahead): nextval()'s speed, durable.
 #include "grant.hpp"
 
 #include "extension_objects.hpp"
@@ -34,8 +46,12 @@ extern "C" {
 #include "replication/walsender.h"
 #include "replication/walsender_private.h"
 #include "storage/bufmgr.h"
+#include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/elog.h"
+#include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -123,15 +139,147 @@ void WaitForSynchronousStandbys(XLogRecPtr lsn) {
   CHECK_FOR_INTERRUPTS();  // anything else that arrived while they were held
 }
 
+// ---- Reserved ranges (preloaded) ----------------------------------------------
+
+// Tokens reserved per WAL record and flush.
+constexpr int64 kReservation = 1024;
+// Databases with a range at once; beyond them grants take the sequence
+// path, as without the preload.
+constexpr int kMaxRanges = 64;
+
+struct TokenRange {
+  Oid database;
+  Oid sequence;
+  int64 next;      // the next token to hand out
+  int64 limit;     // the first token not reserved
+  XLogRecPtr lsn;  // the record that reserved them
+};
+
+struct ReservedTokens {
+  slock_t mutex;
+  LWLock *refill;  // one backend refills at a time
+  TokenRange ranges[kMaxRanges];
+};
+
+ReservedTokens *reserved = nullptr;
+shmem_request_hook_type previous_shmem_request = nullptr;
+shmem_startup_hook_type previous_shmem_startup = nullptr;
+constexpr const char *kTranche = "pg_fencing grants";
+
+void RequestReserved() {
+  if (previous_shmem_request != nullptr) previous_shmem_request();
+  RequestAddinShmemSpace(MAXALIGN(sizeof(ReservedTokens)));
+  RequestNamedLWLockTranche(kTranche, 1);
+}
+
+void StartupReserved() {
+  if (previous_shmem_startup != nullptr) previous_shmem_startup();
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  bool found = false;
+  reserved = static_cast<ReservedTokens *>(
+      ShmemInitStruct("pg_fencing reserved tokens", sizeof(ReservedTokens), &found));
+  if (!found) {
+    memset(reserved, 0, sizeof(ReservedTokens));
+    SpinLockInit(&reserved->mutex);
+    reserved->refill = &GetNamedLWLockTranche(kTranche)->lock;
+  }
+  LWLockRelease(AddinShmemInitLock);
+}
+
+// With the mutex held: the database's range for seq (made empty if need
+// be), or nullptr when every slot is taken by another.
+TokenRange *RangeOf(Oid seq) {
+  TokenRange *free_slot = nullptr;
+  for (TokenRange &range : reserved->ranges) {
+    if (range.database == MyDatabaseId && range.sequence == seq) return &range;
+    if (range.database == InvalidOid && free_slot == nullptr) free_slot = &range;
+  }
+  if (free_slot != nullptr) *free_slot = {MyDatabaseId, seq, 0, 0, InvalidXLogRecPtr};
+  return free_slot;
+}
+
+enum class Taken { kToken, kEmpty, kNoSlot };
+
+// The next reserved token and the LSN that covers it.
+Taken TakeReserved(Oid seq, int64 *token, XLogRecPtr *lsn) {
+  SpinLockAcquire(&reserved->mutex);
+  TokenRange *range = RangeOf(seq);
+  Taken taken = Taken::kNoSlot;
+  if (range != nullptr) {
+    taken = Taken::kEmpty;
+    if (range->next < range->limit) {
+      *token = range->next++;
+      *lsn = range->lsn;
+      taken = Taken::kToken;
+    }
+  }
+  SpinLockRelease(&reserved->mutex);
+  return taken;
+}
+
+// Reserves the next range: returns its first token (this caller's) and the
+// LSN of the record that covers the range, flushed here.
+int64 Reserve(Oid schema, Oid seq, XLogRecPtr *lsn) {
+  const int64 first = nextval_internal(seq, false);
+  // setval() checks UPDATE on the sequence, which only the extension's
+  // owner has: as that role (the abort of an error puts the user back).
+  Oid saved_user = InvalidOid;
+  int saved_context = 0;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  (void)DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq),
+                            Int64GetDatum(first + kReservation - 1));
+  SetUserIdAndSecContext(saved_user, saved_context);
+  *lsn = SequencePageLsn(seq);
+  XLogFlush(*lsn);
+  SpinLockAcquire(&reserved->mutex);
+  if (TokenRange *range = RangeOf(seq)) {
+    range->next = first + 1;
+    range->limit = first + kReservation;
+    range->lsn = *lsn;
+  }
+  SpinLockRelease(&reserved->mutex);
+  return first;
+}
+
+// A token from the database's reserved range, refilled when used up; false
+// when no range can be had (no slot free): take the sequence path.
+bool GrantReserved(Oid schema, Oid seq, int64 *token, XLogRecPtr *lsn) {
+  Taken taken = TakeReserved(seq, token, lsn);
+  if (taken == Taken::kNoSlot) return false;
+  if (taken == Taken::kEmpty) {
+    LWLockAcquire(reserved->refill, LW_EXCLUSIVE);
+    // Another backend may have refilled it while this one waited.
+    taken = TakeReserved(seq, token, lsn);
+    if (taken == Taken::kEmpty) *token = Reserve(schema, seq, lsn);
+    LWLockRelease(reserved->refill);
+    if (taken == Taken::kNoSlot) return false;
+  }
+  XLogFlush(*lsn);  // at once when the refill flushed it already
+  return true;
+}
+
 }  // namespace
+
+void RegisterGrantReservations() {
+  if (!process_shared_preload_libraries_in_progress) return;
+  previous_shmem_request = shmem_request_hook;
+  shmem_request_hook = RequestReserved;
+  previous_shmem_startup = shmem_startup_hook;
+  shmem_startup_hook = StartupReserved;
+}
 
 int64 GrantToken(Oid schema) {
   const Oid seq = TokenSequenceOid(schema);
-  // Callers need EXECUTE on fencing_grant (or a lease function), not USAGE
-  // on the sequence, which stays private to the extension.
-  const int64 token = nextval_internal(seq, false);
-  const XLogRecPtr lsn = SequencePageLsn(seq);
-  XLogFlush(lsn);
+  int64 token = 0;
+  XLogRecPtr lsn = InvalidXLogRecPtr;
+  if (reserved == nullptr || !GrantReserved(schema, seq, &token, &lsn)) {
+    // Callers need EXECUTE on fencing_grant (or a lease function), not
+    // USAGE on the sequence, which stays private to the extension.
+    token = nextval_internal(seq, false);
+    lsn = SequencePageLsn(seq);
+    XLogFlush(lsn);
+  }
   WaitForSynchronousStandbys(lsn);
   return token;
 }

@@ -9,4 +9,7 @@ namespace pg_fencing {
 // replicated to synchronous standbys) before it is returned; see grant.cpp.
 int64 GrantToken(Oid schema);
 
+// In _PG_init: the reserved ranges in shared memory, when preloading.
+void RegisterGrantReservations();
+
 }  // namespace pg_fencing

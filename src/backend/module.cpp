@@ -4,6 +4,7 @@
 #include "durable_commit.hpp"
 #include "expiry_worker.hpp"
 #include "fences.hpp"
+#include "grant.hpp"
 #include "lease_events.hpp"
 #include "lease_wakeup.hpp"
 #include "merge_actions.hpp"
@@ -21,5 +22,6 @@ void _PG_init(void) {
   pg_fencing::RegisterLeaseEvents();
   pg_fencing::RegisterSharedStats();
   pg_fencing::RegisterExpiryWorker();
+  pg_fencing::RegisterGrantReservations();
 }
 }

@@ -335,6 +335,19 @@ is( sql("SELECT grants, stale_rejections FROM fencing_lock_stats WHERE lock_name
 	  . sql("SELECT count(*) FROM fencing_rejections"),
 	'5|2 4', 'the statistics survive a clean restart');
 
+# Grants from a reserved range (preloaded, issue 15): the sequence is moved
+# past the range before its first token leaves, so a crash -- after grants
+# committed, rolled back, or still open -- never hands one out again.
+my $granted = sql("SELECT max(fencing_grant()::text::bigint) FROM generate_series(1, 50)");
+sql("BEGIN; SELECT fencing_grant() FROM generate_series(1, 20); ROLLBACK");
+my $open_grants = $node->background_psql('postgres');
+$open_grants->query_safe('BEGIN');
+my $highest = $open_grants->query_safe(
+	"SELECT max(fencing_grant()::text::bigint) FROM generate_series(1, 20)");
+cmp_ok(sql("SELECT last_value FROM fencing_token_seq"), '>=', $highest + 900,
+	'the token sequence is ahead of the grants by the reserved range');
+eval { $open_grants->quit };
+
 # A backend killed: the postmaster restarts the server after a crash.
 my $victim = $node->background_psql('postgres');
 my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
@@ -347,6 +360,9 @@ is( sql("SELECT grants, stale_rejections FROM fencing_lock_stats WHERE lock_name
 	  . sql("SELECT count(*) FROM fencing_rejections"),
 	'0|0 0', 'and are gone after a crash, as PostgreSQL\'s own');
 
+cmp_ok(sql("SELECT fencing_grant()::text::bigint"), '>', $highest,
+	'after the crash, the next grant is above every token handed out before it');
+cmp_ok($highest, '>', $granted, '(which were granted in order)');
 sql("SELECT fencing_acquire('quiet', 'after-crash', '1 minute')");
 sql("SELECT fencing_release('quiet', token) FROM fencing_leases WHERE lock_name = 'quiet'");
 cmp_ok(sql("SELECT releases FROM fencing_lock_stats WHERE lock_name = 'quiet'"),
