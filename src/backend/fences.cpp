@@ -23,6 +23,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 }
@@ -113,6 +114,11 @@ Token CallFenceLock(Oid schema, const char *lock_name) {
 
 // ---- The fence gate (1.4) ------------------------------------------------------
 
+// pg_fencing.shared_fence: writers of the current mark share the gate.  A
+// session that turns it off only makes its own writers take the gate
+// exclusively (and lock the mark's row): safe beside any other session.
+bool shared_fence = true;
+
 // Whether the database's extension has the gate (1.4): its SQL that raises a
 // mark takes it (fencing_lock_fence_gate in the revoke).
 bool GateInUse(Oid schema) {
@@ -187,6 +193,13 @@ void TakeFenceGateExclusively(Oid schema, int64 lock_id) {
 }
 
 void RegisterFenceCallbacks() {
+  DefineCustomBoolVariable(
+      "pg_fencing.shared_fence",
+      "Whether writers under a lock's current mark share its fence gate.",
+      "Off: every writer under a lock takes the gate exclusively and locks the mark's row, as "
+      "before 1.4, and a holder's transactions under the lock take turns. Raises of the mark "
+      "take the gate exclusively either way.",
+      &shared_fence, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
   RegisterXactCallback(OnTransactionEnd, nullptr);
   RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
 }
@@ -213,8 +226,10 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token to
         if (fence.shared) TakeFenceGateExclusively(schema, lock_id);
         break;
     }
-  } else if (gated) {
+  } else if (gated && shared_fence) {
     if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) return token >= *mark;
+  } else if (gated) {
+    TakeFenceGateExclusively(schema, lock_id);
   }
   Token previous = 0;
   const bool had_mark = CallFenceAdvance(schema, lock_name, token, &previous);
@@ -241,7 +256,11 @@ bool CheckLockFence(Oid schema, int64 lock_id, const char *lock_name, Token toke
   if (!fence->locked && lock_id != 0 && GateInUse(schema)) {
     // A presentation of the mark shares the gate; of a higher token, takes
     // it exclusively (the write that follows will raise the mark).
-    if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) return token >= *mark;
+    if (!shared_fence) {
+      TakeFenceGateExclusively(schema, lock_id);
+    } else if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) {
+      return token >= *mark;
+    }
     fence = &FenceFor(lock_name);
   }
   if (!fence->locked) {

@@ -141,6 +141,9 @@ void WaitForSynchronousStandbys(XLogRecPtr lsn) {
 
 // ---- Reserved ranges (preloaded) ----------------------------------------------
 
+// pg_fencing.reserve_tokens.
+bool reserve_tokens = true;
+
 // Tokens reserved per WAL record and flush.
 constexpr int64 kReservation = 1024;
 // Databases with a range at once; beyond them grants take the sequence
@@ -263,6 +266,16 @@ bool GrantReserved(Oid schema, Oid seq, int64 *token, XLogRecPtr *lsn) {
 
 void RegisterGrantReservations() {
   if (!process_shared_preload_libraries_in_progress) return;
+  // Server-wide and at start only: a backend taking tokens from the
+  // sequence while others hand out a range reserved below them would break
+  // the order of grants.
+  DefineCustomBoolVariable("pg_fencing.reserve_tokens",
+                           "Whether fencing_grant() hands out tokens from ranges reserved in "
+                           "shared memory.",
+                           "Off: every grant takes the next value of the sequence and flushes "
+                           "its WAL, as without shared_preload_libraries.",
+                           &reserve_tokens, true, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+  if (!reserve_tokens) return;
   previous_shmem_request = shmem_request_hook;
   shmem_request_hook = RequestReserved;
   previous_shmem_startup = shmem_startup_hook;
