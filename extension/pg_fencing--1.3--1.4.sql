@@ -122,6 +122,89 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_lock_fence_gate(bigint) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_lock_fence_gate(bigint) IS
   'takes a lock''s fence gate exclusively until the end of the transaction, before its mark is raised; internal';
 
+-------------------------------------------------------------------------------
+-- Waiting rooms out of SQL's reach
+-------------------------------------------------------------------------------
+-- A lock's waiting room was the advisory lock
+-- pg_advisory_xact_lock(fencing_waiting_room(lock_id)): any role could take
+-- it with pg_advisory_lock() and hold it, and every acquire of the lock
+-- without a wait (which gives way to whoever is in the room) answered NULL
+-- for as long as it did.  From 1.4 the room is a lock-manager lock in a
+-- field SQL's advisory locks cannot name (src/backend/lease_wakeup.cpp):
+-- pg_locks shows it as an advisory lock with classid 1178947139, objid the
+-- lock's lock_id and objsubid 3.  The waiting acquire queues in it through
+-- this function.
+CREATE FUNCTION @extschema@.fencing_enter_waiting_room(lock_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_enter_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_enter_waiting_room(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_enter_waiting_room(bigint) IS
+  'queues in a lock''s waiting room until the end of the transaction, for at most lock_timeout; internal to the waiting fencing_acquire';
+
+COMMENT ON FUNCTION @extschema@.fencing_waiting_room(bigint) IS
+  'the numbers of a lock''s waiting room (pg_locks: classid 1178947139, objid the lock''s lock_id, objsubid 3 from 1.4: no SQL advisory lock can take it)';
+
+-- The waiting acquire of 1.2, queueing in the room above.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_acquire_as(
+    caller oid, lock_name text, holder text, ttl interval, wait interval, payload jsonb)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  deadline timestamptz;
+  granted @extschema@.fencing_token;
+  max_wait CONSTANT interval := interval '2147483.647 seconds';
+  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
+  checked boolean;
+  lock_id bigint;
+BEGIN
+  -- No wait (the argument left out, or NULL): one attempt.
+  IF wait IS NULL THEN
+    RETURN @extschema@.fencing_acquire_as(caller, lock_name, holder, ttl, payload);
+  END IF;
+  checked := @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
+  IF wait < interval '0' THEN
+    RAISE EXCEPTION 'wait must not be negative, got % (lock "%")', wait, lock_name
+      USING ERRCODE = '22023';
+  END IF;
+  IF wait > max_wait THEN
+    RAISE EXCEPTION 'wait must be at most 2147483.647 seconds (24.8 days), got % (lock "%")',
+      wait, lock_name
+      USING ERRCODE = '22023', HINT = 'Wait longer than that with repeated calls.';
+  END IF;
+  -- Waiting means seeing other transactions' commits while we loop.
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'fencing_acquire with a wait needs READ COMMITTED, not %',
+      upper(current_setting('transaction_isolation'))
+      USING ERRCODE = '25000',
+            HINT = 'Call it in its own transaction, or use the form without wait.';
+  END IF;
+  lock_id := @extschema@.fencing_lock_authorize(lock_name, caller, true);
+  deadline := clock_timestamp() + wait;
+
+  -- Queue in the waiting room, first come first served, for at most wait.
+  BEGIN
+    PERFORM set_config('lock_timeout',
+      greatest(1, ceil(extract(epoch FROM wait) * 1000))::bigint::text, true);
+    PERFORM @extschema@.fencing_enter_waiting_room(lock_id);
+    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN NULL;  -- still queued behind others at the deadline
+  END;
+
+  -- First in line: look at the lease until it is free or the wait is over.
+  LOOP
+    granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
+    IF granted IS NOT NULL THEN
+      RETURN granted;
+    END IF;
+    EXIT WHEN clock_timestamp() >= deadline;
+    -- Sleep until the commit of a release wakes us (fencing_wake_waiters_at_commit), the lock
+    -- becomes available (the lease's end, plus its lock-delay) or the wait is over.
+    PERFORM @extschema@.fencing_wait_for_wakeup(
+      least(deadline, @extschema@.fencing_available_at(lock_name)));
+  END LOOP;
+  RETURN NULL;
+END $$;
+
 -- Expiries: a lease that ran out is marked ended = 'expired' once it has
 -- been announced, so that it is announced once.  Until a grant replaces
 -- it, an expired lease still starts the lock-delay, marked or not.
@@ -247,7 +330,7 @@ CREATE VIEW @extschema@.fencing_lock_stats WITH (security_barrier) AS
          coalesce(c.takeovers, 0) AS takeovers, coalesce(c.revokes, 0) AS revokes,
          (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks p
            WHERE p.locktype = 'advisory' AND p.classid = 1178947139 AND p.objid = k.lock_id::oid
-             AND p.objsubid = 1
+             AND p.objsubid = 3
              AND p.database = (SELECT d.oid FROM pg_catalog.pg_database d
                                 WHERE d.datname = pg_catalog.current_database())) AS waiting,
          coalesce(c.stale_rejections, 0) AS stale_rejections,

@@ -336,10 +336,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   }
 
   // Nobody takes a free lock from under the first waiter in line.
-  LOCKTAG room;
-  const uint64 key = static_cast<uint64>(PGF_CORE(WaitingRoomKey(lock_id)));
-  SET_LOCKTAG_ADVISORY(room, MyDatabaseId, static_cast<uint32>(key >> 32), static_cast<uint32>(key),
-                       1);
+  LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
   if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
 
   // The lease as looked at must still be the lease: its row locked (a

@@ -24,6 +24,7 @@
 
 extern "C" {
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
@@ -34,6 +35,7 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
+#include "extension_objects.hpp"
 #include "lease_wait.hpp"
 #include "pg_compat.hpp"
 #include "post_commit.hpp"
@@ -49,18 +51,27 @@ PendingWakeups pending_wakeups;
 
 // Sets the latch of every backend that holds the waiting room `room` in
 // this database (at most one: the room is an exclusive lock).
-void WakeRoomHolder(int64 room) {
+// The room as tagged in field `field` (kRoomField from 1.4; 1, as
+// pg_advisory_xact_lock(bigint) tags it, before).
+LOCKTAG RoomTag(int64 room, uint16 field) {
   LOCKTAG tag;
-  // As pg_advisory_xact_lock(bigint) tags it.
   SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(static_cast<uint64>(room) >> 32),
-                       static_cast<uint32>(room), 1);
-  const VirtualTransactionId *holders = GetLockConflicts(&tag, ExclusiveLock, nullptr);
-  for (; VirtualTransactionIdIsValid(*holders); ++holders) {
-    // A stale entry (the holder has just ended) at worst wakes a backend
-    // for nothing: a latch set without cause is a spurious wake-up, which
-    // every latch wait tolerates.
-    PGPROC *proc = compat::ProcOfVirtualTransaction(*holders);
-    if (proc != nullptr) SetLatch(&proc->procLatch);
+                       static_cast<uint32>(room), field);
+  return tag;
+}
+
+void WakeRoomHolder(int64 room) {
+  // At commit the extension's version cannot be looked up: both tags.
+  for (const uint16 field : {kRoomField, uint16{1}}) {
+    LOCKTAG tag = RoomTag(room, field);
+    const VirtualTransactionId *holders = GetLockConflicts(&tag, ExclusiveLock, nullptr);
+    for (; VirtualTransactionIdIsValid(*holders); ++holders) {
+      // A stale entry (the holder has just ended) at worst wakes a backend
+      // for nothing: a latch set without cause is a spurious wake-up,
+      // which every latch wait tolerates.
+      PGPROC *proc = compat::ProcOfVirtualTransaction(*holders);
+      if (proc != nullptr) SetLatch(&proc->procLatch);
+    }
   }
 }
 
@@ -91,6 +102,13 @@ void OnTransactionEvent(XactEvent event, void *) {
 }
 
 }  // namespace
+
+LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id) {
+  static const Oid kArgTypes[] = {INT8OID};
+  const bool own_field =
+      ExtensionFunctionIfExists(schema, "fencing_enter_waiting_room", 1, kArgTypes) != nullptr;
+  return RoomTag(PGF_CORE(WaitingRoomKey(lock_id)), own_field ? kRoomField : uint16{1});
+}
 
 void WakeWaitersAtCommit(int64 lock_id) {
   if (!PGF_CORE(pending_wakeups.Add(WaitingRoomKey(lock_id)))) {
@@ -146,6 +164,16 @@ Datum fencing_wait_for_wakeup(PG_FUNCTION_ARGS) {
     ResetLatch(MyLatch);
   }
   CHECK_FOR_INTERRUPTS();
+  PG_RETURN_VOID();
+}
+
+// fencing_enter_waiting_room(lock_id bigint) RETURNS void: queues in the
+// lock's waiting room (held until the transaction ends), first come first
+// served, for at most lock_timeout (55P03 then).  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_enter_waiting_room);
+Datum fencing_enter_waiting_room(PG_FUNCTION_ARGS) {
+  LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
+  (void)LockAcquire(&room, ExclusiveLock, false, false);
   PG_RETURN_VOID();
 }
 

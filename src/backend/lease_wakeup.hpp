@@ -5,6 +5,10 @@
 
 #include "boundary.hpp"
 
+extern "C" {
+#include "storage/lock.h"
+}
+
 namespace pg_fencing {
 
 // Registers the transaction callback and the setting
@@ -18,5 +22,13 @@ void RegisterLeaseWakeup();
 // lock_id, which then looks at the lease again.  For every transaction that
 // frees a lease or moves its end; harmless when nobody waits.
 void WakeWaitersAtCommit(int64 lock_id);
+
+// The lock manager's tag of a lock's waiting room.  From 1.4 it is an
+// advisory tag in a field SQL's advisory locks cannot name (kRoomField), so
+// that no role can hold a room from SQL (and stop every acquire of the lock:
+// an acquire without a wait gives way to whoever is in the room); before,
+// the room was pg_advisory_xact_lock(fencing_waiting_room(lock_id)).
+constexpr uint16 kRoomField = 3;
+LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id);
 
 }  // namespace pg_fencing
