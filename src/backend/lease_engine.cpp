@@ -182,8 +182,8 @@ uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values
 
 // Raises the lock's mark to token (if it is lower): a grant fences out
 // every older token under the lock at once, even before the new holder
-// writes anything.  Waits for a transaction writing under the lock (it
-// holds the mark's row) to end.
+// writes anything.  Waits for the transactions writing under the lock
+// (they hold its fence gate, or before 1.4 the mark's row) to end.
 void RaiseMark(const Tables &t, Oid schema, int64 lock_id, Datum lock_name, int64 token) {
   // First the gate: every transaction writing under the current mark has
   // it shared, and the raise waits for them (fences.hpp).
@@ -352,7 +352,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     return false;
   }
   const int64 granted = GrantToken(request.schema);
-  // Waits for a transaction writing under the lock (it holds the mark's row).
+  // Waits for the transactions writing under the lock (they hold its fence gate).
   RaiseMark(t, request.schema, lock_id, request.lock_name, granted);
   bool written = false;
   if (attempt == LeaseAttempt::kGrantFirst) {
