@@ -39,14 +39,4 @@ chmod 644 "$inner"
 chown postgres: "$out" "$out/grant_tps.csv"
 pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" -o fsync=on ${BENCH_SERVER_OPTIONS:-} \
   bash "$inner" "$out/grant_tps.csv"
-awk -F, '
-  { v[$2","$3] = v[$2","$3] " " $5; clients[$3] = 1; }
-  function median(list,   n, a, i, j, t) {
-    n = split(list, a, " ");
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t; }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2;
-  }
-  END {
-    print "clients,nextval,grant,grant/nextval";
-    for (c in clients) { n = median(v["nextval,"c]); g = median(v["grant,"c]); printf "%s,%.0f,%.0f,%.3f\n", c, n, g, g / n; }
-  }' "$out/grant_tps.csv" | sort -t, -k1n | tee "$out/grant_tps.md"
+awk -v baseline=nextval -f bench/tps_medians.awk "$out/grant_tps.csv" | tee "$out/grant_tps.md"

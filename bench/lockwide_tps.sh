@@ -65,18 +65,4 @@ chmod 644 "$inner"
 chown postgres: "$out" "$out/lockwide_tps.csv"
 pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" -o fsync=on -o max_connections=50 \
   bash "$inner" "$out/lockwide_tps.csv"
-# Medians per variant and client count, and the ratios the issue asks for.
-awk -F, '
-  { v[$2","$3] = v[$2","$3] " " $5; clients[$3] = 1; }
-  function median(list,   n, a, i, j, t) {
-    n = split(list, a, " ");
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t; }
-    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2;
-  }
-  END {
-    print "clients,none,per_row,lock_wide,lock_wide_1.3,lock_wide/per_row,lock_wide_1.3/per_row";
-    for (c in clients) {
-      n = median(v["none,"c]); r = median(v["per_row,"c]); l = median(v["lock_wide,"c]); o = median(v["lock_wide_1.3,"c]);
-      printf "%s,%.0f,%.0f,%.0f,%.0f,%.3f,%.3f\n", c, n, r, l, o, l / r, o / r;
-    }
-  }' "$out/lockwide_tps.csv" | sort -t, -k1n | tee "$out/lockwide_tps.md"
+awk -v baseline=per_row -f bench/tps_medians.awk "$out/lockwide_tps.csv" | tee "$out/lockwide_tps.md"

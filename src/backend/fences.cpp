@@ -141,10 +141,7 @@ bool ReadMarkNow(Oid schema, const char *lock_name, Token *mark) {
   const LeaseTableIds &ids = LeaseTablesOf(schema);
   Relation fence = table_open(ids.fence, AccessShareLock);
   Relation probe = index_open(ids.fence_probe, AccessShareLock);
-  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-  HeapTuple row =
-      FetchRow(fence, probe, ids.name_collation, CStringGetTextDatum(lock_name), snapshot);
-  UnregisterSnapshot(snapshot);
+  HeapTuple row = FetchRowCommittedNow(fence, probe, ids.name_collation, lock_name);
   bool found = row != nullptr;
   if (found) {
     bool is_null = false;

@@ -292,6 +292,14 @@ HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name
   return FirstRowFor(table, index_rel, &key, snapshot, collation, name);
 }
 
+HeapTuple FetchRowCommittedNow(Relation table, Relation index, Oid collation,
+                               const char *lock_name) {
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+  HeapTuple row = FetchRow(table, index, collation, CStringGetTextDatum(lock_name), snapshot);
+  UnregisterSnapshot(snapshot);
+  return row;
+}
+
 HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot) {
   ScanKeyData key;
   ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,

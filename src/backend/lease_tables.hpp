@@ -44,6 +44,11 @@ const LeaseTableIds &LeaseTablesOf(Oid schema);
 // memory context (t_self is where it lives); nullptr if there is none.
 HeapTuple FetchRow(Relation table, Relation index, Oid collation, Datum name, Snapshot snapshot);
 
+// FetchRow() as committed now (the latest snapshot, whatever the isolation
+// level), for a row judged as it stands, as a row lock would judge it.
+HeapTuple FetchRowCommittedNow(Relation table, Relation index, Oid collation,
+                               const char *lock_name);
+
 // The same for a table whose first column is a bigint with a B-tree
 // (fencing_grant_history's entry).
 HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot);

@@ -75,10 +75,7 @@ bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id) {
   const LeaseTableIds &ids = LeaseTablesOf(schema);
   Relation lock = table_open(ids.lock, AccessShareLock);
   Relation probe = index_open(ids.lock_probe, AccessShareLock);
-  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-  HeapTuple row =
-      FetchRow(lock, probe, ids.name_collation, CStringGetTextDatum(lock_name), snapshot);
-  UnregisterSnapshot(snapshot);
+  HeapTuple row = FetchRowCommittedNow(lock, probe, ids.name_collation, lock_name);
   bool usable = false;
   if (row != nullptr) {
     bool is_null = false, users_null = false;
