@@ -235,7 +235,7 @@ is( sql(
 	'5|1|2|1|1|1|2|1',
 	'fencing_lock_stats counts committed grants (not rolled-back ones), renewals, releases, expiries, takeovers, revokes and refused writes'
 );
-is( sql("SELECT relid, stale_rejections, missing_rejections FROM fencing_table_stats ORDER BY 1::text"),
+is( sql("SELECT relid, stale_rejections, missing_rejections FROM fencing_table_stats ORDER BY relid::text"),
 	"b_table|1|0\nledger|1|1",
 	'fencing_table_stats counts refused writes per table');
 is( sql(
