@@ -363,3 +363,18 @@ CREATE FUNCTION @extschema@.fencing_stats_reset() RETURNS void
 REVOKE ALL ON FUNCTION @extschema@.fencing_stats_reset() FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_stats_reset() IS
   'sets every counter of fencing_lock_stats and fencing_table_stats of the current database to zero and empties its fencing_rejections; superuser unless granted';
+
+-- Plain UPDATEs judged in their own projection (src/backend/update_check.cpp):
+-- with pg_fencing.fast_update on, the planner puts this call around the SET
+-- expression of a guarded token column and the statement runs without the
+-- guard's UPDATE trigger.  EXECUTE stays with PUBLIC: every role's UPDATE of
+-- a guarded table calls it.  Called by hand it judges only for a role that
+-- may UPDATE the trigger's table, and does nothing that role's own UPDATE
+-- would not do.
+CREATE FUNCTION @extschema@.fencing_guard_check(
+    new_token @extschema@.fencing_token, old_token @extschema@.fencing_token,
+    guard_trigger oid, plan_key bigint)
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_guard_check'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_guard_check(@extschema@.fencing_token, @extschema@.fencing_token, oid, bigint) IS
+  'judges one row of a plain UPDATE of a guarded table as its fencing_guard trigger would, in the UPDATE''s projection, and returns the token to store; put there by the planner (pg_fencing.fast_update); internal';

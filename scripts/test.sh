@@ -57,15 +57,17 @@ demo_run() {
   with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
-# The same with the writers' fast path off (pg_fencing.shared_fence = off:
-# every writer under a lock takes its fence gate exclusively, as before
-# 1.4), so the guard's tests pass both ways.  fence_parallel is left out: it
-# is the test that writers share the gate.
-regress_shared_fence_off() {
-  local specs
+# The same with the guard's fast paths off, so that its tests pass both
+# ways: pg_fencing.shared_fence = off (every writer under a lock takes its
+# fence gate exclusively, as before 1.4) and pg_fencing.fast_update = off
+# (the BEFORE row trigger judges every UPDATE).  Left out: fence_parallel
+# and fast_update, the tests that the fast paths are in effect.
+regress_fast_paths_off() {
+  local tests specs
+  tests=$(cd sql && ls *.sql | sed 's/\.sql$//' | grep -vx fast_update | tr '\n' ' ')
   specs=$(cd test/isolation/specs && ls *.spec | sed 's/\.spec$//' | grep -vx fence_parallel | tr '\n' ' ')
-  if ! with_throwaway_cluster env PGOPTIONS="-c pg_fencing.shared_fence=off" \
-    make installcheck TAP_TESTS= ISOLATION="$specs"; then
+  if ! with_throwaway_cluster env PGOPTIONS="-c pg_fencing.shared_fence=off -c pg_fencing.fast_update=off" \
+    make installcheck TAP_TESTS= REGRESS="$tests" ISOLATION="$specs"; then
     cat regression.diffs output_iso/regression.diffs 2>/dev/null || true
     return 1
   fi
@@ -181,7 +183,7 @@ root_clone_run() (
 run_suite "unit tests (GoogleTest)" unit_tests
 run_suite "unit tests under ASan and UBSan" sanitized_unit_tests
 run_suite "pg_regress and isolation" regress_and_isolation
-run_suite "pg_regress and isolation, writers not sharing the fence gate" regress_shared_fence_off
+run_suite "pg_regress and isolation, the guard's fast paths off" regress_fast_paths_off
 run_suite "stress with faults and history checker (test/stress)" stress_run
 run_suite "fuzzing the core (libFuzzer, ${FUZZ_SECONDS:-30} s)" fuzz_core
 run_suite "random SQL (sqlsmith)" sqlsmith_run

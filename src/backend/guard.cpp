@@ -9,18 +9,23 @@
 #include "boundary.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/bitmapset.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
@@ -28,6 +33,7 @@ extern "C" {
 
 #include "extension_objects.hpp"
 #include "fences.hpp"
+#include "guard.hpp"
 #include "locks.hpp"
 #include "merge_actions.hpp"
 #include "shared_stats.hpp"
@@ -200,6 +206,37 @@ void CheckTriggerProtocol(const TriggerData *td, const GuardCache &guard) {
                           "lock=NAME) also guards INSERT, DELETE and TRUNCATE.")));
 }
 
+// The guard's settings from its trigger: the column, the options, the lock
+// (copied into context: the trigger's arguments may not outlive the query).
+// where names the trigger for errors.
+GuardCache ReadGuardTrigger(const Trigger *trigger, Relation rel, Oid extension_schema,
+                            MemoryContext context, const char *where) {
+  if (trigger->tgnargs < 1) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("%s gives fencing_guard() no token column", where),
+                    errhint("Pass the fencing_token column's name as the first trigger argument, "
+                            "or create the trigger with fencing_protect().")));
+  }
+  GuardCache fresh;
+  fresh.trigger_oid = trigger->tgoid;
+  fresh.relation_oid = RelationGetRelid(rel);
+  fresh.extension_schema = extension_schema;
+  fresh.authorized_user = InvalidOid;
+  fresh.lock_id = 0;
+  fresh.attnum = ResolveNamedColumn(rel, trigger->tgargs[0], TokenTypeOid(extension_schema));
+  fresh.options = ParseOptions(trigger->tgargs + 1, trigger->tgnargs - 1, where);
+  fresh.lock_name = nullptr;
+  if (!fresh.options.lock_name.empty()) {
+    const std::size_t length = fresh.options.lock_name.size();
+    char *copy = static_cast<char *>(MemoryContextAlloc(context, length + 1));
+    memcpy(copy, fresh.options.lock_name.data(), length);
+    copy[length] = '\0';
+    fresh.lock_name = copy;
+    fresh.options.lock_name = std::string_view(copy, length);
+  }
+  return fresh;
+}
+
 GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   FmgrInfo *flinfo = fcinfo->flinfo;
   const Trigger *trigger = td->tg_trigger;
@@ -208,33 +245,8 @@ GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   if (cache != nullptr && cache->trigger_oid == trigger->tgoid && cache->relation_oid == relid) {
     return *cache;
   }
-
-  if (trigger->tgnargs < 1) {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("%s gives fencing_guard() no token column", TriggerWhere(td)),
-                    errhint("Pass the fencing_token column's name as the first trigger argument, "
-                            "or create the trigger with fencing_protect().")));
-  }
-  GuardCache fresh;
-  fresh.trigger_oid = trigger->tgoid;
-  fresh.relation_oid = relid;
-  fresh.extension_schema = ExtensionSchema(fcinfo);
-  fresh.authorized_user = InvalidOid;
-  fresh.lock_id = 0;
-  fresh.attnum =
-      ResolveNamedColumn(td->tg_relation, trigger->tgargs[0], TokenTypeOid(fresh.extension_schema));
-  fresh.options = ParseOptions(trigger->tgargs + 1, trigger->tgnargs - 1, TriggerWhere(td));
-  fresh.lock_name = nullptr;
-  if (!fresh.options.lock_name.empty()) {
-    // Our own copy: the trigger's arguments may not outlive the query.
-    const std::size_t length = fresh.options.lock_name.size();
-    char *copy = static_cast<char *>(MemoryContextAlloc(flinfo->fn_mcxt, length + 1));
-    memcpy(copy, fresh.options.lock_name.data(), length);
-    copy[length] = '\0';
-    fresh.lock_name = copy;
-    fresh.options.lock_name = std::string_view(copy, length);
-  }
-
+  const GuardCache fresh = ReadGuardTrigger(trigger, td->tg_relation, ExtensionSchema(fcinfo),
+                                            flinfo->fn_mcxt, TriggerWhere(td));
   if (cache == nullptr) {
     cache = static_cast<GuardCache *>(MemoryContextAlloc(flinfo->fn_mcxt, sizeof(GuardCache)));
     flinfo->fn_extra = cache;
@@ -255,41 +267,38 @@ Oid OwnerOfRelation(Oid relid) {
 
 // Every refused (or skipped) write is counted and recorded before the
 // error rolls its transaction back (shared_stats.hpp).
-void RecordStale(const TriggerData *td, const char *lock_name, Token token, Token mark,
-                 bool raised) {
-  RecordRefusedWrite({RelationGetRelid(td->tg_relation), lock_name, token, true, mark, true,
-                      raised ? PGF_ERRCODE_STALE_TOKEN : 0});
+void RecordStale(Oid relid, const char *lock_name, Token token, Token mark, bool raised) {
+  RecordRefusedWrite(
+      {relid, lock_name, token, true, mark, true, raised ? PGF_ERRCODE_STALE_TOKEN : 0});
 }
 
-void RecordMissing(const TriggerData *td, const char *lock_name) {
-  RecordRefusedWrite({RelationGetRelid(td->tg_relation), lock_name, 0, false, 0, false,
-                      PGF_ERRCODE_MISSING_TOKEN});
+void RecordMissing(Oid relid, const char *lock_name) {
+  RecordRefusedWrite({relid, lock_name, 0, false, 0, false, PGF_ERRCODE_MISSING_TOKEN});
 }
 
-[[noreturn]] void ReportStaleForRow(const TriggerData *td, const char *lock_name, AttrNumber attnum,
+[[noreturn]] void ReportStaleForRow(Relation rel, const char *lock_name, AttrNumber attnum,
                                     Token token, Token row_mark) {
-  RecordStale(td, lock_name, token, row_mark, true);
+  RecordStale(RelationGetRelid(rel), lock_name, token, row_mark, true);
   ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                   errmsg("stale fencing token " INT64_FORMAT " for table \"%s\": the row has "
                          "already seen " INT64_FORMAT,
-                         token, RelationGetRelationName(td->tg_relation), row_mark),
+                         token, RelationGetRelationName(rel), row_mark),
                   errdetail("A holder with a newer token has written this row; the lock you held "
                             "has moved on."),
-                  errtablecol(td->tg_relation, attnum)));
+                  errtablecol(rel, attnum)));
   pg_unreachable();
 }
 
-[[noreturn]] void ReportStaleForLock(const TriggerData *td, const GuardCache &guard, Token token,
+[[noreturn]] void ReportStaleForLock(Relation rel, const GuardCache &guard, Token token,
                                      Token lock_mark) {
-  RecordStale(td, guard.lock_name, token, lock_mark, true);
-  ereport(ERROR,
-          (errcode(PGF_ERRCODE_STALE_TOKEN),
-           errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\": "
-                  "the lock has already seen " INT64_FORMAT,
-                  token, RelationGetRelationName(td->tg_relation), guard.lock_name, lock_mark),
-           errdetail("A newer holder of the lock has been granted or has written under it; "
-                     "the lock you held has moved on."),
-           errtablecol(td->tg_relation, guard.attnum)));
+  RecordStale(RelationGetRelid(rel), guard.lock_name, token, lock_mark, true);
+  ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
+                  errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\": "
+                         "the lock has already seen " INT64_FORMAT,
+                         token, RelationGetRelationName(rel), guard.lock_name, lock_mark),
+                  errdetail("A newer holder of the lock has been granted or has written under it; "
+                            "the lock you held has moved on."),
+                  errtablecol(rel, guard.attnum)));
   pg_unreachable();
 }
 
@@ -317,16 +326,13 @@ int HintPresent(const char *lock) {
   return errhint("Call fencing_present('%s', token) first in this transaction.", lock);
 }
 
-[[noreturn]] void ReportMissing(const TriggerData *td, const GuardCache &guard,
-                                MissingReason reason) {
-  const char *table = RelationGetRelationName(td->tg_relation);
-  const char *column =
-      NameStr(TupleDescAttr(RelationGetDescr(td->tg_relation), guard.attnum - 1)->attname);
+[[noreturn]] void ReportMissing(Relation rel, const GuardCache &guard, MissingReason reason) {
+  const char *table = RelationGetRelationName(rel);
+  const char *column = NameStr(TupleDescAttr(RelationGetDescr(rel), guard.attnum - 1)->attname);
   const char *lock = guard.lock_name;
-  RecordMissing(td, lock);
-#define PGF_MISSING(...)                                           \
-  ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN), __VA_ARGS__, \
-                  errtablecol(td->tg_relation, guard.attnum)))
+  RecordMissing(RelationGetRelid(rel), lock);
+#define PGF_MISSING(...) \
+  ereport(ERROR, (errcode(PGF_ERRCODE_MISSING_TOKEN), __VA_ARGS__, errtablecol(rel, guard.attnum)))
   switch (reason) {
     case MissingReason::kSetToNull:
       if (lock != nullptr) {
@@ -378,39 +384,50 @@ int HintPresent(const char *lock) {
 
 // ---- The two kinds of fence ---------------------------------------------------
 
-// Whether the UPDATE assigned the token column, given the old and new
-// tokens it has read.
-bool ColumnAssigned(const TriggerData *td, const GuardCache &guard, Token old_token,
-                    bool old_is_null, Token new_token, bool new_is_null) {
-  const bool unchanged =
-      old_is_null || new_is_null ? old_is_null == new_is_null : old_token == new_token;
-  return UpdateAssignsColumn(td, guard.attnum, unchanged);
+// One row written, as the guard judges it: the trigger reads it from its
+// TriggerData, the check in an UPDATE's projection from its arguments.
+struct RowWrite {
+  Oid relid;
+  Relation rel;  // nullptr: opened only to report a refusal
+  WriteKind kind;
+  Token old_token;  // UPDATE and DELETE
+  bool old_is_null;
+  Token new_token;  // INSERT and UPDATE
+  bool new_is_null;
+  bool column_assigned;  // UPDATE: whether it sets the token column
+};
+
+// The relation to name in a refusal.  Opened without a lock (the writer
+// holds one); the error that follows releases the reference.
+Relation RelationToReport(const RowWrite &row) {
+  return row.rel != nullptr ? row.rel : relation_open(row.relid, NoLock);
 }
 
-Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard, bool *is_null) {
-  return DatumGetInt64(
-      heap_getattr(tuple, guard.attnum, RelationGetDescr(td->tg_relation), is_null));
-}
+// What to do with a row the guard did not refuse.
+struct Judgement {
+  bool skip;         // option skip: leave the row as it is
+  bool fill;         // lock-wide: store fill_token (the presented token)
+  Token fill_token;  // in the token column
+};
 
 // Per-row fence: an UPDATE must carry a token no lower than the row's.
-Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
+Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
   GuardInput in{};
-  in.old_token = ReadToken(td->tg_trigtuple, td, guard, &in.old_is_null);
-  in.new_token = ReadToken(td->tg_newtuple, td, guard, &in.new_is_null);
-  in.column_assigned =
-      ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token, in.new_is_null);
-
-  const GuardVerdict verdict = PGF_CORE(DecideGuard(in, guard.options));
-  switch (verdict) {
+  in.old_token = row.old_token;
+  in.old_is_null = row.old_is_null;
+  in.new_token = row.new_token;
+  in.new_is_null = row.new_is_null;
+  in.column_assigned = row.column_assigned;
+  switch (PGF_CORE(DecideGuard(in, guard.options))) {
     case GuardVerdict::kAccept:
-      return PointerGetDatum(td->tg_newtuple);
+      return {};
     case GuardVerdict::kSkip:
-      RecordStale(td, nullptr, in.new_token, in.old_token, false);
-      return PointerGetDatum(nullptr);
+      RecordStale(row.relid, nullptr, in.new_token, in.old_token, false);
+      return {true, false, 0};
     case GuardVerdict::kRejectStale:
-      ReportStaleForRow(td, nullptr, guard.attnum, in.new_token, in.old_token);
+      ReportStaleForRow(RelationToReport(row), nullptr, guard.attnum, in.new_token, in.old_token);
     case GuardVerdict::kRejectMissing:
-      ReportMissing(td, guard,
+      ReportMissing(RelationToReport(row), guard,
                     in.column_assigned ? MissingReason::kSetToNull : MissingReason::kNotSet);
   }
   pg_unreachable();
@@ -421,10 +438,9 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
 // a trigger with lock=NAME made by hand on a table of one's own must not
 // reach a lock that fencing_protect() would have refused.  Checked once per
 // statement and role.
-void AuthorizeWritesUnderLock(const TriggerData *td, GuardCache &guard) {
+void AuthorizeWritesUnderLock(Oid relid, Oid owner, GuardCache &guard) {
   const Oid writer = GetUserId();
   if (guard.authorized_user == writer) return;
-  const Oid owner = td->tg_relation->rd_rel->relowner;
   int64 lock_id = 0;
   // The common case in C; a lock to create, or a role to refuse, goes to
   // the lock model's SQL (fencing_lock_authorize), which raises 42501.
@@ -434,12 +450,88 @@ void AuthorizeWritesUnderLock(const TriggerData *td, GuardCache &guard) {
   if (!usable) {
     lock_id = AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
     if (owner != writer) {
-      AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false,
-                    RelationGetRelid(td->tg_relation));
+      AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false, relid);
     }
   }
   guard.lock_id = lock_id;
   guard.authorized_user = writer;
+}
+
+// Lock-wide fence: INSERT, UPDATE or DELETE must carry a token no lower
+// than the row's and than the lock's high-water mark, which it raises.
+// The writer must have been authorized (AuthorizeWritesUnderLock).
+Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
+  LockWriteInput in{};
+  in.kind = row.kind;
+  in.old_token = row.old_token;
+  in.old_is_null = row.old_is_null;
+  in.new_token = row.new_token;
+  in.new_is_null = row.new_is_null;
+  in.column_assigned = row.column_assigned;
+  if (const LockFence *fence = FindTransactionFence(guard.lock_name)) {
+    in.presented = fence->presented;
+    in.presented_token = fence->presented_token;
+  }
+
+  const LockWriteDecision decision = PGF_CORE(DecideLockWrite(in, guard.options));
+  switch (decision.verdict) {
+    case GuardVerdict::kAccept:
+      break;
+    case GuardVerdict::kSkip:
+      RecordStale(row.relid, guard.lock_name, decision.write_token, in.old_token, false);
+      return {true, false, 0};
+    case GuardVerdict::kRejectStale:
+      ReportStaleForRow(RelationToReport(row), guard.lock_name, guard.attnum, decision.write_token,
+                        in.old_token);
+    case GuardVerdict::kRejectMissing:
+      switch (in.kind) {
+        case WriteKind::kInsert:
+          ReportMissing(RelationToReport(row), guard, MissingReason::kInsertNull);
+        case WriteKind::kUpdate:
+          ReportMissing(
+              RelationToReport(row), guard,
+              in.column_assigned ? MissingReason::kSetToNull : MissingReason::kNotSetNonePresented);
+        case WriteKind::kDelete:
+          ReportMissing(RelationToReport(row), guard, MissingReason::kDeleteNonePresented);
+      }
+  }
+
+  Token mark = 0;
+  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name,
+                        decision.write_token, &mark)) {
+    if (guard.options.skip) {
+      RecordStale(row.relid, guard.lock_name, decision.write_token, mark, false);
+      return {true, false, 0};
+    }
+    ReportStaleForLock(RelationToReport(row), guard, decision.write_token, mark);
+  }
+  return {false, decision.fill_from_presented, decision.write_token};
+}
+
+// ---- As a trigger ---------------------------------------------------------------
+
+// Whether the UPDATE assigned the token column, given the old and new
+// tokens it has read.
+bool ColumnAssigned(const TriggerData *td, const GuardCache &guard, const RowWrite &row) {
+  const bool unchanged = row.old_is_null || row.new_is_null ? row.old_is_null == row.new_is_null
+                                                            : row.old_token == row.new_token;
+  return UpdateAssignsColumn(td, guard.attnum, unchanged);
+}
+
+Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard, bool *is_null) {
+  return DatumGetInt64(
+      heap_getattr(tuple, guard.attnum, RelationGetDescr(td->tg_relation), is_null));
+}
+
+Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
+  RowWrite row{};
+  row.relid = RelationGetRelid(td->tg_relation);
+  row.rel = td->tg_relation;
+  row.kind = WriteKind::kUpdate;
+  row.old_token = ReadToken(td->tg_trigtuple, td, guard, &row.old_is_null);
+  row.new_token = ReadToken(td->tg_newtuple, td, guard, &row.new_is_null);
+  row.column_assigned = ColumnAssigned(td, guard, row);
+  return PointerGetDatum(JudgeRowFence(row, guard).skip ? nullptr : td->tg_newtuple);
 }
 
 // An UPDATE that moves a row to another partition deletes it from the old
@@ -482,86 +574,165 @@ bool IsDeleteHalfOfAcceptedMove(const TriggerData *td) {
 Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   const LockFence *fence = FindTransactionFence(guard.lock_name);
   if (fence == nullptr || !fence->presented) {
-    ReportMissing(td, guard, MissingReason::kTruncateNonePresented);
+    ReportMissing(td->tg_relation, guard, MissingReason::kTruncateNonePresented);
   }
   const Token token = fence->presented_token;
   Token mark = 0;
   if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name, token, &mark)) {
-    ReportStaleForLock(td, guard, token, mark);
+    ReportStaleForLock(td->tg_relation, guard, token, mark);
   }
   return PointerGetDatum(nullptr);  // ignored for statement triggers
 }
 
-// Lock-wide fence: INSERT, UPDATE or DELETE must carry a token no lower
-// than the row's and than the lock's high-water mark.
 Datum GuardUnderLock(const TriggerData *td, GuardCache &guard) {
-  AuthorizeWritesUnderLock(td, guard);
+  AuthorizeWritesUnderLock(RelationGetRelid(td->tg_relation), td->tg_relation->rd_rel->relowner,
+                           guard);
   if (TRIGGER_FIRED_BY_TRUNCATE(td->tg_event)) return GuardTruncate(td, guard);
   if (TRIGGER_FIRED_BY_DELETE(td->tg_event) && IsDeleteHalfOfAcceptedMove(td)) {
     return PointerGetDatum(td->tg_trigtuple);
   }
 
-  LockWriteInput in{};
-  in.kind = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? WriteKind::kInsert
-            : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? WriteKind::kUpdate
-                                                    : WriteKind::kDelete;
+  RowWrite row{};
+  row.relid = RelationGetRelid(td->tg_relation);
+  row.rel = td->tg_relation;
+  row.kind = TRIGGER_FIRED_BY_INSERT(td->tg_event)   ? WriteKind::kInsert
+             : TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? WriteKind::kUpdate
+                                                     : WriteKind::kDelete;
   // For INSERT tg_trigtuple is the new row; for UPDATE and DELETE the old.
-  HeapTuple new_row = in.kind == WriteKind::kInsert   ? td->tg_trigtuple
-                      : in.kind == WriteKind::kUpdate ? td->tg_newtuple
-                                                      : nullptr;
-  HeapTuple old_row = in.kind == WriteKind::kInsert ? nullptr : td->tg_trigtuple;
-  in.new_is_null = true;
-  in.old_is_null = true;
-  if (new_row != nullptr) in.new_token = ReadToken(new_row, td, guard, &in.new_is_null);
-  if (old_row != nullptr) in.old_token = ReadToken(old_row, td, guard, &in.old_is_null);
-  in.column_assigned =
-      in.kind == WriteKind::kUpdate &&
-      ColumnAssigned(td, guard, in.old_token, in.old_is_null, in.new_token, in.new_is_null);
-  if (const LockFence *fence = FindTransactionFence(guard.lock_name)) {
-    in.presented = fence->presented;
-    in.presented_token = fence->presented_token;
-  }
+  HeapTuple new_row = row.kind == WriteKind::kInsert   ? td->tg_trigtuple
+                      : row.kind == WriteKind::kUpdate ? td->tg_newtuple
+                                                       : nullptr;
+  HeapTuple old_row = row.kind == WriteKind::kInsert ? nullptr : td->tg_trigtuple;
+  row.new_is_null = true;
+  row.old_is_null = true;
+  if (new_row != nullptr) row.new_token = ReadToken(new_row, td, guard, &row.new_is_null);
+  if (old_row != nullptr) row.old_token = ReadToken(old_row, td, guard, &row.old_is_null);
+  row.column_assigned = row.kind == WriteKind::kUpdate && ColumnAssigned(td, guard, row);
 
-  const LockWriteDecision decision = PGF_CORE(DecideLockWrite(in, guard.options));
-  switch (decision.verdict) {
-    case GuardVerdict::kAccept:
-      break;
-    case GuardVerdict::kSkip:
-      RecordStale(td, guard.lock_name, decision.write_token, in.old_token, false);
-      return PointerGetDatum(nullptr);
-    case GuardVerdict::kRejectStale:
-      ReportStaleForRow(td, guard.lock_name, guard.attnum, decision.write_token, in.old_token);
-    case GuardVerdict::kRejectMissing:
-      switch (in.kind) {
-        case WriteKind::kInsert:
-          ReportMissing(td, guard, MissingReason::kInsertNull);
-        case WriteKind::kUpdate:
-          ReportMissing(
-              td, guard,
-              in.column_assigned ? MissingReason::kSetToNull : MissingReason::kNotSetNonePresented);
-        case WriteKind::kDelete:
-          ReportMissing(td, guard, MissingReason::kDeleteNonePresented);
-      }
-  }
-
-  Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name,
-                        decision.write_token, &mark)) {
-    if (guard.options.skip) {
-      RecordStale(td, guard.lock_name, decision.write_token, mark, false);
-      return PointerGetDatum(nullptr);
-    }
-    ReportStaleForLock(td, guard, decision.write_token, mark);
-  }
-  if (in.kind == WriteKind::kDelete) return PointerGetDatum(old_row);
-  if (in.kind == WriteKind::kUpdate) RememberAcceptedUpdate(td);
-  if (!decision.fill_from_presented) return PointerGetDatum(new_row);
+  const Judgement judgement = JudgeLockFence(row, guard);
+  if (judgement.skip) return PointerGetDatum(nullptr);
+  if (row.kind == WriteKind::kDelete) return PointerGetDatum(old_row);
+  if (row.kind == WriteKind::kUpdate) RememberAcceptedUpdate(td);
+  if (!judgement.fill) return PointerGetDatum(new_row);
   int column_number = guard.attnum;
-  Datum value = Int64GetDatum(decision.write_token);
+  Datum value = Int64GetDatum(judgement.fill_token);
   bool is_null = false;
   return PointerGetDatum(heap_modify_tuple_by_cols(new_row, RelationGetDescr(td->tg_relation), 1,
                                                    &column_number, &value, &is_null));
 }
+
+// ---- In an UPDATE's projection (update_check.cpp puts the call there) -----------
+
+// What fencing_guard_check() keeps for the query, in fn_extra.
+struct ProjectionGuard {
+  GuardCache guard;
+  Oid owner;   // the table's, for AuthorizeWritesUnderLock
+  bool fires;  // whether the trigger would fire (session_replication_role)
+};
+
+// The table a trigger belongs to, by the trigger's OID; InvalidOid if none.
+Oid TableOfTrigger(Oid trigger_oid) {
+  Relation triggers = table_open(TriggerRelationId, AccessShareLock);
+  ScanKeyData key;
+  ScanKeyInit(&key, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
+              ObjectIdGetDatum(trigger_oid));
+  SysScanDesc scan = systable_beginscan(triggers, TriggerOidIndexId, true, nullptr, 1, &key);
+  HeapTuple tuple = systable_getnext(scan);
+  const Oid table = HeapTupleIsValid(tuple)
+                        ? reinterpret_cast<Form_pg_trigger>(GETSTRUCT(tuple))->tgrelid
+                        : InvalidOid;
+  systable_endscan(scan);
+  table_close(triggers, AccessShareLock);
+  return table;
+}
+
+// Whether the trigger would fire now, as PostgreSQL decides it for a
+// trigger that is enabled in the usual way or ALWAYS (the only ones the
+// planner hands to the projection).
+bool TriggerFiresNow(const Trigger *trigger) {
+  if (SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA) {
+    return trigger->tgenabled == TRIGGER_FIRES_ON_REPLICA ||
+           trigger->tgenabled == TRIGGER_FIRES_ALWAYS;
+  }
+  return trigger->tgenabled != TRIGGER_FIRES_ON_REPLICA && trigger->tgenabled != TRIGGER_DISABLED;
+}
+
+// Reads the guard trigger's settings on the first call of the query.  The
+// function is callable by any role (the planner puts it into their
+// UPDATEs), so it may judge only for a role that may UPDATE the table: it
+// then does nothing that role's own UPDATE would not do.
+ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid) {
+  FmgrInfo *flinfo = fcinfo->flinfo;
+  auto *cache = static_cast<ProjectionGuard *>(flinfo->fn_extra);
+  if (cache != nullptr && cache->guard.trigger_oid == trigger_oid) return *cache;
+
+  const Oid relid = TableOfTrigger(trigger_oid);
+  if (!OidIsValid(relid)) {
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                    errmsg("trigger with OID %u does not exist", trigger_oid)));
+  }
+  if (pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("permission denied for table %s", get_rel_name(relid)),
+                    errdetail("fencing_guard_check() judges a write for a role that may UPDATE "
+                              "the table.")));
+  }
+  const Oid schema = ExtensionSchema(fcinfo);
+  Relation rel = table_open(relid, AccessShareLock);
+  const Trigger *trigger = nullptr;
+  for (int i = 0; rel->trigdesc != nullptr && i < rel->trigdesc->numtriggers; ++i) {
+    if (rel->trigdesc->triggers[i].tgoid == trigger_oid) trigger = &rel->trigdesc->triggers[i];
+  }
+  FmgrInfo *guard_function = ExtensionFunction(schema, "fencing_guard", 0, nullptr);
+  if (trigger == nullptr || trigger->tgfoid != guard_function->fn_oid) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("trigger with OID %u on table \"%s\" is not a fencing_guard trigger",
+                           trigger_oid, RelationGetRelationName(rel))));
+  }
+  const char *where =
+      psprintf("trigger \"%s\" on table \"%s\"", trigger->tgname, RelationGetRelationName(rel));
+  ProjectionGuard fresh;
+  fresh.guard = ReadGuardTrigger(trigger, rel, schema, flinfo->fn_mcxt, where);
+  if (fresh.guard.options.skip) {
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("fencing_guard_check() cannot judge for %s: it has option skip", where),
+                    errdetail("Only the trigger can leave a row unchanged.")));
+  }
+  fresh.owner = rel->rd_rel->relowner;
+  fresh.fires = TriggerFiresNow(trigger);
+  table_close(rel, NoLock);
+
+  if (cache == nullptr) {
+    cache = static_cast<ProjectionGuard *>(
+        MemoryContextAlloc(flinfo->fn_mcxt, sizeof(ProjectionGuard)));
+    flinfo->fn_extra = cache;
+  }
+  *cache = fresh;
+  return *cache;
+}
+
+}  // namespace
+
+AttrNumber ColumnCheckableInProjection(Relation rel, const Trigger *trigger, Oid token_type) {
+  if (trigger->tgnargs < 1) return InvalidAttrNumber;
+  GuardOptions options;
+  OptionStatus status = OptionStatus::kOk;
+  for (int i = 1; i < trigger->tgnargs && status == OptionStatus::kOk; ++i) {
+    status = PGF_CORE(ApplyGuardOption(trigger->tgargs[i], options));
+  }
+  if (status == OptionStatus::kOk) status = PGF_CORE(FinishGuardOptions(options));
+  if (status != OptionStatus::kOk || options.skip) return InvalidAttrNumber;
+  TupleDesc desc = RelationGetDescr(rel);
+  for (int i = 0; i < desc->natts; ++i) {
+    Form_pg_attribute att = TupleDescAttr(desc, i);
+    if (att->attisdropped || strcmp(NameStr(att->attname), trigger->tgargs[0]) != 0) continue;
+    const bool plain = att->atttypid == token_type && att->attgenerated == '\0';
+    return plain ? att->attnum : InvalidAttrNumber;
+  }
+  return InvalidAttrNumber;
+}
+
+namespace {
 
 // The checks fencing_protect() makes before it creates the triggers, with
 // the same rules as the trigger itself so both fail alike: the options (and
@@ -619,6 +790,48 @@ Datum fencing_guard(PG_FUNCTION_ARGS) {
   GuardCache &guard = LookupGuard(fcinfo, td);
   CheckTriggerProtocol(td, guard);
   return guard.lock_name == nullptr ? GuardRow(td, guard) : GuardUnderLock(td, guard);
+}
+
+// fencing_guard_check(new_token, old_token, guard_trigger oid, plan_key
+// bigint) RETURNS fencing_token: what a plain UPDATE of a guarded table
+// evaluates for the token column in place of the BEFORE row trigger (see
+// update_check.cpp).  Judges the new token against the old row's (and, under
+// a lock, the lock's mark) exactly as the trigger would, and returns the
+// token to store.  plan_key marks the call as the planner's; it is not read
+// here.
+PG_FUNCTION_INFO_V1(fencing_guard_check);
+Datum fencing_guard_check(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(2)) {
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("fencing_guard_check() needs the guard trigger's OID")));
+  }
+  ProjectionGuard &projection = LookupProjectionGuard(fcinfo, PG_GETARG_OID(2));
+  if (!projection.fires) {
+    if (PG_ARGISNULL(0)) PG_RETURN_NULL();
+    PG_RETURN_DATUM(PG_GETARG_DATUM(0));
+  }
+  GuardCache &guard = projection.guard;
+  RowWrite row{};
+  row.relid = guard.relation_oid;
+  row.rel = nullptr;
+  row.kind = WriteKind::kUpdate;
+  row.new_is_null = PG_ARGISNULL(0);
+  row.new_token = row.new_is_null ? 0 : DatumGetInt64(PG_GETARG_DATUM(0));
+  row.old_is_null = PG_ARGISNULL(1);
+  row.old_token = row.old_is_null ? 0 : DatumGetInt64(PG_GETARG_DATUM(1));
+  row.column_assigned = true;  // the planner wraps the SET expression of the column
+  Judgement judgement{};
+  if (guard.lock_name == nullptr) {
+    judgement = JudgeRowFence(row, guard);
+  } else {
+    AuthorizeWritesUnderLock(row.relid, projection.owner, guard);
+    judgement = JudgeLockFence(row, guard);
+  }
+  // Neither happens here: skip is refused above, and a write that sets the
+  // column is never filled from the presented token.
+  if (judgement.skip || judgement.fill) elog(ERROR, "fencing_guard_check() cannot change a row");
+  if (row.new_is_null) PG_RETURN_NULL();
+  PG_RETURN_DATUM(PG_GETARG_DATUM(0));
 }
 
 // fencing_protect(tbl regclass, token_column name, options text[],

@@ -9,6 +9,7 @@
 #include "lease_wakeup.hpp"
 #include "merge_actions.hpp"
 #include "shared_stats.hpp"
+#include "update_check.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -23,5 +24,6 @@ void _PG_init(void) {
   pg_fencing::RegisterSharedStats();
   pg_fencing::RegisterExpiryWorker();
   pg_fencing::RegisterGrantReservations();
+  pg_fencing::RegisterUpdateCheck();
 }
 }

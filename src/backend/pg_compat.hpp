@@ -20,10 +20,12 @@ extern "C" {
 #endif
 #include "access/genam.h"
 #include "access/heapam.h"
+#include "catalog/pg_proc.h"
 #include "executor/executor.h"
 #include "nodes/execnodes.h"
 #include "replication/walsender_private.h"
 #include "storage/lwlock.h"
+#include "utils/acl.h"
 #include "utils/timestamp.h"
 }
 
@@ -100,6 +102,26 @@ inline IndexScanDesc IndexBeginScan(Relation table, Relation index, Snapshot sna
 
 // ExecutorStart_hook_type is void (QueryDesc *, int) in every major we
 // build against (15 to 18).
+
+// 16 made expression_tree_walker() a macro that casts the walker to its
+// callback type; 15 declares the walker as bool (*)() (no prototype), which
+// C++ reads as a function of no arguments.
+#if PG_VERSION_NUM >= 160000
+#define PGF_TREE_WALKER(walker) (walker)
+#else
+#define PGF_TREE_WALKER(walker) reinterpret_cast<bool (*)()>(walker)
+#endif
+
+// 16 replaced pg_proc_aclcheck() by object_aclcheck(ProcedureRelationId, ...).
+namespace pg_fencing::compat {
+inline bool MayExecute(Oid function, Oid role) {
+#if PG_VERSION_NUM >= 160000
+  return object_aclcheck(ProcedureRelationId, function, role, ACL_EXECUTE) == ACLCHECK_OK;
+#else
+  return pg_proc_aclcheck(function, role, ACL_EXECUTE) == ACLCHECK_OK;
+#endif
+}
+}  // namespace pg_fencing::compat
 
 // Whether the shared state says synchronous standbys are defined.  The
 // minor releases of May 2025 (15.13, 16.9, 17.5) and 18 replaced the bool
