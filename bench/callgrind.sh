@@ -13,6 +13,9 @@ work=$(mktemp -d /tmp/pg_fencing_callgrind.XXXXXX)
 chown postgres: "$work"
 trap 'rm -rf "$work"' EXIT
 as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
+# The AFTER-trigger prototypes (bench/prototypes), where postgres can read them.
+make -s -C "$(dirname "$0")/prototypes" with_llvm=no >/dev/null
+install -m 755 "$(dirname "$0")/prototypes/trigger_variants.so" "$work/"
 
 single() { # runs SQL from stdin in a single-user backend
   as_postgres "$bindir/postgres" --single -D "$work/data" -c jit=off -j postgres >/dev/null
@@ -34,6 +37,17 @@ SELECT fencing_protect('bench_guard_trigger');
 CREATE TABLE bench_lockwide_trigger (LIKE bench_lockwide INCLUDING ALL);
 INSERT INTO bench_lockwide_trigger SELECT * FROM bench_lockwide;
 SELECT fencing_protect('bench_lockwide_trigger', lock_name => 'bench');
+-- The same comparison in an AFTER row trigger, and in an AFTER statement
+-- trigger over the transition tables (prototypes, not the extension).
+CREATE FUNCTION proto_after_row() RETURNS trigger AS '$work/trigger_variants.so' LANGUAGE C;
+CREATE FUNCTION proto_after_statement() RETURNS trigger AS '$work/trigger_variants.so' LANGUAGE C;
+CREATE TABLE bench_after_row (LIKE bench_none INCLUDING ALL);
+INSERT INTO bench_after_row SELECT * FROM bench_none;
+CREATE TRIGGER guard AFTER UPDATE ON bench_after_row FOR EACH ROW EXECUTE FUNCTION proto_after_row();
+CREATE TABLE bench_after_statement (LIKE bench_none INCLUDING ALL);
+INSERT INTO bench_after_statement SELECT * FROM bench_none;
+CREATE TRIGGER guard AFTER UPDATE ON bench_after_statement REFERENCING OLD TABLE AS o NEW TABLE AS n
+  FOR EACH STATEMENT EXECUTE FUNCTION proto_after_statement();
 VACUUM ANALYZE;
 SQL
 as_postgres "$bindir/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null
@@ -44,7 +58,7 @@ as_postgres "$bindir/pg_ctl" -D "$work/data" -m fast -w stop >/dev/null
 # Every run loads the library before its UPDATE is planned (a session that
 # loads it only when the trigger first fires plans its first UPDATE without
 # the projection's check); the *_trigger runs turn that check off.
-variants="none guard guard_trigger lockwide lockwide_trigger plpgsql"
+variants="none guard guard_trigger lockwide lockwide_trigger after_row after_statement plpgsql"
 declare -A total
 for v in $variants; do
   log_file="$work/callgrind.$v.out"

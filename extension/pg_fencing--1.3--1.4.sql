@@ -373,8 +373,8 @@ COMMENT ON FUNCTION @extschema@.fencing_stats_reset() IS
 -- would not do.
 CREATE FUNCTION @extschema@.fencing_guard_check(
     new_token @extschema@.fencing_token, old_token @extschema@.fencing_token,
-    guard_trigger oid, plan_key bigint)
+    guard_trigger oid)
   RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_guard_check'
   LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.fencing_guard_check(@extschema@.fencing_token, @extschema@.fencing_token, oid, bigint) IS
+COMMENT ON FUNCTION @extschema@.fencing_guard_check(@extschema@.fencing_token, @extschema@.fencing_token, oid) IS
   'judges one row of a plain UPDATE of a guarded table as its fencing_guard trigger would, in the UPDATE''s projection, and returns the token to store; put there by the planner (pg_fencing.fast_update); internal';

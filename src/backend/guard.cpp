@@ -657,6 +657,22 @@ bool TriggerFiresNow(const Trigger *trigger) {
   return trigger->tgenabled != TRIGGER_FIRES_ON_REPLICA && trigger->tgenabled != TRIGGER_DISABLED;
 }
 
+// Whether the current role may UPDATE column attnum of the table (any
+// column: InvalidAttrNumber), by a grant on the table or on the column.
+void RefuseUnlessMayUpdate(Oid relid, AttrNumber attnum) {
+  const Oid role = GetUserId();
+  const bool may =
+      pg_class_aclcheck(relid, role, ACL_UPDATE) == ACLCHECK_OK ||
+      (attnum == InvalidAttrNumber
+           ? pg_attribute_aclcheck_all(relid, role, ACL_UPDATE, ACLMASK_ANY) == ACLCHECK_OK
+           : pg_attribute_aclcheck(relid, attnum, role, ACL_UPDATE) == ACLCHECK_OK);
+  if (may) return;
+  ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                  errmsg("permission denied for table %s", get_rel_name(relid)),
+                  errdetail("fencing_guard_check() judges a write for a role that may UPDATE the "
+                            "table's token column.")));
+}
+
 // Reads the guard trigger's settings on the first call of the query.  The
 // function is callable by any role (the planner puts it into their
 // UPDATEs), so it may judge only for a role that may UPDATE the table: it
@@ -671,12 +687,7 @@ ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid)
     ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                     errmsg("trigger with OID %u does not exist", trigger_oid)));
   }
-  if (pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE) != ACLCHECK_OK) {
-    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                    errmsg("permission denied for table %s", get_rel_name(relid)),
-                    errdetail("fencing_guard_check() judges a write for a role that may UPDATE "
-                              "the table.")));
-  }
+  RefuseUnlessMayUpdate(relid, InvalidAttrNumber);
   const Oid schema = ExtensionSchema(fcinfo);
   Relation rel = table_open(relid, AccessShareLock);
   const Trigger *trigger = nullptr;
@@ -693,6 +704,7 @@ ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid)
       psprintf("trigger \"%s\" on table \"%s\"", trigger->tgname, RelationGetRelationName(rel));
   ProjectionGuard fresh;
   fresh.guard = ReadGuardTrigger(trigger, rel, schema, flinfo->fn_mcxt, where);
+  RefuseUnlessMayUpdate(relid, fresh.guard.attnum);
   if (fresh.guard.options.skip) {
     ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
                     errmsg("fencing_guard_check() cannot judge for %s: it has option skip", where),
@@ -792,13 +804,11 @@ Datum fencing_guard(PG_FUNCTION_ARGS) {
   return guard.lock_name == nullptr ? GuardRow(td, guard) : GuardUnderLock(td, guard);
 }
 
-// fencing_guard_check(new_token, old_token, guard_trigger oid, plan_key
-// bigint) RETURNS fencing_token: what a plain UPDATE of a guarded table
-// evaluates for the token column in place of the BEFORE row trigger (see
-// update_check.cpp).  Judges the new token against the old row's (and, under
-// a lock, the lock's mark) exactly as the trigger would, and returns the
-// token to store.  plan_key marks the call as the planner's; it is not read
-// here.
+// fencing_guard_check(new_token, old_token, guard_trigger oid) RETURNS
+// fencing_token: what a plain UPDATE of a guarded table evaluates for the
+// token column in place of the BEFORE row trigger (see update_check.cpp).
+// Judges the new token against the old row's (and, under a lock, the lock's
+// mark) exactly as the trigger would, and returns the token to store.
 PG_FUNCTION_INFO_V1(fencing_guard_check);
 Datum fencing_guard_check(PG_FUNCTION_ARGS) {
   if (PG_ARGISNULL(2)) {

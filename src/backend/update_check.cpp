@@ -8,15 +8,18 @@
 //
 // How, in two steps:
 //  1. The planner hook wraps the SET expression of the token column in
-//     fencing_guard_check(new, old, trigger, key), old being the old row's
+//     fencing_guard_check(new, old, trigger), old being the old row's
 //     column.  Each row is judged as it is projected, by the guard's own
 //     rules (guard.cpp), and judged again on the newest row version when a
 //     concurrent update made PostgreSQL re-project it (EvalPlanQual).
 //  2. The executor hook lets that statement run without the guard's UPDATE
 //     trigger, once it has found the call at the top of the column's
-//     expression in the plan, for that trigger, with this session's key (so
-//     that a call written by hand, in a plan made before the library was
-//     loaded, cannot stand in for the trigger).
+//     expression in the plan, for that trigger, bearing the planner hook's
+//     mark.  The mark is a parse location no SQL can produce (the parser
+//     records offsets into the statement's text, 0 and up, or -1 for none,
+//     as do stored rules and views), so a call written by hand -- in a plan
+//     made while the setting was off, say -- never stands in for the
+//     trigger.
 //
 // It fails closed: whenever a step does not happen -- the library loaded in
 // the middle of the statement, a statement or table it does not handle, the
@@ -53,8 +56,8 @@ namespace pg_fencing {
 namespace {
 
 bool fast_update = true;
-int64 session_key = 0;          // random, drawn when the library is loaded
-bool have_session_key = false;  // if the draw failed, the trigger always judges
+// FuncExpr.location of the planner hook's own calls (step 2 above).
+constexpr int kPlannerMark = -0x5047;
 planner_hook_type prev_planner = nullptr;
 ExecutorStart_hook_type prev_executor_start = nullptr;
 
@@ -78,8 +81,8 @@ bool FindGuardFunctions(Oid function, GuardFunctions *out) {
     return false;
   }
   const Oid token_type = TokenTypeOid(schema);
-  const Oid arguments[] = {token_type, token_type, OIDOID, INT8OID};
-  FmgrInfo *check = ExtensionFunctionIfExists(schema, "fencing_guard_check", 4, arguments);
+  const Oid arguments[] = {token_type, token_type, OIDOID};
+  FmgrInfo *check = ExtensionFunctionIfExists(schema, "fencing_guard_check", 3, arguments);
   if (check == nullptr || check->fn_addr != fencing_guard_check) return false;
   out->token_type = token_type;
   out->check = check->fn_oid;
@@ -156,11 +159,10 @@ void WrapTokenAssignment(Query *parse) {
                              att->attcollation, 0);
     Const *trigger_oid = makeConst(OIDOID, -1, InvalidOid, sizeof(Oid),
                                    ObjectIdGetDatum(trigger->tgoid), false, true);
-    Const *key = makeConst(INT8OID, -1, InvalidOid, sizeof(int64), Int64GetDatum(session_key),
-                           false, FLOAT8PASSBYVAL);
     FuncExpr *check = makeFuncExpr(functions.check, functions.token_type,
-                                   list_make4(assignment->expr, old_token, trigger_oid, key),
-                                   InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+                                   list_make3(assignment->expr, old_token, trigger_oid), InvalidOid,
+                                   InvalidOid, COERCE_EXPLICIT_CALL);
+    check->location = kPlannerMark;
     assignment->expr = reinterpret_cast<Expr *>(check);
   }
   relation_close(rel, NoLock);
@@ -174,7 +176,7 @@ PlannedStmt *PlanWithTokenCheck(Query *parse, const char *query_string, int curs
 }
 
 // Whether the plan's new value for column attnum is, at its top, the call
-// step 1 made for trigger in this session.  The subplan's targetlist holds
+// step 1 made for trigger.  The subplan's targetlist holds
 // the new values of the assigned columns in the order of updateColnos,
 // then junk.
 bool PlanChecksColumn(const ModifyTable *plan, AttrNumber attnum, Oid trigger, Oid check) {
@@ -196,21 +198,19 @@ bool PlanChecksColumn(const ModifyTable *plan, AttrNumber attnum, Oid trigger, O
   }
   if (value == nullptr || !IsA(value->expr, FuncExpr)) return false;
   const auto *call = reinterpret_cast<const FuncExpr *>(value->expr);
-  if (call->funcid != check || list_length(call->args) != 4) return false;
+  if (call->funcid != check || call->location != kPlannerMark || list_length(call->args) != 3) {
+    return false;
+  }
   const Node *trigger_arg = static_cast<const Node *>(lthird(call->args));
-  const Node *key_arg = static_cast<const Node *>(lfourth(call->args));
-  if (!IsA(trigger_arg, Const) || !IsA(key_arg, Const)) return false;
+  if (!IsA(trigger_arg, Const)) return false;
   const auto *trigger_const = reinterpret_cast<const Const *>(trigger_arg);
-  const auto *key_const = reinterpret_cast<const Const *>(key_arg);
-  return !trigger_const->constisnull && !key_const->constisnull &&
-         DatumGetObjectId(trigger_const->constvalue) == trigger &&
-         DatumGetInt64(key_const->constvalue) == session_key;
+  return !trigger_const->constisnull && DatumGetObjectId(trigger_const->constvalue) == trigger;
 }
 
 // Step 2: the statement's own copy of the table's triggers, without the
 // guard's UPDATE event.
 void DropCheckedGuard(QueryDesc *query_desc) {
-  if (!fast_update || !have_session_key || query_desc->operation != CMD_UPDATE) return;
+  if (!fast_update || query_desc->operation != CMD_UPDATE) return;
   PlanState *top = query_desc->planstate;
   if (top == nullptr || !IsA(top, ModifyTableState)) return;
   auto *mtstate = reinterpret_cast<ModifyTableState *>(top);
@@ -257,7 +257,6 @@ void RegisterUpdateCheck() {
       "is fencing_guard (without option skip, no partitions) judges each row as it computes it, "
       "and runs without the trigger. Off: the trigger judges every row.",
       &fast_update, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-  have_session_key = pg_strong_random(&session_key, sizeof(session_key));
   prev_planner = planner_hook;
   planner_hook = PlanWithTokenCheck;
   prev_executor_start = ExecutorStart_hook;
