@@ -207,7 +207,8 @@ LockFence *FindTransactionFence(const char *lock_name) {
 
 bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
   LockFence &fence = FenceFor(lock_name);
-  const bool gated = lock_id != 0 && GateInUse(schema);
+  // The common case -- the transaction already holds the fence and writes
+  // under its mark -- returns before asking whether the gate is in use.
   if (fence.locked) {
     switch (PGF_CORE(JudgeAgainstHighWater(token, fence.mark_known, fence.mark))) {
       case HighWaterVerdict::kAccept:
@@ -223,10 +224,12 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token to
         if (fence.shared) TakeFenceGateExclusively(schema, lock_id);
         break;
     }
-  } else if (gated && shared_fence) {
-    if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) return token >= *mark;
-  } else if (gated) {
-    TakeFenceGateExclusively(schema, lock_id);
+  } else if (lock_id != 0 && GateInUse(schema)) {
+    if (!shared_fence) {
+      TakeFenceGateExclusively(schema, lock_id);
+    } else if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) {
+      return token >= *mark;
+    }
   }
   Token previous = 0;
   const bool had_mark = CallFenceAdvance(schema, lock_name, token, &previous);
