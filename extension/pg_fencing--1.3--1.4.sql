@@ -373,8 +373,16 @@ COMMENT ON FUNCTION @extschema@.fencing_stats_reset() IS
 -- would not do.
 CREATE FUNCTION @extschema@.fencing_guard_check(
     new_token @extschema@.fencing_token, old_token @extschema@.fencing_token,
-    guard_trigger oid)
+    guard_trigger oid, guarded_table oid)
   RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_guard_check'
   LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.fencing_guard_check(@extschema@.fencing_token, @extschema@.fencing_token, oid) IS
+COMMENT ON FUNCTION @extschema@.fencing_guard_check(@extschema@.fencing_token, @extschema@.fencing_token, oid, oid) IS
   'judges one row of a plain UPDATE of a guarded table as its fencing_guard trigger would, in the UPDATE''s projection, and returns the token to store; put there by the planner (pg_fencing.fast_update); internal';
+
+-- Reads under a lock-wide fence (src/backend/fences.cpp): for a row-level
+-- security policy that lets only the transactions of the lock's current
+-- holder read a table (README, "Reads under a lock-wide fence").
+CREATE FUNCTION @extschema@.fencing_reads_allowed(lock_name text) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'fencing_reads_allowed' LANGUAGE C STABLE PARALLEL RESTRICTED;
+COMMENT ON FUNCTION @extschema@.fencing_reads_allowed(text) IS
+  'whether this transaction has presented a token for the lock (fencing_present) that is still in force: the lock''s mark cannot pass it before the transaction ends; for a row-level security policy';

@@ -28,7 +28,7 @@ DECLARE
   line text;
 BEGIN
   FOR line IN EXECUTE 'EXPLAIN (VERBOSE, COSTS OFF) ' || statement LOOP
-    RETURN NEXT regexp_replace(line, '''\d+''::oid\)', 'TRIGGER)');
+    RETURN NEXT regexp_replace(line, '''\d+''::oid, ''\d+''::oid\)', 'TRIGGER, TABLE)');
   END LOOP;
 END $$;
 
@@ -85,6 +85,12 @@ SELECT * FROM pg_temp.calls_of('EXECUTE fu_write');   -- both judge
 RESET pg_fencing.fast_update;
 DEALLOCATE fu_write;
 
+-- An UPDATE of the one table gets the check in its scan, after planning
+-- (planning the call would cost a one-row UPDATE what the trigger costs).
+SELECT * FROM pg_temp.plan_of('UPDATE fu_rows SET tok = 11 WHERE id = 3');
+-- A sub-select, which the planner may turn into a join: the check is put
+-- in before planning, and the planner carries the old token to it.
+SELECT * FROM pg_temp.calls_of($$UPDATE fu_rows SET tok = '15' WHERE id IN (SELECT 3 UNION SELECT 4)$$);
 -- Other shapes of UPDATE that reach the table: a join, a view, PL/pgSQL.
 SELECT * FROM pg_temp.calls_of($$UPDATE fu_rows r SET tok = s.tok FROM (VALUES (5, '20'::fencing_token)) s(id, tok) WHERE r.id = s.id$$);
 UPDATE fu_rows r SET tok = s.tok FROM (VALUES (5, '19'::fencing_token)) s(id, tok) WHERE r.id = s.id;
@@ -159,24 +165,24 @@ CREATE ROLE fu_intruder;
 GRANT CREATE ON SCHEMA public TO fu_intruder;
 SET ROLE fu_intruder;
 -- Without UPDATE on the trigger's table: refused, nothing judged or counted.
-SELECT fencing_guard_check('5', '1', :fu_rows_guard);
+SELECT fencing_guard_check('5', '1', :fu_rows_guard, 'fu_rows'::regclass);
 -- Its own guarded table.
 CREATE TABLE fu_mine (id int PRIMARY KEY, tok fencing_token, tok2 fencing_token);
 INSERT INTO fu_mine VALUES (1, 10, 10);
 SELECT fencing_protect('fu_mine', 'tok');
 SELECT oid AS fu_mine_guard FROM pg_trigger WHERE tgrelid = 'fu_mine'::regclass \gset
 -- A call by hand judges only what the caller's UPDATE would, as the caller.
-SELECT fencing_guard_check('11', '10', :fu_mine_guard) AS judged;
-SELECT fencing_guard_check('9', '10', :fu_mine_guard) AS judged;
+SELECT fencing_guard_check('11', '10', :fu_mine_guard, 'fu_mine'::regclass) AS judged;
+SELECT fencing_guard_check('9', '10', :fu_mine_guard, 'fu_mine'::regclass) AS judged;
 -- A call by hand in another column does not stand in for the trigger: the
 -- UPDATE still does not set tok, and the trigger says so.
-UPDATE fu_mine SET tok2 = fencing_guard_check('99', '0', :fu_mine_guard);
+UPDATE fu_mine SET tok2 = fencing_guard_check('99', '0', :fu_mine_guard, 'fu_mine'::regclass);
 -- A call by hand with a made-up old token is wrapped in the planner's own.
-UPDATE fu_mine SET tok = fencing_guard_check('5', '0', :fu_mine_guard);
+UPDATE fu_mine SET tok = fencing_guard_check('5', '0', :fu_mine_guard, 'fu_mine'::regclass);
 -- ... and one in a plan made while the setting was off, so not wrapped,
 -- and run while it is on, is still not the planner's: the trigger judges.
 SET pg_fencing.fast_update = off;
-PREPARE fu_forged AS UPDATE fu_mine SET tok = fencing_guard_check('5', NULL, :fu_mine_guard) WHERE id = 1;
+PREPARE fu_forged AS UPDATE fu_mine SET tok = fencing_guard_check('5', NULL, :fu_mine_guard, 'fu_mine'::regclass) WHERE id = 1;
 EXECUTE fu_forged;
 RESET pg_fencing.fast_update;
 EXECUTE fu_forged;
@@ -185,10 +191,13 @@ SELECT tok FROM fu_mine;
 RESET ROLE;
 -- Triggers that are not a guard's, and ones that do not exist.
 \set VERBOSITY sqlstate
-SELECT fencing_guard_check('5', '1', :fu_other_lower);
+SELECT fencing_guard_check('5', '1', :fu_other_lower, 'fu_other'::regclass);
+-- A guard's trigger named with another table.
+SELECT fencing_guard_check('5', '1', :fu_rows_guard, 'fu_other'::regclass);
 \set VERBOSITY default
-SELECT fencing_guard_check('5', '1', 0);
-SELECT fencing_guard_check('5', '1', NULL);
+SELECT fencing_guard_check('5', '1', 0, 'fu_rows'::regclass);
+SELECT fencing_guard_check('5', '1', NULL, 'fu_rows'::regclass);
+SELECT fencing_guard_check('5', '1', :fu_rows_guard, NULL);
 
 -- A role granted UPDATE on the token column (not the table) writes through
 -- the check; one granted only another column may not call it.
@@ -200,7 +209,7 @@ SET ROLE fu_columns;
 SELECT * FROM pg_temp.calls_of($$UPDATE fu_rows SET tok = '30', val = 1 WHERE id = 6$$);
 UPDATE fu_rows SET tok = '29' WHERE id = 6;
 SET ROLE fu_val_only;
-SELECT fencing_guard_check('31', '30', :fu_rows_guard);
+SELECT fencing_guard_check('31', '30', :fu_rows_guard, 'fu_rows'::regclass);
 RESET ROLE;
 
 \c contrib_regression

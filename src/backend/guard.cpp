@@ -9,7 +9,6 @@
 #include "boundary.hpp"
 
 extern "C" {
-#include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/sysattr.h"
@@ -17,7 +16,6 @@ extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
-#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -25,7 +23,6 @@ extern "C" {
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
@@ -111,17 +108,23 @@ AttrNumber FindOnlyTokenColumn(Relation rel, Oid token_type) {
   return found;
 }
 
-// Parses the option words; where names the trigger or function for errors.
-// The returned lock name, if any, points into words.
-GuardOptions ParseOptions(const char *const *words, int count, const char *where) {
-  GuardOptions options;
+// Applies the option words to options, without raising; *word is the one
+// an error is about.  The lock name, if any, points into words.
+OptionStatus ApplyOptions(const char *const *words, int count, GuardOptions &options,
+                          const char **word) {
   OptionStatus status = OptionStatus::kOk;
-  const char *word = nullptr;
+  *word = nullptr;
   for (int i = 0; i < count && status == OptionStatus::kOk; ++i) {
-    word = words[i];
-    status = PGF_CORE(ApplyGuardOption(word, options));
+    *word = words[i];
+    status = PGF_CORE(ApplyGuardOption(*word, options));
   }
   if (status == OptionStatus::kOk) status = PGF_CORE(FinishGuardOptions(options));
+  return status;
+}
+
+// Raises the error for a status ApplyOptions returned (nothing for kOk);
+// where names the trigger or function.
+void ReportOptionError(OptionStatus status, const char *word, const char *where) {
   switch (status) {
     case OptionStatus::kOk:
       break;
@@ -149,6 +152,15 @@ GuardOptions ParseOptions(const char *const *words, int count, const char *where
                               "fencing_present().")));
       break;
   }
+}
+
+// Parses the option words, raising on a bad one; where names the trigger or
+// function.  The lock name, if any, points into words.
+GuardOptions ParseOptions(const char *const *words, int count, const char *where) {
+  GuardOptions options;
+  const char *word = nullptr;
+  const OptionStatus status = ApplyOptions(words, count, options, &word);
+  ReportOptionError(status, word, where);  // word is set by ApplyOptions: two statements
   return options;
 }
 
@@ -168,9 +180,13 @@ struct GuardCache {
   int64 lock_id;  // the lock's, once authorized (its fence gate); 0 before 1.2
 };
 
+// How errors name a trigger: formatted only when one is raised.
+const char *WhereTrigger(const Trigger *trigger, Relation rel) {
+  return psprintf("trigger \"%s\" on table \"%s\"", trigger->tgname, RelationGetRelationName(rel));
+}
+
 const char *TriggerWhere(const TriggerData *td) {
-  return psprintf("trigger \"%s\" on table \"%s\"", td->tg_trigger->tgname,
-                  RelationGetRelationName(td->tg_relation));
+  return WhereTrigger(td->tg_trigger, td->tg_relation);
 }
 
 // Per-row fences guard UPDATE only.  Lock-wide fences also guard INSERT and
@@ -208,12 +224,11 @@ void CheckTriggerProtocol(const TriggerData *td, const GuardCache &guard) {
 
 // The guard's settings from its trigger: the column, the options, the lock
 // (copied into context: the trigger's arguments may not outlive the query).
-// where names the trigger for errors.
 GuardCache ReadGuardTrigger(const Trigger *trigger, Relation rel, Oid extension_schema,
-                            MemoryContext context, const char *where) {
+                            MemoryContext context) {
   if (trigger->tgnargs < 1) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("%s gives fencing_guard() no token column", where),
+                    errmsg("%s gives fencing_guard() no token column", WhereTrigger(trigger, rel)),
                     errhint("Pass the fencing_token column's name as the first trigger argument, "
                             "or create the trigger with fencing_protect().")));
   }
@@ -224,7 +239,10 @@ GuardCache ReadGuardTrigger(const Trigger *trigger, Relation rel, Oid extension_
   fresh.authorized_user = InvalidOid;
   fresh.lock_id = 0;
   fresh.attnum = ResolveNamedColumn(rel, trigger->tgargs[0], TokenTypeOid(extension_schema));
-  fresh.options = ParseOptions(trigger->tgargs + 1, trigger->tgnargs - 1, where);
+  const char *word = nullptr;
+  const OptionStatus status =
+      ApplyOptions(trigger->tgargs + 1, trigger->tgnargs - 1, fresh.options, &word);
+  if (status != OptionStatus::kOk) ReportOptionError(status, word, WhereTrigger(trigger, rel));
   fresh.lock_name = nullptr;
   if (!fresh.options.lock_name.empty()) {
     const std::size_t length = fresh.options.lock_name.size();
@@ -245,8 +263,8 @@ GuardCache &LookupGuard(FunctionCallInfo fcinfo, const TriggerData *td) {
   if (cache != nullptr && cache->trigger_oid == trigger->tgoid && cache->relation_oid == relid) {
     return *cache;
   }
-  const GuardCache fresh = ReadGuardTrigger(trigger, td->tg_relation, ExtensionSchema(fcinfo),
-                                            flinfo->fn_mcxt, TriggerWhere(td));
+  const GuardCache fresh =
+      ReadGuardTrigger(trigger, td->tg_relation, ExtensionSchema(fcinfo), flinfo->fn_mcxt);
   if (cache == nullptr) {
     cache = static_cast<GuardCache *>(MemoryContextAlloc(flinfo->fn_mcxt, sizeof(GuardCache)));
     flinfo->fn_extra = cache;
@@ -630,22 +648,6 @@ struct ProjectionGuard {
   bool fires;  // whether the trigger would fire (session_replication_role)
 };
 
-// The table a trigger belongs to, by the trigger's OID; InvalidOid if none.
-Oid TableOfTrigger(Oid trigger_oid) {
-  Relation triggers = table_open(TriggerRelationId, AccessShareLock);
-  ScanKeyData key;
-  ScanKeyInit(&key, Anum_pg_trigger_oid, BTEqualStrategyNumber, F_OIDEQ,
-              ObjectIdGetDatum(trigger_oid));
-  SysScanDesc scan = systable_beginscan(triggers, TriggerOidIndexId, true, nullptr, 1, &key);
-  HeapTuple tuple = systable_getnext(scan);
-  const Oid table = HeapTupleIsValid(tuple)
-                        ? reinterpret_cast<Form_pg_trigger>(GETSTRUCT(tuple))->tgrelid
-                        : InvalidOid;
-  systable_endscan(scan);
-  table_close(triggers, AccessShareLock);
-  return table;
-}
-
 // Whether the trigger would fire now, as PostgreSQL decides it for a
 // trigger that is enabled in the usual way or ALWAYS (the only ones the
 // planner hands to the projection).
@@ -677,15 +679,12 @@ void RefuseUnlessMayUpdate(Oid relid, AttrNumber attnum) {
 // function is callable by any role (the planner puts it into their
 // UPDATEs), so it may judge only for a role that may UPDATE the table: it
 // then does nothing that role's own UPDATE would not do.
-ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid) {
+ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid, Oid relid) {
   FmgrInfo *flinfo = fcinfo->flinfo;
   auto *cache = static_cast<ProjectionGuard *>(flinfo->fn_extra);
-  if (cache != nullptr && cache->guard.trigger_oid == trigger_oid) return *cache;
-
-  const Oid relid = TableOfTrigger(trigger_oid);
-  if (!OidIsValid(relid)) {
-    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                    errmsg("trigger with OID %u does not exist", trigger_oid)));
+  if (cache != nullptr && cache->guard.trigger_oid == trigger_oid &&
+      cache->guard.relation_oid == relid) {
+    return *cache;
   }
   RefuseUnlessMayUpdate(relid, InvalidAttrNumber);
   const Oid schema = ExtensionSchema(fcinfo);
@@ -697,17 +696,16 @@ ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid)
   FmgrInfo *guard_function = ExtensionFunction(schema, "fencing_guard", 0, nullptr);
   if (trigger == nullptr || trigger->tgfoid != guard_function->fn_oid) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("trigger with OID %u on table \"%s\" is not a fencing_guard trigger",
+                    errmsg("trigger with OID %u is not a fencing_guard trigger of table \"%s\"",
                            trigger_oid, RelationGetRelationName(rel))));
   }
-  const char *where =
-      psprintf("trigger \"%s\" on table \"%s\"", trigger->tgname, RelationGetRelationName(rel));
   ProjectionGuard fresh;
-  fresh.guard = ReadGuardTrigger(trigger, rel, schema, flinfo->fn_mcxt, where);
+  fresh.guard = ReadGuardTrigger(trigger, rel, schema, flinfo->fn_mcxt);
   RefuseUnlessMayUpdate(relid, fresh.guard.attnum);
   if (fresh.guard.options.skip) {
     ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                    errmsg("fencing_guard_check() cannot judge for %s: it has option skip", where),
+                    errmsg("fencing_guard_check() cannot judge for %s: it has option skip",
+                           WhereTrigger(trigger, rel)),
                     errdetail("Only the trigger can leave a row unchanged.")));
   }
   fresh.owner = rel->rd_rel->relowner;
@@ -728,12 +726,12 @@ ProjectionGuard &LookupProjectionGuard(FunctionCallInfo fcinfo, Oid trigger_oid)
 AttrNumber ColumnCheckableInProjection(Relation rel, const Trigger *trigger, Oid token_type) {
   if (trigger->tgnargs < 1) return InvalidAttrNumber;
   GuardOptions options;
-  OptionStatus status = OptionStatus::kOk;
-  for (int i = 1; i < trigger->tgnargs && status == OptionStatus::kOk; ++i) {
-    status = PGF_CORE(ApplyGuardOption(trigger->tgargs[i], options));
+  const char *word = nullptr;
+  if (ApplyOptions(trigger->tgargs + 1, trigger->tgnargs - 1, options, &word) !=
+          OptionStatus::kOk ||
+      options.skip) {
+    return InvalidAttrNumber;
   }
-  if (status == OptionStatus::kOk) status = PGF_CORE(FinishGuardOptions(options));
-  if (status != OptionStatus::kOk || options.skip) return InvalidAttrNumber;
   TupleDesc desc = RelationGetDescr(rel);
   for (int i = 0; i < desc->natts; ++i) {
     Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -804,18 +802,18 @@ Datum fencing_guard(PG_FUNCTION_ARGS) {
   return guard.lock_name == nullptr ? GuardRow(td, guard) : GuardUnderLock(td, guard);
 }
 
-// fencing_guard_check(new_token, old_token, guard_trigger oid) RETURNS
-// fencing_token: what a plain UPDATE of a guarded table evaluates for the
+// fencing_guard_check(new_token, old_token, guard_trigger oid, guarded_table
+// oid) RETURNS fencing_token: what a plain UPDATE of a guarded table evaluates for the
 // token column in place of the BEFORE row trigger (see update_check.cpp).
 // Judges the new token against the old row's (and, under a lock, the lock's
 // mark) exactly as the trigger would, and returns the token to store.
 PG_FUNCTION_INFO_V1(fencing_guard_check);
 Datum fencing_guard_check(PG_FUNCTION_ARGS) {
-  if (PG_ARGISNULL(2)) {
+  if (PG_ARGISNULL(2) || PG_ARGISNULL(3)) {
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                    errmsg("fencing_guard_check() needs the guard trigger's OID")));
+                    errmsg("fencing_guard_check() needs the guard trigger's OID and its table's")));
   }
-  ProjectionGuard &projection = LookupProjectionGuard(fcinfo, PG_GETARG_OID(2));
+  ProjectionGuard &projection = LookupProjectionGuard(fcinfo, PG_GETARG_OID(2), PG_GETARG_OID(3));
   if (!projection.fires) {
     if (PG_ARGISNULL(0)) PG_RETURN_NULL();
     PG_RETURN_DATUM(PG_GETARG_DATUM(0));

@@ -8,7 +8,7 @@
 //
 // How, in two steps:
 //  1. The planner hook wraps the SET expression of the token column in
-//     fencing_guard_check(new, old, trigger), old being the old row's
+//     fencing_guard_check(new, old, trigger, table), old being the old row's
 //     column.  Each row is judged as it is projected, by the guard's own
 //     rules (guard.cpp), and judged again on the newest row version when a
 //     concurrent update made PostgreSQL re-project it (EvalPlanQual).
@@ -46,6 +46,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 }
 
 #include "extension_objects.hpp"
@@ -81,8 +82,8 @@ bool FindGuardFunctions(Oid function, GuardFunctions *out) {
     return false;
   }
   const Oid token_type = TokenTypeOid(schema);
-  const Oid arguments[] = {token_type, token_type, OIDOID};
-  FmgrInfo *check = ExtensionFunctionIfExists(schema, "fencing_guard_check", 3, arguments);
+  const Oid arguments[] = {token_type, token_type, OIDOID, OIDOID};
+  FmgrInfo *check = ExtensionFunctionIfExists(schema, "fencing_guard_check", 4, arguments);
   if (check == nullptr || check->fn_addr != fencing_guard_check) return false;
   out->token_type = token_type;
   out->check = check->fn_oid;
@@ -131,11 +132,23 @@ bool ContainsMultiAssignment(Node *node, void *context) {
   return expression_tree_walker(node, PGF_TREE_WALKER(ContainsMultiAssignment), context);
 }
 
-// Step 1, on the query before planning.
-void WrapTokenAssignment(Query *parse) {
-  if (parse->commandType != CMD_UPDATE || parse->resultRelation <= 0) return;
-  RangeTblEntry *rte = rt_fetch(parse->resultRelation, parse->rtable);
-  if (rte->rtekind != RTE_RELATION || rte->relkind != RELKIND_RELATION) return;
+// What step 1 needs about the statement's table, read before planning.
+struct CheckTarget {
+  Index rti;  // the table's range table entry
+  Oid relid;
+  Oid trigger;
+  AttrNumber attnum;
+  int32 typmod;
+  Oid collation;
+  GuardFunctions functions;
+};
+
+// Whether parse is a plain UPDATE that sets the token column of a table
+// whose guard a check can stand in for; if so, *target says how.
+bool FindCheckTarget(const Query *parse, CheckTarget *target) {
+  if (parse->commandType != CMD_UPDATE || parse->resultRelation <= 0) return false;
+  const RangeTblEntry *rte = rt_fetch(parse->resultRelation, parse->rtable);
+  if (rte->rtekind != RTE_RELATION || rte->relkind != RELKIND_RELATION) return false;
   // The parser (or the plan cache) holds the statement's lock on the table.
   Relation rel = relation_open(rte->relid, NoLock);
   AttrNumber attnum = InvalidAttrNumber;
@@ -143,72 +156,150 @@ void WrapTokenAssignment(Query *parse) {
   const Trigger *trigger = rel->rd_rel->relhassubclass
                                ? nullptr
                                : CheckableGuard(rel, rel->trigdesc, &attnum, &functions);
-  TargetEntry *assignment = nullptr;
+  const TargetEntry *assignment = nullptr;
   if (trigger != nullptr && compat::MayExecute(functions.check, GetUserId())) {
     ListCell *cell = nullptr;
     foreach (cell, parse->targetList) {
-      auto *entry = static_cast<TargetEntry *>(lfirst(cell));
+      auto *entry = static_cast<const TargetEntry *>(lfirst(cell));
       if (!entry->resjunk && entry->resno == attnum) assignment = entry;
     }
   }
-  if (assignment != nullptr &&
-      exprType(reinterpret_cast<Node *>(assignment->expr)) == functions.token_type &&
-      !ContainsMultiAssignment(reinterpret_cast<Node *>(assignment->expr), nullptr)) {
+  const bool found =
+      assignment != nullptr &&
+      exprType(reinterpret_cast<const Node *>(assignment->expr)) == functions.token_type &&
+      !ContainsMultiAssignment(reinterpret_cast<Node *>(assignment->expr), nullptr);
+  if (found) {
     Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
-    Var *old_token = makeVar(parse->resultRelation, attnum, functions.token_type, att->atttypmod,
-                             att->attcollation, 0);
-    Const *trigger_oid = makeConst(OIDOID, -1, InvalidOid, sizeof(Oid),
-                                   ObjectIdGetDatum(trigger->tgoid), false, true);
-    FuncExpr *check = makeFuncExpr(functions.check, functions.token_type,
-                                   list_make3(assignment->expr, old_token, trigger_oid), InvalidOid,
-                                   InvalidOid, COERCE_EXPLICIT_CALL);
-    check->location = kPlannerMark;
-    assignment->expr = reinterpret_cast<Expr *>(check);
+    *target = {static_cast<Index>(parse->resultRelation),
+               RelationGetRelid(rel),
+               trigger->tgoid,
+               attnum,
+               att->atttypmod,
+               att->attcollation,
+               functions};
   }
   relation_close(rel, NoLock);
+  return found;
+}
+
+// The check around new_value, with the old row's token read by old_token.
+Expr *WrapInCheck(const CheckTarget &target, Expr *new_value, Var *old_token) {
+  Const *trigger_oid =
+      makeConst(OIDOID, -1, InvalidOid, sizeof(Oid), ObjectIdGetDatum(target.trigger), false, true);
+  Const *table_oid =
+      makeConst(OIDOID, -1, InvalidOid, sizeof(Oid), ObjectIdGetDatum(target.relid), false, true);
+  FuncExpr *check = makeFuncExpr(target.functions.check, target.functions.token_type,
+                                 list_make4(new_value, old_token, trigger_oid, table_oid),
+                                 InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+  check->location = kPlannerMark;
+  return reinterpret_cast<Expr *>(check);
+}
+
+// Step 1 on the query, before planning: for an UPDATE that joins other
+// tables (FROM, or a sub-select the planner may turn into a join), whose
+// plan's shape cannot be foreseen.  The planner then carries the old token
+// to wherever the new values are computed.
+void WrapInQuery(Query *parse, const CheckTarget &target) {
+  ListCell *cell = nullptr;
+  foreach (cell, parse->targetList) {
+    auto *entry = static_cast<TargetEntry *>(lfirst(cell));
+    if (entry->resjunk || entry->resno != target.attnum) continue;
+    Var *old_token = makeVar(target.rti, target.attnum, target.functions.token_type, target.typmod,
+                             target.collation, 0);
+    entry->expr = WrapInCheck(target, entry->expr, old_token);
+  }
+}
+
+// Step 1 on the finished plan, for an UPDATE of the one table: when the new
+// values are computed by the scan of the table itself, the check goes into
+// that scan's targetlist, where the old row is the scan's tuple.  Done here
+// rather than before planning because planning the extra call costs about
+// as much again as the trigger saves on a one-row UPDATE.  Any other shape
+// keeps the trigger.
+void WrapInPlan(PlannedStmt *stmt, const CheckTarget &target) {
+  if (stmt->planTree == nullptr || !IsA(stmt->planTree, ModifyTable)) return;
+  auto *plan = reinterpret_cast<ModifyTable *>(stmt->planTree);
+  if (plan->operation != CMD_UPDATE || list_length(plan->resultRelations) != 1 ||
+      plan->updateColnosLists == NIL) {
+    return;
+  }
+  Plan *subplan = outerPlan(&plan->plan);
+  if (subplan == nullptr) return;
+  switch (nodeTag(subplan)) {
+    case T_SeqScan:
+    case T_SampleScan:
+    case T_IndexScan:
+    case T_BitmapHeapScan:
+    case T_TidScan:
+    case T_TidRangeScan:
+      break;
+    default:
+      return;
+  }
+  const Index scanrelid = reinterpret_cast<Scan *>(subplan)->scanrelid;
+  if (scanrelid != static_cast<Index>(linitial_int(plan->resultRelations))) return;
+  const List *columns = static_cast<const List *>(linitial(plan->updateColnosLists));
+  int position = -1;
+  for (int i = 0; i < list_length(columns); ++i) {
+    if (list_nth_int(columns, i) == target.attnum) position = i;
+  }
+  int seen = 0;
+  ListCell *cell = nullptr;
+  foreach (cell, subplan->targetlist) {
+    auto *entry = static_cast<TargetEntry *>(lfirst(cell));
+    if (entry->resjunk || seen++ != position) continue;
+    Var *old_token = makeVar(scanrelid, target.attnum, target.functions.token_type, target.typmod,
+                             target.collation, 0);
+    entry->expr = WrapInCheck(target, entry->expr, old_token);
+    // The plan now calls the function: it is made again if the function
+    // changes, as for a call the planner saw.
+    PlanInvalItem *item = makeNode(PlanInvalItem);
+    item->cacheId = PROCOID;
+    item->hashValue = GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(target.functions.check));
+    stmt->invalItems = lappend(stmt->invalItems, item);
+  }
 }
 
 PlannedStmt *PlanWithTokenCheck(Query *parse, const char *query_string, int cursor_options,
                                 ParamListInfo params) {
-  if (fast_update) WrapTokenAssignment(parse);
-  return prev_planner != nullptr ? prev_planner(parse, query_string, cursor_options, params)
-                                 : standard_planner(parse, query_string, cursor_options, params);
+  CheckTarget target{};
+  const bool checked = fast_update && FindCheckTarget(parse, &target);
+  const bool before =
+      checked && (parse->hasSubLinks || list_length(parse->jointree->fromlist) != 1);
+  if (before) WrapInQuery(parse, target);
+  PlannedStmt *stmt = prev_planner != nullptr
+                          ? prev_planner(parse, query_string, cursor_options, params)
+                          : standard_planner(parse, query_string, cursor_options, params);
+  if (checked && !before) WrapInPlan(stmt, target);
+  return stmt;
 }
 
-// Whether the plan's new value for column attnum is, at its top, the call
-// step 1 made for trigger.  The subplan's targetlist holds
-// the new values of the assigned columns in the order of updateColnos,
-// then junk.
-bool PlanChecksColumn(const ModifyTable *plan, AttrNumber attnum, Oid trigger, Oid check) {
+// The guard trigger whose check step 1 put at the top of one of the plan's
+// new values (the subplan's targetlist holds the new values of the assigned
+// columns, then junk); InvalidOid if none.  A call with the planner hook's
+// mark is that call: no SQL makes the mark, and the hook puts the call only
+// at the top of the guarded column's value.
+Oid TriggerCheckedInPlan(const ModifyTable *plan) {
   const Plan *subplan = outerPlan(&plan->plan);
-  if (subplan == nullptr || plan->updateColnosLists == NIL) return false;
-  const List *columns = static_cast<const List *>(linitial(plan->updateColnosLists));
-  int position = -1;
-  for (int i = 0; i < list_length(columns); ++i) {
-    if (list_nth_int(columns, i) == attnum) position = i;
-  }
-  if (position < 0) return false;
-  const TargetEntry *value = nullptr;
-  int seen = 0;
+  if (subplan == nullptr) return InvalidOid;
   ListCell *cell = nullptr;
   foreach (cell, subplan->targetlist) {
     auto *entry = static_cast<const TargetEntry *>(lfirst(cell));
-    if (entry->resjunk) continue;
-    if (seen++ == position) value = entry;
+    if (entry->resjunk || !IsA(entry->expr, FuncExpr)) continue;
+    const auto *call = reinterpret_cast<const FuncExpr *>(entry->expr);
+    if (call->location != kPlannerMark || list_length(call->args) != 4) continue;
+    const Node *trigger_arg = static_cast<const Node *>(lthird(call->args));
+    if (!IsA(trigger_arg, Const)) continue;
+    const auto *trigger = reinterpret_cast<const Const *>(trigger_arg);
+    if (!trigger->constisnull) return DatumGetObjectId(trigger->constvalue);
   }
-  if (value == nullptr || !IsA(value->expr, FuncExpr)) return false;
-  const auto *call = reinterpret_cast<const FuncExpr *>(value->expr);
-  if (call->funcid != check || call->location != kPlannerMark || list_length(call->args) != 3) {
-    return false;
-  }
-  const Node *trigger_arg = static_cast<const Node *>(lthird(call->args));
-  if (!IsA(trigger_arg, Const)) return false;
-  const auto *trigger_const = reinterpret_cast<const Const *>(trigger_arg);
-  return !trigger_const->constisnull && DatumGetObjectId(trigger_const->constvalue) == trigger;
+  return InvalidOid;
 }
 
 // Step 2: the statement's own copy of the table's triggers, without the
-// guard's UPDATE event.
+// guard's UPDATE event, if the plan judges its rows and the guard is still
+// the table's only BEFORE UPDATE row trigger.  A shallow copy: the
+// triggers' arguments are shared, read-only, with the one the executor made.
 void DropCheckedGuard(QueryDesc *query_desc) {
   if (!fast_update || query_desc->operation != CMD_UPDATE) return;
   PlanState *top = query_desc->planstate;
@@ -216,24 +307,23 @@ void DropCheckedGuard(QueryDesc *query_desc) {
   auto *mtstate = reinterpret_cast<ModifyTableState *>(top);
   if (mtstate->operation != CMD_UPDATE || mtstate->mt_nrels != 1) return;
   ResultRelInfo *result = mtstate->resultRelInfo;
-  Relation rel = result->ri_RelationDesc;
-  if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relhassubclass) return;
-  AttrNumber attnum = InvalidAttrNumber;
-  GuardFunctions functions{};
-  const Trigger *trigger = CheckableGuard(rel, result->ri_TrigDesc, &attnum, &functions);
-  if (trigger == nullptr ||
-      !PlanChecksColumn(reinterpret_cast<const ModifyTable *>(mtstate->ps.plan), attnum,
-                        trigger->tgoid, functions.check)) {
+  const Trigger *guard = OnlyBeforeUpdateRowTrigger(result->ri_TrigDesc);
+  if (guard == nullptr ||
+      guard->tgoid !=
+          TriggerCheckedInPlan(reinterpret_cast<const ModifyTable *>(mtstate->ps.plan))) {
     return;
   }
-  const Oid guard_oid = trigger->tgoid;
+  const TriggerDesc *desc = result->ri_TrigDesc;
   MemoryContext caller = MemoryContextSwitchTo(query_desc->estate->es_query_cxt);
-  TriggerDesc *without = CopyTriggerDesc(result->ri_TrigDesc);
+  auto *without = static_cast<TriggerDesc *>(palloc(sizeof(TriggerDesc)));
+  auto *triggers = static_cast<Trigger *>(palloc(sizeof(Trigger) * desc->numtriggers));
   MemoryContextSwitchTo(caller);
-  for (int i = 0; i < without->numtriggers; ++i) {
-    if (without->triggers[i].tgoid == guard_oid)
-      without->triggers[i].tgtype &= ~TRIGGER_TYPE_UPDATE;
+  *without = *desc;
+  memcpy(triggers, desc->triggers, sizeof(Trigger) * desc->numtriggers);
+  for (int i = 0; i < desc->numtriggers; ++i) {
+    if (triggers[i].tgoid == guard->tgoid) triggers[i].tgtype &= ~TRIGGER_TYPE_UPDATE;
   }
+  without->triggers = triggers;
   without->trig_update_before_row = false;  // the guard was the only one
   result->ri_TrigDesc = without;
 }

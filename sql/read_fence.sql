@@ -1,0 +1,101 @@
+-- Reads under a lock-wide fence: a row-level security policy USING
+-- fencing_reads_allowed() lets only the transactions that presented the
+-- lock's current token read the table, so a deposed holder reads nothing.
+-- In a database of its own: the lock's grants must not move the tokens the
+-- other tests print.
+CREATE DATABASE fencing_read_fence_probe;
+\c fencing_read_fence_probe
+CREATE EXTENSION pg_fencing;
+\set SHOW_CONTEXT never
+
+-- A statement's outcome without the token values (they depend on the grants).
+CREATE FUNCTION pg_temp.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE statement;
+  RETURN 'done';
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '\d+', 'N', 'g');
+END $$;
+
+CREATE ROLE rf_app;      -- owns the table and uses the lock
+CREATE ROLE rf_other;    -- may read the table, may not use the lock
+GRANT CREATE ON SCHEMA public TO rf_app;
+SELECT fencing_allow_create('rf_app');
+
+SET ROLE rf_app;
+CREATE TABLE jobs (id int PRIMARY KEY, tok fencing_token, state text);
+SELECT fencing_protect('jobs', lock_name => 'rf-lock');
+SELECT fencing_acquire('rf-lock', 'worker-1', '1 hour') AS t1 \gset
+BEGIN;
+SELECT fencing_present('rf-lock', :'t1');
+INSERT INTO jobs VALUES (1, NULL, 'queued'), (2, NULL, 'queued');
+COMMIT;
+-- The policies: FORCE, so that the owner's sessions are fenced too; one
+-- permissive policy (a table with row-level security and none shows
+-- nothing), and the fence as a restrictive one, which every read must
+-- also pass.  The sub-select makes it one call per statement, not per row.
+ALTER TABLE jobs ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+CREATE POLICY jobs_all ON jobs USING (true);
+CREATE POLICY jobs_read_fence ON jobs AS RESTRICTIVE FOR SELECT
+  USING ((SELECT fencing_reads_allowed('rf-lock')));
+GRANT SELECT ON jobs TO rf_other;
+
+-- Without a presentation: nothing.
+SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
+-- With the current token presented: every row, until the transaction ends.
+BEGIN;
+SELECT fencing_present('rf-lock', :'t1');
+SELECT fencing_reads_allowed('rf-lock') AS allowed;
+SELECT id, state FROM jobs ORDER BY id;
+COMMIT;
+SELECT count(*) FROM jobs;
+-- A presentation rolled back with its savepoint no longer counts.
+BEGIN;
+SAVEPOINT before_present;
+SELECT fencing_present('rf-lock', :'t1');
+SELECT count(*) FROM jobs;
+ROLLBACK TO before_present;
+SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
+COMMIT;
+-- The policy applies to an UPDATE's WHERE too: under a read fence a writer
+-- presents its token first, or its UPDATE finds no row.
+UPDATE jobs SET tok = :'t1', state = 'written without presenting' WHERE id = 2;
+BEGIN;
+SELECT fencing_present('rf-lock', :'t1');
+UPDATE jobs SET state = 'taken' WHERE id = 1;
+COMMIT;
+
+-- A newer holder: worker-1's lease is revoked and worker-2 granted.
+RESET ROLE;
+SELECT fencing_revoke('rf-lock') IS NOT NULL AS revoked;
+SET ROLE rf_app;
+SELECT fencing_acquire('rf-lock', 'worker-2', '1 hour') AS t2 \gset
+-- The deposed holder cannot present its token, so it reads nothing.
+SELECT pg_temp.outcome(format('SELECT fencing_present(%L, %L)', 'rf-lock', :'t1'));
+BEGIN;
+SELECT pg_temp.outcome(format('SELECT fencing_present(%L, %L)', 'rf-lock', :'t1'));
+ROLLBACK;
+SELECT count(*) FROM jobs;
+-- The new holder reads, and sees what the old one wrote before it lost.
+BEGIN;
+SELECT fencing_present('rf-lock', :'t2');
+SELECT id, state FROM jobs ORDER BY id;
+COMMIT;
+RESET ROLE;
+
+-- Another role that may read the table but not use the lock: it cannot
+-- present, so it reads nothing; the function tells it only about its own
+-- transaction.
+SET ROLE rf_other;
+SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
+SELECT pg_temp.outcome(format('SELECT fencing_present(%L, %L)', 'rf-lock', :'t2'));
+RESET ROLE;
+-- Bad input.
+SELECT fencing_reads_allowed(NULL);
+SELECT fencing_reads_allowed('');
+-- A superuser bypasses row-level security, as PostgreSQL always lets it.
+SELECT count(*) FROM jobs;
+
+\c contrib_regression
+DROP DATABASE fencing_read_fence_probe;
+DROP ROLE rf_app, rf_other;
