@@ -90,6 +90,28 @@ SET ROLE rf_other;
 SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
 SELECT pg_temp.outcome(format('SELECT fencing_present(%L, %L)', 'rf-lock', :'t2'));
 RESET ROLE;
+-- Nor does it read in a transaction where a role that may use the lock
+-- presented: the role is checked when it reads, as the guard checks a
+-- writer.
+BEGIN;
+SET LOCAL ROLE rf_app;
+SELECT fencing_present('rf-lock', :'t2');
+SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
+SET LOCAL ROLE rf_other;
+SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
+COMMIT;
+-- The same through a SECURITY DEFINER function of the lock's user that
+-- presents for its caller.
+SET ROLE rf_app;
+CREATE FUNCTION present_for_caller(token fencing_token) RETURNS void
+  LANGUAGE sql SECURITY DEFINER AS $$ SELECT fencing_present('rf-lock', token) $$;
+RESET ROLE;
+SET ROLE rf_other;
+BEGIN;
+SELECT present_for_caller(:'t2');
+SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
+COMMIT;
+RESET ROLE;
 -- Bad input.
 SELECT fencing_reads_allowed(NULL);
 SELECT fencing_reads_allowed('');

@@ -283,17 +283,23 @@ extern "C" {
 
 // fencing_reads_allowed(lock_name text) RETURNS boolean: whether this
 // transaction has presented a token for the lock (fencing_present) that is
-// still in force.  A presentation is refused when its token is below the
-// lock's mark, and it holds the lock's fence gate until the transaction
-// ends, so nothing can raise the mark above it meanwhile: a row-level
-// security policy USING this lets only a current holder's transactions
-// read.  It reveals only the calling transaction's own state and changes
-// nothing, so any role may call it.
+// still in force, and the current role may use the lock.  A presentation is
+// refused when its token is below the lock's mark, and it holds the lock's
+// fence gate until the transaction ends, so nothing can raise the mark
+// above it meanwhile: a row-level security policy USING this lets only a
+// current holder's transactions read.  The role is checked as the guard
+// checks a writer, at the time of the read: a presentation made by another
+// role in the same transaction (SET ROLE, a SECURITY DEFINER function)
+// lets no role read that could not have presented.  It reveals only the
+// calling transaction's own state and changes nothing, so any role may
+// call it.
 PG_FUNCTION_INFO_V1(fencing_reads_allowed);
 Datum fencing_reads_allowed(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
   const LockFence *fence = FindTransactionFence(lock_name);
-  PG_RETURN_BOOL(fence != nullptr && fence->presented);
+  if (fence == nullptr || !fence->presented) PG_RETURN_BOOL(false);
+  int64 lock_id = 0;
+  PG_RETURN_BOOL(LockUsableBy(ExtensionSchema(fcinfo), lock_name, GetUserId(), &lock_id));
 }
 
 // fencing_present(lock_name text, token fencing_token) RETURNS void
