@@ -112,6 +112,16 @@ SELECT present_for_caller(:'t2');
 SELECT fencing_reads_allowed('rf-lock') AS allowed, count(*) FROM jobs;
 COMMIT;
 RESET ROLE;
+-- Several locks in one statement, each judged on its own: both presented
+-- (rf-b, owned by rf_other, by the superuser), only rf-lock usable by rf_app.
+SELECT fencing_create_lock('rf-b', 'rf_other');
+BEGIN;
+SELECT fencing_present('rf-b', '1');
+SET LOCAL ROLE rf_app;
+SELECT fencing_present('rf-lock', :'t2');
+SELECT lock_name, fencing_reads_allowed(lock_name) AS allowed
+  FROM (VALUES ('rf-lock'), ('rf-b'), ('rf-lock'), ('rf-none')) l(lock_name);
+COMMIT;
 -- Bad input.
 SELECT fencing_reads_allowed(NULL);
 SELECT fencing_reads_allowed('');

@@ -298,8 +298,30 @@ Datum fencing_reads_allowed(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
   const LockFence *fence = FindTransactionFence(lock_name);
   if (fence == nullptr || !fence->presented) PG_RETURN_BOOL(false);
-  int64 lock_id = 0;
-  PG_RETURN_BOOL(LockUsableBy(ExtensionSchema(fcinfo), lock_name, GetUserId(), &lock_id));
+  // Who may use the lock is read once per statement, role and lock, as the
+  // guard reads it for a writer (a policy calling this per row would
+  // otherwise probe the lock's row for every row).
+  struct UsableCache {
+    Oid role;
+    const char *lock_name;  // in fn_mcxt
+    bool usable;
+  };
+  FmgrInfo *flinfo = fcinfo->flinfo;
+  auto *cache = static_cast<UsableCache *>(flinfo->fn_extra);
+  const Oid role = GetUserId();
+  if (cache == nullptr || cache->role != role || strcmp(cache->lock_name, lock_name) != 0) {
+    if (cache == nullptr) {
+      cache =
+          static_cast<UsableCache *>(MemoryContextAllocZero(flinfo->fn_mcxt, sizeof(UsableCache)));
+      flinfo->fn_extra = cache;
+    }
+    int64 lock_id = 0;
+    const bool usable = LockUsableBy(ExtensionSchema(fcinfo), lock_name, role, &lock_id);
+    cache->lock_name = MemoryContextStrdup(flinfo->fn_mcxt, lock_name);
+    cache->role = role;
+    cache->usable = usable;
+  }
+  PG_RETURN_BOOL(cache->usable);
 }
 
 // fencing_present(lock_name text, token fencing_token) RETURNS void
