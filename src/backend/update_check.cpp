@@ -7,15 +7,16 @@
 // bulk UPDATE (BENCHMARKS.md, "Bulk UPDATE: where the time goes").
 //
 // How, in two steps:
-//  1. The planner hook wraps the SET expression of the token column in
+//  1. The planner hook wraps the new value of the token column in
 //     fencing_guard_check(new, old, trigger, table), old being the old row's
-//     column.  Each row is judged as it is projected, by the guard's own
-//     rules (guard.cpp), and judged again on the newest row version when a
+//     column: in the finished plan's scan for an UPDATE of the one table, in
+//     the query before planning for one that joins (WrapInPlan, WrapInQuery).
+//     Each row is judged as it is projected, by the guard's own rules
+//     (guard.cpp), and judged again on the newest row version when a
 //     concurrent update made PostgreSQL re-project it (EvalPlanQual).
 //  2. The executor hook lets that statement run without the guard's UPDATE
-//     trigger, once it has found the call at the top of the column's
-//     expression in the plan, for that trigger, bearing the planner hook's
-//     mark.  The mark is a parse location no SQL can produce (the parser
+//     trigger, once it has found the call at the top of a new value in the
+//     plan, for that trigger, bearing the planner hook's mark.  The mark is a parse location no SQL can produce (the parser
 //     records offsets into the statement's text, 0 and up, or -1 for none,
 //     as do stored rules and views), so a call written by hand -- in a plan
 //     made while the setting was off, say -- never stands in for the
