@@ -72,36 +72,8 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_lease_event(text, text, text, @extsch
 COMMENT ON FUNCTION @extschema@.fencing_lease_event(text, text, text, @extschema@.fencing_token) IS
   'announces and counts one event of a lease; internal';
 
--- The revoke announces what it ended.
-CREATE OR REPLACE FUNCTION @extschema@.fencing_revoke_as(caller oid, lock_name text, reason text)
-  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  l @extschema@.fencing_lock := @extschema@.fencing_lock_for_owner(lock_name, caller);
-  new_mark @extschema@.fencing_token;
-  ended_holder text;
-  ended_token @extschema@.fencing_token;
-BEGIN
-  UPDATE @extschema@.fencing_lease e
-     SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason
-   WHERE e.lock_name = l.lock_name AND e.expires_at > clock_timestamp()
-  RETURNING e.holder, e.token INTO ended_holder, ended_token;
-  -- The fence gate first: the revoke waits for every transaction writing
-  -- under the current mark (they hold the gate shared).
-  PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
-  new_mark := @extschema@.fencing_grant();
-  INSERT INTO @extschema@.fencing_fence AS f VALUES (l.lock_name, new_mark)
-    ON CONFLICT ON CONSTRAINT fencing_fence_pkey
-    DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
-  PERFORM @extschema@.fencing_commit_durably();
-  PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
-  -- A revoke that found no live lease raised the mark all the same, but
-  -- ended no lease: nothing to announce or count.
-  IF ended_token IS NOT NULL THEN
-    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', ended_holder, ended_token);
-  END IF;
-  RETURN new_mark;
-END $$;
+-- The revoke announces what it ended: see the end of this script (it
+-- also ends permits and shared leases).
 
 -------------------------------------------------------------------------------
 -- The fence gate (issue 15): writers of one holder in parallel
@@ -143,67 +115,8 @@ COMMENT ON FUNCTION @extschema@.fencing_enter_waiting_room(bigint) IS
 COMMENT ON FUNCTION @extschema@.fencing_waiting_room(bigint) IS
   'the numbers of a lock''s waiting room (pg_locks: classid 1178947139, objid the lock''s lock_id, objsubid 3 from 1.4: no SQL advisory lock can take it)';
 
--- The waiting acquire of 1.2, queueing in the room above.
-CREATE OR REPLACE FUNCTION @extschema@.fencing_acquire_as(
-    caller oid, lock_name text, holder text, ttl interval, wait interval, payload jsonb)
-  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  deadline timestamptz;
-  granted @extschema@.fencing_token;
-  max_wait CONSTANT interval := interval '2147483.647 seconds';
-  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
-  checked boolean;
-  lock_id bigint;
-BEGIN
-  -- No wait (the argument left out, or NULL): one attempt.
-  IF wait IS NULL THEN
-    RETURN @extschema@.fencing_acquire_as(caller, lock_name, holder, ttl, payload);
-  END IF;
-  checked := @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
-  IF wait < interval '0' THEN
-    RAISE EXCEPTION 'wait must not be negative, got % (lock "%")', wait, lock_name
-      USING ERRCODE = '22023';
-  END IF;
-  IF wait > max_wait THEN
-    RAISE EXCEPTION 'wait must be at most 2147483.647 seconds (24.8 days), got % (lock "%")',
-      wait, lock_name
-      USING ERRCODE = '22023', HINT = 'Wait longer than that with repeated calls.';
-  END IF;
-  -- Waiting means seeing other transactions' commits while we loop.
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
-    RAISE EXCEPTION 'fencing_acquire with a wait needs READ COMMITTED, not %',
-      upper(current_setting('transaction_isolation'))
-      USING ERRCODE = '25000',
-            HINT = 'Call it in its own transaction, or use the form without wait.';
-  END IF;
-  lock_id := @extschema@.fencing_lock_authorize(lock_name, caller, true);
-  deadline := clock_timestamp() + wait;
-
-  -- Queue in the waiting room, first come first served, for at most wait.
-  BEGIN
-    PERFORM set_config('lock_timeout',
-      greatest(1, ceil(extract(epoch FROM wait) * 1000))::bigint::text, true);
-    PERFORM @extschema@.fencing_enter_waiting_room(lock_id);
-    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
-  EXCEPTION WHEN lock_not_available THEN
-    RETURN NULL;  -- still queued behind others at the deadline
-  END;
-
-  -- First in line: look at the lease until it is free or the wait is over.
-  LOOP
-    granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
-    IF granted IS NOT NULL THEN
-      RETURN granted;
-    END IF;
-    EXIT WHEN clock_timestamp() >= deadline;
-    -- Sleep until the commit of a release wakes us (fencing_wake_waiters_at_commit), the lock
-    -- becomes available (the lease's end, plus its lock-delay) or the wait is over.
-    PERFORM @extschema@.fencing_wait_for_wakeup(
-      least(deadline, @extschema@.fencing_available_at(lock_name)));
-  END LOOP;
-  RETURN NULL;
-END $$;
+-- The waiting acquire of 1.2 queues in the room above: see "The waiting
+-- fencing_acquire" below.
 
 -- Expiries: a lease that ran out is marked ended = 'expired' once it has
 -- been announced, so that it is announced once.  Until a grant replaces
@@ -386,3 +299,551 @@ CREATE FUNCTION @extschema@.fencing_reads_allowed(lock_name text) RETURNS boolea
   AS 'MODULE_PATHNAME', 'fencing_reads_allowed' LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION @extschema@.fencing_reads_allowed(text) IS
   'whether this transaction has presented a token for the lock (fencing_present) that is still in force: the lock''s mark cannot pass it before the transaction ends; for a row-level security policy';
+
+-------------------------------------------------------------------------------
+-- Semaphores and shared leases (issue 16)
+-------------------------------------------------------------------------------
+-- How a lock is leased (kind):
+--   exclusive  one holder at a time (fencing_acquire); every lock starts so
+--   semaphore  up to `permits` holders at a time (fencing_acquire_permit),
+--              each on a permit (a slot) fenced on its own: a token is
+--              accepted while it is its slot's latest grant
+--   shared     any number of shared holders (fencing_acquire_shared) or one
+--              exclusive holder (fencing_acquire); the lock's mark fences
+--              shared holders only when an exclusive grant passes them
+-- A lock becomes a semaphore at its first permit if fencing_acquire never
+-- granted it, and shared at its first shared grant; neither changes back.
+ALTER TABLE @extschema@.fencing_lock
+  ADD COLUMN kind text NOT NULL DEFAULT 'exclusive',
+  ADD COLUMN permits integer,
+  ADD CONSTRAINT fencing_lock_kind CHECK (kind IN ('exclusive', 'semaphore', 'shared')),
+  ADD CONSTRAINT fencing_lock_permits CHECK ((kind = 'semaphore') = (permits IS NOT NULL));
+
+-- The live and past leases of semaphores and shared locks, one row per
+-- slot: a semaphore's slots are 1..permits; a shared lock's are numbered as
+-- its holders come, and reused once free.  A slot's row is its latest
+-- grant, so a token is current for its slot while a row carries it (the
+-- guard looks a write's token up in fencing_permit_token:
+-- src/backend/fences.cpp).  ended: 'released' or 'revoked' (the slot is
+-- free at once), 'expired' (marked by the exclusive grant that passed a
+-- shared holder), NULL while live and after an expiry (the slot is free
+-- after the lock's lock-delay).
+CREATE TABLE @extschema@.fencing_permit (
+  lock_id bigint NOT NULL,
+  slot integer NOT NULL,
+  lock_name text NOT NULL,
+  holder text NOT NULL,
+  holder_role name NOT NULL,
+  token @extschema@.fencing_token NOT NULL,
+  granted_at timestamptz NOT NULL,
+  expires_at timestamptz NOT NULL,
+  ended text,
+  PRIMARY KEY (lock_id, slot)
+);
+CREATE UNIQUE INDEX fencing_permit_token ON @extschema@.fencing_permit (token);
+REVOKE ALL ON @extschema@.fencing_permit FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_permit', '');
+COMMENT ON TABLE @extschema@.fencing_permit IS
+  'the latest grant of each permit of a semaphore and of each shared holder slot of a shared lock; read through fencing_permits';
+
+-- When a slot can be granted again, as fencing_leases' available_at says
+-- for a lease: at once after a release or a revoke, after the lock-delay
+-- after an expiry.
+CREATE FUNCTION @extschema@.fencing_permit_free_at(
+    expires_at timestamptz, ended text, lock_delay interval)
+  RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  RETURN CASE WHEN ended IS NULL OR ended = 'expired' THEN expires_at + lock_delay
+              ELSE expires_at END;
+COMMENT ON FUNCTION @extschema@.fencing_permit_free_at(timestamptz, text, interval) IS
+  'when a permit''s slot can be granted again; internal';
+
+CREATE VIEW @extschema@.fencing_permits WITH (security_barrier) AS
+  SELECT p.lock_name, k.kind, p.slot, p.holder, p.token, p.granted_at, p.expires_at,
+         p.expires_at > clock_timestamp() AS live,
+         @extschema@.fencing_permit_free_at(p.expires_at, p.ended, k.lock_delay) AS available_at,
+         CASE WHEN p.expires_at > clock_timestamp() THEN 'live'
+              ELSE coalesce(p.ended, 'expired') END AS state
+    FROM @extschema@.fencing_permit p
+    JOIN @extschema@.fencing_lock k ON k.lock_id = p.lock_id
+   WHERE @extschema@.fencing_role_may_read(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+GRANT SELECT ON @extschema@.fencing_permits TO PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_permits IS
+  'the permits of the semaphores and the shared holders of the shared locks the current role may use (every lock for pg_read_all_stats), one row per slot with its latest grant';
+
+CREATE OR REPLACE VIEW @extschema@.fencing_locks WITH (security_barrier) AS
+  SELECT k.lock_name, k.owner, k.users, k.lock_id, k.lock_delay, k.announce, k.kind, k.permits
+    FROM @extschema@.fencing_lock k
+   WHERE @extschema@.fencing_role_may_use(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+
+-- A permit's fence gate (src/backend/fences.cpp): writers under the slot's
+-- current token hold it shared, a new grant of the slot takes it
+-- exclusively first and so waits for the old holder's writes in flight.
+-- pg_locks shows it as an advisory lock with classid the slot, objid the
+-- lock's lock_id and objsubid 4.  PUBLIC may not call it: holding a gate
+-- stops every writer of the slot.
+CREATE FUNCTION @extschema@.fencing_lock_permit_gate(lock_id bigint, slot integer) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_lock_permit_gate' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_lock_permit_gate(bigint, integer) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_lock_permit_gate(bigint, integer) IS
+  'takes the fence gate of a permit exclusively until the end of the transaction, before the permit is granted again; internal';
+
+-- The waiting room without waiting: true if this transaction holds it now.
+CREATE FUNCTION @extschema@.fencing_try_waiting_room(lock_id bigint) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'fencing_try_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) IS
+  'takes a lock''s waiting room until the end of the transaction if nobody is in it; internal';
+
+-- The waiting part of every waiting acquire: checks the wait, queues in the
+-- lock's room (first come, first served) and returns the deadline; NULL
+-- when the caller is still queued behind others at the deadline.
+CREATE FUNCTION @extschema@.fencing_queue_for(lock_name text, lock_id bigint, wait interval)
+  RETURNS timestamptz LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  max_wait CONSTANT interval := interval '2147483.647 seconds';
+  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
+  deadline timestamptz;
+BEGIN
+  IF wait < interval '0' THEN
+    RAISE EXCEPTION 'wait must not be negative, got % (lock "%")', wait, lock_name
+      USING ERRCODE = '22023';
+  END IF;
+  IF wait > max_wait THEN
+    RAISE EXCEPTION 'wait must be at most 2147483.647 seconds (24.8 days), got % (lock "%")',
+      wait, lock_name
+      USING ERRCODE = '22023', HINT = 'Wait longer than that with repeated calls.';
+  END IF;
+  deadline := clock_timestamp() + wait;
+  BEGIN
+    PERFORM set_config('lock_timeout',
+      greatest(1, ceil(extract(epoch FROM wait) * 1000))::bigint::text, true);
+    PERFORM @extschema@.fencing_enter_waiting_room(lock_id);
+    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
+  EXCEPTION WHEN lock_not_available THEN
+    RETURN NULL;
+  END;
+  RETURN deadline;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_queue_for(text, bigint, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_queue_for(text, bigint, interval) IS
+  'checks a wait and queues in the lock''s waiting room for at most that long; internal to the waiting acquires';
+
+-- The waiting loop of every acquire: queues in the room, then, first in
+-- line, makes an attempt (fencing_try_acquire for an exclusive lease,
+-- fencing_try_permit for a permit or a shared one) each time it is woken
+-- (fencing_wake_waiters_at_commit), the lock may have become available (a
+-- lease's or slot's end, plus the lock-delay) or the wait is over.
+CREATE FUNCTION @extschema@.fencing_wait_to_acquire(
+    lock_name text, lock_id bigint, holder text, permits integer, ttl interval, wait interval,
+    payload jsonb, exclusive boolean)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  deadline CONSTANT timestamptz := @extschema@.fencing_queue_for(lock_name, lock_id, wait);
+  granted @extschema@.fencing_token;
+BEGIN
+  IF deadline IS NULL THEN
+    RETURN NULL;  -- still queued behind others at the deadline
+  END IF;
+  LOOP
+    IF exclusive THEN
+      granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
+    ELSE
+      granted := @extschema@.fencing_try_permit(lock_id, holder, permits, ttl);
+    END IF;
+    IF granted IS NOT NULL THEN
+      RETURN granted;
+    END IF;
+    EXIT WHEN clock_timestamp() >= deadline;
+    PERFORM @extschema@.fencing_wait_for_wakeup(least(deadline,
+      CASE WHEN exclusive THEN @extschema@.fencing_available_at(lock_name)
+           ELSE @extschema@.fencing_permit_available_at(lock_id) END));
+  END LOOP;
+  RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, integer, interval, interval, jsonb, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, integer, interval, interval, jsonb, boolean) IS
+  'queues for a lock and makes attempts until one succeeds or the wait is over; internal to the waiting acquires';
+
+-- Every acquire that may wait needs to see other transactions' commits
+-- while it loops, and the permit attempts judge the slots as committed.
+CREATE FUNCTION @extschema@.fencing_require_read_committed(what text, hint text) RETURNS void
+  LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION '% needs READ COMMITTED, not %', what,
+      upper(current_setting('transaction_isolation'))
+      USING ERRCODE = '25000', HINT = hint;
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_require_read_committed(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_require_read_committed(text, text) IS
+  'raises 25000 outside READ COMMITTED; internal';
+
+-- The waiting fencing_acquire, queueing in the room (fencing_queue_for).
+CREATE OR REPLACE FUNCTION @extschema@.fencing_acquire_as(
+    caller oid, lock_name text, holder text, ttl interval, wait interval, payload jsonb)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  checked boolean;
+  lock_id bigint;
+BEGIN
+  -- No wait (the argument left out, or NULL): one attempt.
+  IF wait IS NULL THEN
+    RETURN @extschema@.fencing_acquire_as(caller, lock_name, holder, ttl, payload);
+  END IF;
+  checked := @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
+  PERFORM @extschema@.fencing_require_read_committed('fencing_acquire with a wait',
+    'Call it in its own transaction, or use the form without wait.');
+  lock_id := @extschema@.fencing_lock_authorize(lock_name, caller, true);
+  RETURN @extschema@.fencing_wait_to_acquire(lock_name, lock_id, holder, NULL, ttl, wait,
+                                              payload, true);
+END $$;
+
+-- When an exclusive grant can next be made: after the lease, and on a
+-- shared lock after its shared holders too.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_available_at(p_lock text) RETURNS timestamptz
+  LANGUAGE sql STABLE STRICT
+  BEGIN ATOMIC
+    SELECT greatest(
+      (SELECT v.available_at FROM @extschema@.fencing_leases v WHERE v.lock_name = p_lock),
+      (SELECT max(@extschema@.fencing_permit_free_at(p.expires_at, p.ended, k.lock_delay))
+         FROM @extschema@.fencing_permit p
+         JOIN @extschema@.fencing_lock k ON k.lock_id = p.lock_id
+        WHERE k.lock_name = p_lock AND k.kind = 'shared'));
+  END;
+
+-- A lock of the kind an acquire wants, or the error that says why not.
+-- want: 'semaphore' (with permits) or 'shared'.  A lock still exclusive
+-- becomes what is wanted, unless fencing_acquire granted it (a semaphore).
+-- Called before the attempt (so that a conflict is an error even when
+-- others wait) and again inside it, in the room (kind only changes there).
+CREATE FUNCTION @extschema@.fencing_lock_of_kind(
+    p_lock_id bigint, want text, p_permits integer, convert boolean)
+  RETURNS @extschema@.fencing_lock LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  l @extschema@.fencing_lock;
+BEGIN
+  SELECT * INTO STRICT l FROM @extschema@.fencing_lock k WHERE k.lock_id = p_lock_id;
+  IF l.kind = 'exclusive' THEN
+    IF want = 'semaphore'
+       AND EXISTS (SELECT FROM @extschema@.fencing_lease e WHERE e.lock_name = l.lock_name) THEN
+      RAISE EXCEPTION 'fencing lock "%" is an exclusive lock, not a semaphore', l.lock_name
+        USING ERRCODE = '55000',
+              DETAIL = 'fencing_acquire() has granted it; a semaphore is a lock that only fencing_acquire_permit() takes.',
+              HINT = 'Use another lock name for the semaphore.';
+    END IF;
+    IF convert THEN
+      UPDATE @extschema@.fencing_lock k SET kind = want, permits = p_permits
+       WHERE k.lock_id = p_lock_id
+      RETURNING * INTO l;
+    END IF;
+    RETURN l;
+  END IF;
+  IF l.kind <> want THEN
+    RAISE EXCEPTION 'fencing lock "%" is %, not %', l.lock_name,
+      CASE l.kind WHEN 'semaphore' THEN 'a semaphore' ELSE 'a shared lock' END,
+      CASE want WHEN 'semaphore' THEN 'a semaphore' ELSE 'a shared lock' END
+      USING ERRCODE = '55000',
+            HINT = CASE l.kind
+              WHEN 'semaphore' THEN 'Take it with fencing_acquire_permit(lock_name, holder, ' || l.permits || ', ttl).'
+              ELSE 'Take it with fencing_acquire_shared() or fencing_acquire().' END;
+  END IF;
+  IF want = 'semaphore' AND l.permits <> p_permits THEN
+    RAISE EXCEPTION 'fencing semaphore "%" has % permits, not %', l.lock_name, l.permits, p_permits
+      USING ERRCODE = '55000',
+            DETAIL = 'A semaphore''s number of permits is set by its first fencing_acquire_permit().';
+  END IF;
+  RETURN l;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_lock_of_kind(bigint, text, integer, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_lock_of_kind(bigint, text, integer, boolean) IS
+  'checks (and on first use sets) whether a lock is a semaphore or a shared lock; internal';
+
+-- One attempt at a permit (p_permits given) or a shared lease (NULL), as
+-- the tables' owner (from the _as functions below); NULL when none can be
+-- granted now.  Grants of one lock, of every kind, take turns in its
+-- waiting room, so that nobody takes one from under the first waiter in
+-- line, and a waiting exclusive acquirer, which sits in the room, holds
+-- off every new shared grant.
+CREATE FUNCTION @extschema@.fencing_try_permit(
+    p_lock_id bigint, p_holder text, p_permits integer, p_ttl interval)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  want CONSTANT text := CASE WHEN p_permits IS NULL THEN 'shared' ELSE 'semaphore' END;
+  l @extschema@.fencing_lock;
+  now timestamptz;
+  own @extschema@.fencing_permit;
+  exclusive @extschema@.fencing_lease;
+  free_slot integer;
+  granted @extschema@.fencing_token;
+  mark @extschema@.fencing_token;
+BEGIN
+  IF NOT @extschema@.fencing_try_waiting_room(p_lock_id) THEN
+    RETURN NULL;
+  END IF;
+  l := @extschema@.fencing_lock_of_kind(p_lock_id, want, p_permits, true);
+  now := clock_timestamp();
+
+  -- The caller's own live lease (say, a retry after a lost reply): the same
+  -- token, its end moved.
+  UPDATE @extschema@.fencing_permit p SET expires_at = now + p_ttl
+   WHERE p.lock_id = p_lock_id AND p.holder = p_holder AND p.holder_role = session_user
+     AND p.expires_at > now AND p.ended IS NULL
+  RETURNING * INTO own;
+  IF FOUND THEN
+    PERFORM @extschema@.fencing_commit_durably();
+    RETURN own.token;
+  END IF;
+
+  -- The grant runs in a subtransaction: an attempt that fails after it has
+  -- locked a row or taken a gate (a race lost, below) gives them back at
+  -- once, so that a waiter that stays in its transaction holds up no renew
+  -- and no writer meanwhile.
+  BEGIN
+    IF want = 'shared' THEN
+      -- Not beside a live exclusive lease, nor in its lock-delay.  A lease
+      -- that is free is written (to itself), so that a renew racing this
+      -- grant at the instant of expiry finds it changed and looks again
+      -- (it then sees the lease expired); a live one is not touched.
+      SELECT * INTO exclusive FROM @extschema@.fencing_lease e WHERE e.lock_name = l.lock_name;
+      IF FOUND THEN
+        IF @extschema@.fencing_permit_free_at(exclusive.expires_at, exclusive.ended,
+                                               l.lock_delay) > now THEN
+          RAISE SQLSTATE 'PFBSY';
+        END IF;
+        UPDATE @extschema@.fencing_lease e SET expires_at = e.expires_at
+         WHERE e.lock_name = l.lock_name
+           AND @extschema@.fencing_permit_free_at(e.expires_at, e.ended, l.lock_delay) <= now
+        RETURNING * INTO exclusive;
+        IF NOT FOUND THEN
+          RAISE SQLSTATE 'PFBSY';  -- renewed or granted meanwhile
+        END IF;
+      END IF;
+      SELECT coalesce(min(p.slot) FILTER (
+               WHERE @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) <= now
+                 AND p.expires_at <= now),
+             coalesce(max(p.slot), 0) + 1)
+        INTO free_slot
+        FROM @extschema@.fencing_permit p WHERE p.lock_id = p_lock_id;
+    ELSE
+      SELECT min(s) INTO free_slot
+        FROM generate_series(1, l.permits) s
+       WHERE NOT EXISTS (
+         SELECT FROM @extschema@.fencing_permit p
+          WHERE p.lock_id = p_lock_id AND p.slot = s
+            AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) > now);
+      IF free_slot IS NULL THEN
+        RAISE SQLSTATE 'PFBSY';
+      END IF;
+      -- The slot's gate: waits for the writes in flight under its old token.
+      PERFORM @extschema@.fencing_lock_permit_gate(p_lock_id, free_slot);
+    END IF;
+
+    granted := @extschema@.fencing_grant();
+    INSERT INTO @extschema@.fencing_permit AS p
+        (lock_id, slot, lock_name, holder, holder_role, token, granted_at, expires_at)
+      VALUES (p_lock_id, free_slot, l.lock_name, p_holder, session_user, granted, now, now + p_ttl)
+      ON CONFLICT (lock_id, slot) DO UPDATE
+        SET holder = EXCLUDED.holder, holder_role = EXCLUDED.holder_role, token = EXCLUDED.token,
+            granted_at = EXCLUDED.granted_at, expires_at = EXCLUDED.expires_at, ended = NULL
+        -- Judged again on the row as it stands: a renew that committed since
+        -- the look keeps the slot.
+        WHERE @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) <= now
+          AND p.expires_at <= now;
+    IF NOT FOUND THEN
+      RAISE SQLSTATE 'PFBSY';
+    END IF;
+
+    IF want = 'shared' AND exclusive.token IS NOT NULL THEN
+      -- The first shared grant after an exclusive one fences the exclusive
+      -- holder: the mark goes just above its token (shared holders' own
+      -- tokens are all above it, and no shared grant raises it further).
+      SELECT f.high_water INTO mark FROM @extschema@.fencing_fence f
+       WHERE f.lock_name = l.lock_name;
+      IF mark IS NULL OR mark OPERATOR(@extschema@.<=) exclusive.token THEN
+        PERFORM @extschema@.fencing_lock_fence_gate(p_lock_id);
+        INSERT INTO @extschema@.fencing_fence AS f
+          VALUES (l.lock_name, (exclusive.token::bigint + 1)::@extschema@.fencing_token)
+          ON CONFLICT ON CONSTRAINT fencing_fence_pkey
+          DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
+      END IF;
+    END IF;
+  EXCEPTION WHEN SQLSTATE 'PFBSY' THEN
+    RETURN NULL;
+  END;
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN granted;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_try_permit(bigint, text, integer, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_try_permit(bigint, text, integer, interval) IS
+  'one attempt at a permit of a semaphore or a shared lease; internal';
+
+-- When the next attempt may succeed: a semaphore's first slot to come free,
+-- a shared lock's exclusive lease's end (plus its lock-delay).
+CREATE FUNCTION @extschema@.fencing_permit_available_at(p_lock_id bigint)
+  RETURNS timestamptz LANGUAGE sql STABLE STRICT
+  BEGIN ATOMIC
+    SELECT CASE k.kind
+      WHEN 'semaphore' THEN
+        (SELECT CASE WHEN count(*) < k.permits THEN clock_timestamp()
+                     ELSE min(@extschema@.fencing_permit_free_at(p.expires_at, p.ended, k.lock_delay)) END
+           FROM @extschema@.fencing_permit p WHERE p.lock_id = k.lock_id)
+      ELSE (SELECT v.available_at FROM @extschema@.fencing_leases v WHERE v.lock_name = k.lock_name)
+      END
+      FROM @extschema@.fencing_lock k WHERE k.lock_id = p_lock_id;
+  END;
+REVOKE ALL ON FUNCTION @extschema@.fencing_permit_available_at(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_permit_available_at(bigint) IS
+  'when a permit or a shared lease of the lock may next be granted, as things stand; internal';
+
+-- Both acquires: one attempt, or with a wait, queued in arrival order and
+-- woken by releases.
+CREATE FUNCTION @extschema@.fencing_acquire_permits_as(
+    caller oid, lock_name text, holder text, permits integer, ttl interval, wait interval)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  what CONSTANT text := CASE WHEN permits IS NULL THEN 'fencing_acquire_shared'
+                             ELSE 'fencing_acquire_permit' END;
+  checked boolean;
+  lock_id bigint;
+BEGIN
+  checked := @extschema@.fencing_check_lease_args(lock_name, holder, ttl, true);
+  PERFORM @extschema@.fencing_require_read_committed(what,
+    'Call it in its own transaction, or in one at READ COMMITTED.');
+  lock_id := @extschema@.fencing_lock_authorize(lock_name, caller, true);
+  PERFORM @extschema@.fencing_lock_of_kind(
+    lock_id, CASE WHEN permits IS NULL THEN 'shared' ELSE 'semaphore' END, permits, false);
+  IF wait IS NULL THEN
+    RETURN @extschema@.fencing_try_permit(lock_id, holder, permits, ttl);
+  END IF;
+  RETURN @extschema@.fencing_wait_to_acquire(lock_name, lock_id, holder, permits, ttl, wait,
+                                              NULL, false);
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_acquire_permits_as(oid, text, text, integer, interval, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_permits_as(oid, text, text, integer, interval, interval) IS
+  'fencing_acquire_permit() and fencing_acquire_shared() for the role that called them; internal';
+
+CREATE FUNCTION @extschema@.fencing_acquire_permit(
+    lock_name text, holder text, permits integer, ttl interval, wait interval DEFAULT NULL)
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_acquire_permit'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_permit(text, text, integer, interval, interval) IS
+  'takes one of the semaphore''s permits for ttl and returns a new fencing token, fenced on its own permit; with wait, waits up to that long in arrival order; NULL if every permit is live (or within its lock-delay); the first call sets the number of permits; 42501 unless the caller may use (or create) the lock';
+
+CREATE FUNCTION @extschema@.fencing_acquire_shared(
+    lock_name text, holder text, ttl interval, wait interval DEFAULT NULL)
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_acquire_shared'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_acquire_shared(text, text, interval, interval) IS
+  'takes the lock shared for ttl and returns a new fencing token; not while an exclusive lease is live (or within its lock-delay) or an exclusive acquirer waits; an exclusive grant fences every shared holder before it; with wait, waits up to that long in arrival order; 42501 unless the caller may use (or create) the lock';
+
+-- Renew and release of a permit or a shared lease, for fencing_renew and
+-- fencing_release when the token is not the lock's exclusive lease
+-- (src/backend/lease_engine.cpp).  Only the login role that was granted it
+-- may move it.
+CREATE FUNCTION @extschema@.fencing_move_permit_end(
+    p_lock_id bigint, p_token @extschema@.fencing_token, remaining interval, how text)
+  RETURNS boolean LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  now CONSTANT timestamptz := clock_timestamp();
+  old_end timestamptz;
+BEGIN
+  SELECT p.expires_at INTO old_end FROM @extschema@.fencing_permit p
+   WHERE p.lock_id = p_lock_id AND p.token OPERATOR(@extschema@.=) p_token;
+  UPDATE @extschema@.fencing_permit p SET expires_at = now + remaining, ended = how
+   WHERE p.lock_id = p_lock_id AND p.token OPERATOR(@extschema@.=) p_token AND p.holder_role = session_user
+     AND p.expires_at > now AND p.ended IS NULL;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM @extschema@.fencing_commit_durably();
+  IF how IS NOT NULL OR now + remaining < old_end THEN
+    PERFORM @extschema@.fencing_wake_waiters_at_commit(p_lock_id);
+  END IF;
+  RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fencing_token, interval, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fencing_token, interval, text) IS
+  'renews or releases the caller''s live permit or shared lease; internal to fencing_renew and fencing_release';
+
+-- The exclusive grant of a shared lock (src/backend/lease_engine.cpp), in
+-- the room and judged as committed now: false while a shared holder is
+-- live or within its lock-delay; otherwise the shared holders' rows are
+-- marked ended, so that a renew racing the grant finds them changed, and
+-- true.
+CREATE FUNCTION @extschema@.fencing_end_shared_holders(p_lock_id bigint, lock_delay interval)
+  RETURNS boolean LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  now CONSTANT timestamptz := clock_timestamp();
+BEGIN
+  IF EXISTS (SELECT FROM @extschema@.fencing_permit p
+              WHERE p.lock_id = p_lock_id
+                AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, lock_delay) > now) THEN
+    RETURN false;
+  END IF;
+  UPDATE @extschema@.fencing_permit p SET ended = 'expired'
+   WHERE p.lock_id = p_lock_id AND p.ended IS NULL;
+  RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_end_shared_holders(bigint, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_end_shared_holders(bigint, interval) IS
+  'before an exclusive grant of a shared lock: whether every shared holder is gone; internal';
+
+-- The revoke ends permits and shared leases too.  A semaphore's permits
+-- are each fenced by a new token in their slot (taken behind the slot's
+-- gate, so writes in flight under the old one finish first); shared
+-- holders by the lock's mark, which the revoke raises above them all.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_revoke_as(caller oid, lock_name text, reason text)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  l @extschema@.fencing_lock := @extschema@.fencing_lock_for_owner(lock_name, caller);
+  new_mark @extschema@.fencing_token;
+  ended_holder text;
+  ended_token @extschema@.fencing_token;
+  p record;
+BEGIN
+  UPDATE @extschema@.fencing_lease e
+     SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason
+   WHERE e.lock_name = l.lock_name AND e.expires_at > clock_timestamp()
+  RETURNING e.holder, e.token INTO ended_holder, ended_token;
+  FOR p IN SELECT x.slot, x.holder, x.token, x.expires_at > clock_timestamp() AS live
+             FROM @extschema@.fencing_permit x WHERE x.lock_id = l.lock_id ORDER BY x.slot LOOP
+    IF l.kind = 'semaphore' THEN
+      PERFORM @extschema@.fencing_lock_permit_gate(l.lock_id, p.slot);
+    END IF;
+    UPDATE @extschema@.fencing_permit x
+       SET expires_at = least(x.expires_at, clock_timestamp()),
+           ended = CASE WHEN p.live THEN 'revoked' ELSE x.ended END,
+           token = CASE WHEN l.kind = 'semaphore' THEN @extschema@.fencing_grant() ELSE x.token END
+     WHERE x.lock_id = l.lock_id AND x.slot = p.slot;
+    IF p.live THEN
+      PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', p.holder, p.token);
+    END IF;
+  END LOOP;
+  -- The fence gate first: the revoke waits for every transaction writing
+  -- under the current mark (they hold the gate shared).
+  PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
+  new_mark := @extschema@.fencing_grant();
+  INSERT INTO @extschema@.fencing_fence AS f VALUES (l.lock_name, new_mark)
+    ON CONFLICT ON CONSTRAINT fencing_fence_pkey
+    DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
+  PERFORM @extschema@.fencing_commit_durably();
+  PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
+  -- A revoke that found no live lease raised the mark all the same, but
+  -- ended no lease: nothing to announce or count.
+  IF ended_token IS NOT NULL THEN
+    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', ended_holder, ended_token);
+  END IF;
+  RETURN new_mark;
+END $$;

@@ -82,6 +82,14 @@ class HeldLock {
 };
 
 struct LeaseOptions {
+  // How the lock is taken: alone (fencing_acquire), shared with other
+  // shared holders (fencing_acquire_shared), or as one of `permits` permits
+  // of a semaphore (fencing_acquire_permit).  The token, the heartbeat and
+  // the release work the same way for all three.
+  enum class Mode { kExclusive, kShared, kPermit };
+  Mode mode = Mode::kExclusive;
+  int permits = 0;  // kPermit only: the semaphore's number of permits
+
   std::string conninfo;   // libpq connection string
   std::string lock_name;  // fencing_acquire's lock_name
   std::string holder;     // unique per process, e.g. host:pid
@@ -99,7 +107,8 @@ struct LeaseOptions {
   // What the holder publishes with its lease, as JSON text (say, where it can
   // be reached): fencing_leases.payload, read back with ReadLeader().
   // nullopt: none.  Sent with either form of the acquire; invalid JSON is
-  // the server's error (pqxx::data_exception).
+  // the server's error (pqxx::data_exception).  Exclusive leases only (the
+  // constructor throws std::invalid_argument otherwise).
   std::optional<std::string> payload;
   // Called from a watch thread once no renewal has succeeded for
   // at_risk_fraction * ttl while the lease is still held (a renewal hangs,
@@ -118,6 +127,7 @@ class Lease final : public HeldLock {
   // heartbeat.  Throws LeaseUnavailableError when the lock is busy, and
   // pqxx errors for database trouble; std::invalid_argument if ttl is not
   // positive or the heartbeat is not shorter than ttl - SafetyMargin(ttl).
+  // For a permit, "busy" means every permit is taken.
   explicit Lease(LeaseOptions options);
   // Stops the heartbeat and releases the lease if it is still held; never
   // throws.

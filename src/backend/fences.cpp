@@ -181,6 +181,86 @@ bool HoldFenceShared(Oid schema, int64 lock_id, const char *lock_name, Token tok
   return false;
 }
 
+// ---- Shared locks and semaphores (1.4) -------------------------------------------
+
+// The mode writers take a gate in: shared, unless pg_fencing.shared_fence
+// is off for the session.
+LOCKMODE WriterGateMode() { return shared_fence ? ShareLock : ExclusiveLock; }
+
+// Under a shared lock: the gate (shared), then the mark as it stands, which
+// no write moves; a grant that raises it waits for the gate.
+bool HoldSharedMark(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
+  LockFence *fence = &FenceFor(lock_name);
+  if (!fence->locked) {
+    LOCKTAG gate = GateTag(lock_id);
+    (void)LockAcquire(&gate, WriterGateMode(), false, false);
+    Token seen = 0;
+    const bool known = ReadMarkNow(schema, lock_name, &seen);
+    fence = &FenceFor(lock_name);
+    TransactionFences &fences = Fences();
+    const SubxactId subxact = GetCurrentSubTransactionId();
+    PGF_CORE(fences.Lock(*fence, known, seen, subxact, true));
+  }
+  *mark = fence->mark;
+  return PGF_CORE(JudgeAgainstSharedMark(token, fence->mark_known, fence->mark)) ==
+         HighWaterVerdict::kAccept;
+}
+
+// A permit's gate: an advisory tag with the slot and the lock's id, in a
+// field SQL's advisory locks cannot name (pg_locks.objsubid 4).
+LOCKTAG PermitGateTag(int64 lock_id, int32 slot) {
+  LOCKTAG tag;
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(slot), static_cast<uint32>(lock_id),
+                       4);
+  return tag;
+}
+
+// The slot of the semaphore lock_id that token is the latest grant of, as
+// committed now; false when it is no slot's (granted again since, revoked,
+// or never a permit of this semaphore).
+bool CurrentPermitSlot(Oid schema, int64 lock_id, Token token, int32 *slot) {
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  if (!OidIsValid(ids.permit)) return false;
+  Relation permit = table_open(ids.permit, AccessShareLock);
+  Relation probe = index_open(ids.permit_token, AccessShareLock);
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+  HeapTuple row = FetchRowByNumber(permit, probe, token, snapshot);
+  UnregisterSnapshot(snapshot);
+  bool current = false;
+  if (row != nullptr) {
+    bool is_null = false;
+    current = DatumGetInt64(RowColumn(permit, row, ids.permit_lock_id, &is_null)) == lock_id;
+    *slot = DatumGetInt32(RowColumn(permit, row, ids.permit_slot, &is_null));
+  }
+  index_close(probe, NoLock);
+  table_close(permit, NoLock);
+  return current;
+}
+
+// Under a semaphore: the token's slot, its gate, and the slot again under
+// the gate (a grant of the slot that committed in between has replaced the
+// token).  The transaction remembers the last token it was let write with.
+bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
+  *mark = 0;
+  LockFence *fence = &FenceFor(lock_name);
+  if (fence->locked && fence->mark_known && fence->mark == token) {
+    *mark = token;
+    return true;
+  }
+  int32 slot = 0;
+  if (!CurrentPermitSlot(schema, lock_id, token, &slot)) return false;
+  LOCKTAG gate = PermitGateTag(lock_id, slot);
+  (void)LockAcquire(&gate, WriterGateMode(), false, false);
+  int32 again = 0;
+  if (!CurrentPermitSlot(schema, lock_id, token, &again) || again != slot) return false;
+  fence = &FenceFor(lock_name);
+  TransactionFences &fences = Fences();
+  const SubxactId subxact = GetCurrentSubTransactionId();
+  PGF_CORE(fences.Lock(*fence, true, token, subxact, true));
+  *mark = token;
+  return true;
+}
+
 }  // namespace
 
 void TakeFenceGateExclusively(Oid schema, int64 lock_id) {
@@ -205,7 +285,10 @@ LockFence *FindTransactionFence(const char *lock_name) {
   return fences_in_use ? PGF_CORE(backend_fences.Find(lock_name)) : nullptr;
 }
 
-bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
+bool AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock_name, Token token,
+                      Token *mark) {
+  if (kind == LockKind::kSemaphore) return HoldPermit(schema, lock_id, lock_name, token, mark);
+  if (kind == LockKind::kShared) return HoldSharedMark(schema, lock_id, lock_name, token, mark);
   LockFence &fence = FenceFor(lock_name);
   // The common case -- the transaction already holds the fence and writes
   // under its mark -- returns before asking whether the gate is in use.
@@ -251,7 +334,10 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, const char *lock_name, Token to
   return true;
 }
 
-bool CheckLockFence(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
+bool CheckLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock_name, Token token,
+                    Token *mark) {
+  if (kind == LockKind::kSemaphore) return HoldPermit(schema, lock_id, lock_name, token, mark);
+  if (kind == LockKind::kShared) return HoldSharedMark(schema, lock_id, lock_name, token, mark);
   LockFence *fence = &FenceFor(lock_name);
   if (!fence->locked && lock_id != 0 && GateInUse(schema)) {
     // A presentation of the mark shares the gate; of a higher token, takes
@@ -334,8 +420,10 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   // such a role's refusals are recorded: the record is bounded, and no
   // other role may fill it.)
   int64 lock_id = 0;
-  if (!LockUsableBy(schema, lock_name, GetUserId(), &lock_id)) {
+  LockKind kind = LockKind::kExclusive;
+  if (!LockUsableBy(schema, lock_name, GetUserId(), &lock_id, &kind)) {
     lock_id = AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
+    kind = LockKindOf(schema, lock_name);
   }
   if (PG_ARGISNULL(1)) {
     RecordRefusedWrite({InvalidOid, lock_name, 0, false, 0, false, PGF_ERRCODE_MISSING_TOKEN});
@@ -346,8 +434,16 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   }
   const Token token = PG_GETARG_INT64(1);
   Token mark = 0;
-  if (!CheckLockFence(schema, lock_id, lock_name, token, &mark)) {
+  if (!CheckLockFence(schema, lock_id, kind, lock_name, token, &mark)) {
     RecordRefusedWrite({InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_STALE_TOKEN});
+    if (kind == LockKind::kSemaphore) {
+      ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
+                      errmsg("stale fencing token " INT64_FORMAT " for semaphore \"%s\": it is "
+                             "not the latest grant of any of its permits",
+                             token, lock_name),
+                      errdetail("Its permit has been granted again or revoked since, or the token "
+                                "was never a permit of this semaphore.")));
+    }
     ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                     errmsg("stale fencing token " INT64_FORMAT " for lock \"%s\": the lock has "
                            "already seen " INT64_FORMAT,
@@ -359,6 +455,17 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   const SubxactId subxact = GetCurrentSubTransactionId();
   LockFence *fence = PGF_CORE(fences.Find(lock_name));
   PGF_CORE(fences.Present(*fence, token, subxact));
+  PG_RETURN_VOID();
+}
+
+// fencing_lock_permit_gate(lock_id bigint, slot integer) RETURNS void: takes
+// a permit's gate exclusively until the transaction ends, before the slot
+// is granted again (or revoked): waits for the writes in flight under its
+// old token.  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_lock_permit_gate);
+Datum fencing_lock_permit_gate(PG_FUNCTION_ARGS) {
+  LOCKTAG gate = PermitGateTag(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
+  (void)LockAcquire(&gate, ExclusiveLock, false, false);
   PG_RETURN_VOID();
 }
 

@@ -20,12 +20,17 @@ LockFence *FindTransactionFence(const char *lock_name);
 // holds the mark.  extension_schema is where fencing_fence lives.
 // lock_id: the lock's (fencing_lock.lock_id), for its fence gate; 0 for
 // none (a database before 1.2): the mark's row is locked for every write.
-bool AdvanceLockFence(Oid extension_schema, int64 lock_id, const char *lock_name, Token token,
-                      Token *mark);
+//
+// kind: how the lock is leased (guard_decision.hpp).  Under a shared lock
+// the mark is never moved by a write; under a semaphore a token is accepted
+// while it is the latest grant of its permit, whose gate is then held
+// shared until the transaction ends, and *mark is 0 when it is refused.
+bool AdvanceLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const char *lock_name,
+                      Token token, Token *mark);
 
 // The same check, without moving the mark (fencing_present).
-bool CheckLockFence(Oid extension_schema, int64 lock_id, const char *lock_name, Token token,
-                    Token *mark);
+bool CheckLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const char *lock_name,
+                    Token token, Token *mark);
 
 // Takes the lock's fence gate exclusively until the transaction ends, before
 // raising its mark (a grant, a revoke): waits for every transaction writing

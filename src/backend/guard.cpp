@@ -177,7 +177,8 @@ struct GuardCache {
   // executor state, so the lock's permissions are read once per statement
   // and role, not per row.
   Oid authorized_user;
-  int64 lock_id;  // the lock's, once authorized (its fence gate); 0 before 1.2
+  int64 lock_id;       // the lock's, once authorized (its fence gate); 0 before 1.2
+  LockKind lock_kind;  // how the lock is leased, read with lock_id
 };
 
 // How errors name a trigger: formatted only when one is raised.
@@ -238,6 +239,7 @@ GuardCache ReadGuardTrigger(const Trigger *trigger, Relation rel, Oid extension_
   fresh.extension_schema = extension_schema;
   fresh.authorized_user = InvalidOid;
   fresh.lock_id = 0;
+  fresh.lock_kind = LockKind::kExclusive;
   fresh.attnum = ResolveNamedColumn(rel, trigger->tgargs[0], TokenTypeOid(extension_schema));
   const char *word = nullptr;
   const OptionStatus status =
@@ -310,6 +312,15 @@ void RecordMissing(Oid relid, const char *lock_name) {
 [[noreturn]] void ReportStaleForLock(Relation rel, const GuardCache &guard, Token token,
                                      Token lock_mark) {
   RecordStale(RelationGetRelid(rel), guard.lock_name, token, lock_mark, true);
+  if (guard.lock_kind == LockKind::kSemaphore) {
+    ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
+                    errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under semaphore "
+                           "\"%s\": it is not the latest grant of any of its permits",
+                           token, RelationGetRelationName(rel), guard.lock_name),
+                    errdetail("Its permit has been granted again or revoked since, or the token "
+                              "was never a permit of this semaphore."),
+                    errtablecol(rel, guard.attnum)));
+  }
   ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),
                   errmsg("stale fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\": "
                          "the lock has already seen " INT64_FORMAT,
@@ -460,18 +471,21 @@ void AuthorizeWritesUnderLock(Oid relid, Oid owner, GuardCache &guard) {
   const Oid writer = GetUserId();
   if (guard.authorized_user == writer) return;
   int64 lock_id = 0;
+  LockKind kind = LockKind::kExclusive;
   // The common case in C; a lock to create, or a role to refuse, goes to
   // the lock model's SQL (fencing_lock_authorize), which raises 42501.
   const bool usable =
-      LockUsableBy(guard.extension_schema, guard.lock_name, writer, &lock_id) &&
+      LockUsableBy(guard.extension_schema, guard.lock_name, writer, &lock_id, &kind) &&
       (owner == writer || LockUsableBy(guard.extension_schema, guard.lock_name, owner, &lock_id));
   if (!usable) {
     lock_id = AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
     if (owner != writer) {
       AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false, relid);
     }
+    kind = LockKindOf(guard.extension_schema, guard.lock_name);
   }
   guard.lock_id = lock_id;
+  guard.lock_kind = kind;
   guard.authorized_user = writer;
 }
 
@@ -486,6 +500,7 @@ Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
   in.new_token = row.new_token;
   in.new_is_null = row.new_is_null;
   in.column_assigned = row.column_assigned;
+  in.lock_kind = guard.lock_kind;
   if (const LockFence *fence = FindTransactionFence(guard.lock_name)) {
     in.presented = fence->presented;
     in.presented_token = fence->presented_token;
@@ -515,7 +530,7 @@ Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
   }
 
   Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name,
+  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_name,
                         decision.write_token, &mark)) {
     if (guard.options.skip) {
       RecordStale(row.relid, guard.lock_name, decision.write_token, mark, false);
@@ -596,7 +611,8 @@ Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   }
   const Token token = fence->presented_token;
   Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_name, token, &mark)) {
+  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_name,
+                        token, &mark)) {
     ReportStaleForLock(td->tg_relation, guard, token, mark);
   }
   return PointerGetDatum(nullptr);  // ignored for statement triggers

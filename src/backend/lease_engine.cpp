@@ -137,6 +137,32 @@ bool LockIsAnnounced(const Tables &t, HeapTuple lock_row) {
   return !is_null && DatumGetBool(announce);
 }
 
+// A semaphore is taken only with fencing_acquire_permit (1.4).
+void RefuseSemaphore(const char *lock_name) {
+  ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                  errmsg("fencing lock \"%s\" is a semaphore, not an exclusive lock", lock_name),
+                  errhint("Take one of its permits with fencing_acquire_permit().")));
+}
+
+// Before an exclusive grant of a shared lock, in the waiting room: whether
+// its shared holders are all gone (fencing_end_shared_holders, which marks
+// their rows ended so that a renew racing the grant loses).  Judged as
+// committed now, hence READ COMMITTED only.
+bool SharedHoldersGone(const Tables &t, Oid schema, HeapTuple lock_row, const char *lock_name) {
+  if (XactIsoLevel != XACT_READ_COMMITTED) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+                    errmsg("fencing_acquire of shared lock \"%s\" needs READ COMMITTED", lock_name),
+                    errhint("Call it in its own transaction, or in one at READ COMMITTED.")));
+  }
+  static const Oid kArgTypes[] = {INT8OID, INTERVALOID};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_end_shared_holders", 2, kArgTypes);
+  bool is_null = false;
+  const Datum args[] = {Int64GetDatum(LockIdOf(t, lock_row)),
+                        RowColumn(t.lock, lock_row, t.ids->lock_delay, &is_null)};
+  const Datum gone = CallExtensionFunction(fn, 2, args, nullptr, &is_null);
+  return !is_null && DatumGetBool(gone);
+}
+
 // Equality of two names (bitwise, as the name type's).
 bool SameName(Datum a, Datum b) {
   return strncmp(NameStr(*DatumGetName(a)), NameStr(*DatumGetName(b)), NAMEDATALEN) == 0;
@@ -351,6 +377,18 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     (void)LockRelease(&room, ExclusiveLock, false);
     return false;
   }
+  // How the lock is leased changes only in the room (1.4): as it stands now.
+  if (t.ids->lock_kind != InvalidAttrNumber) {
+    const char *name = text_to_cstring(DatumGetTextPP(request.lock_name));
+    HeapTuple lock_now = FetchRowCommittedNow(t.lock, t.lock_probe, t.ids->name_collation, name);
+    const LockKind kind =
+        lock_now != nullptr ? LockKindOfRow(t.lock, lock_now) : LockKind::kExclusive;
+    if (kind == LockKind::kSemaphore) RefuseSemaphore(name);
+    if (kind == LockKind::kShared && !SharedHoldersGone(t, request.schema, lock_now, name)) {
+      (void)LockRelease(&room, ExclusiveLock, false);
+      return false;  // busy
+    }
+  }
   const int64 granted = GrantToken(request.schema);
   // Waits for the transactions writing under the lock (they hold its fence gate).
   RaiseMark(t, request.schema, lock_id, request.lock_name, granted);
@@ -429,6 +467,9 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
       *access = Access::kRefused;
       return false;
     }
+    if (LockKindOfRow(t.lock, lock) == LockKind::kSemaphore) {
+      RefuseSemaphore(text_to_cstring(DatumGetTextPP(request.lock_name)));
+    }
     Look look = {lock, lease, {}, false};
     LeaseSeen &seen = look.seen;
     if (lease != nullptr) {
@@ -498,6 +539,7 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   bool moved = false;
   bool wake = false;
   int64 lock_id = 0;
+  LockKind kind = LockKind::kExclusive;
   for (;;) {
     Snapshot snapshot = TakeSnapshot();
     const TimestampTz now = GetCurrentTimestamp();
@@ -507,6 +549,8 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     lock_exists = lock != nullptr;
     if (!lock_exists) break;
     may_use = CallerMayUse(t, lock, caller);
+    kind = LockKindOfRow(t.lock, lock);
+    lock_id = LockIdOf(t, lock);
     if (!may_use || lease == nullptr || token_null) break;
     bool is_null = false;
     const TimestampTz old_end =
@@ -550,10 +594,44 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   if (!lock_exists) return false;  // no lock, no lease: as for any lease not the caller's
   // A role that may not use the lock learns nothing else: the usual 42501.
   if (!may_use) (void)AuthorizeLock(schema, lock_name, caller, false, InvalidOid);
+  // Not the exclusive lease: a permit or a shared lease, in SQL (1.4).
+  if (!moved && !token_null && kind != LockKind::kExclusive) {
+    const Oid arg_types[] = {INT8OID, TokenTypeOid(schema), INTERVALOID, TEXTOID};
+    FmgrInfo *fn = ExtensionFunction(schema, "fencing_move_permit_end", 4, arg_types);
+    const Datum args[] = {Int64GetDatum(lock_id), Int64GetDatum(token), remaining,
+                          ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
+    const bool nulls[] = {false, false, false, ended == nullptr};
+    bool is_null = false;
+    const Datum permit_moved = CallExtensionFunction(fn, 4, args, nulls, &is_null);
+    return !is_null && DatumGetBool(permit_moved);
+  }
   if (!moved) return false;
   RequireDurableCommit();
   if (wake) WakeWaitersAtCommit(lock_id);
   return true;
+}
+
+// ---- Permits and shared leases (1.4) ------------------------------------------
+
+// fencing_acquire_permits_as(caller, lock_name, holder, permits, ttl, wait):
+// the SQL that grants permits and shared leases (permits NULL), called with
+// the caller's role as the gates call the _as functions (locks.cpp).
+Datum AcquirePermits(FunctionCallInfo fcinfo, Datum permits, bool permits_null, int ttl_arg,
+                     int wait_arg) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  static const Oid kArgTypes[] = {OIDOID, TEXTOID, TEXTOID, INT4OID, INTERVALOID, INTERVALOID};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_acquire_permits_as", 6, kArgTypes);
+  const Datum args[] = {ObjectIdGetDatum(GetUserId()),
+                        PG_GETARG_DATUM(0),
+                        PG_GETARG_DATUM(1),
+                        permits,
+                        PG_GETARG_DATUM(ttl_arg),
+                        PG_ARGISNULL(wait_arg) ? Datum(0) : PG_GETARG_DATUM(wait_arg)};
+  const bool nulls[] = {false, false, false, permits_null, false, PG_ARGISNULL(wait_arg)};
+  bool is_null = false;
+  const Datum token = CallExtensionFunction(fn, 6, args, nulls, &is_null);
+  if (is_null) PG_RETURN_NULL();
+  return token;
 }
 
 }  // namespace
@@ -647,6 +725,29 @@ Datum fencing_release(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
   Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
   PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, IntervalPGetDatum(zero), "released"));
+}
+
+// fencing_acquire_permit(lock_name text, holder text, permits integer, ttl
+// interval, wait interval DEFAULT NULL) RETURNS fencing_token: one of the
+// semaphore's permits (extension/pg_fencing--1.3--1.4.sql grants it).
+PG_FUNCTION_INFO_V1(fencing_acquire_permit);
+Datum fencing_acquire_permit(PG_FUNCTION_ARGS) {
+  const char *lock_name = CheckLeaseArguments(fcinfo, 1, 3);
+  if (PG_ARGISNULL(2) || PG_GETARG_INT32(2) < 1 || PG_GETARG_INT32(2) > kMaxPermits) {
+    ereport(ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("permits must be between 1 and %d, got %s (semaphore \"%s\")", kMaxPermits,
+                    PG_ARGISNULL(2) ? "NULL" : psprintf("%d", PG_GETARG_INT32(2)), lock_name)));
+  }
+  return AcquirePermits(fcinfo, PG_GETARG_DATUM(2), false, 3, 4);
+}
+
+// fencing_acquire_shared(lock_name text, holder text, ttl interval, wait
+// interval DEFAULT NULL) RETURNS fencing_token: the lock, shared.
+PG_FUNCTION_INFO_V1(fencing_acquire_shared);
+Datum fencing_acquire_shared(PG_FUNCTION_ARGS) {
+  (void)CheckLeaseArguments(fcinfo, 1, 2);
+  return AcquirePermits(fcinfo, Datum(0), true, 2, 3);
 }
 
 }  // extern "C"

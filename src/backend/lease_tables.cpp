@@ -231,6 +231,14 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   // From 1.4 on; InvalidAttrNumber in a database not yet updated.
   ids.lock_announce = get_attnum(ids.lock, "announce");
   ids.lease_grant_count = get_attnum(ids.lease, "grant_count");
+  ids.lock_kind = get_attnum(ids.lock, "kind");
+  ids.permit = get_relname_relid("fencing_permit", schema);
+  ids.permit_token =
+      OidIsValid(ids.permit) ? RelationIn(schema, "fencing_permit_token") : InvalidOid;
+  if (OidIsValid(ids.permit)) {
+    ids.permit_lock_id = ColumnOf(ids.permit, "lock_id");
+    ids.permit_slot = ColumnOf(ids.permit, "slot");
+  }
   ids.history = get_relname_relid("fencing_grant_history", schema);
   ids.history_probe =
       OidIsValid(ids.history) ? RelationIn(schema, "fencing_grant_history_pkey") : InvalidOid;
@@ -290,6 +298,18 @@ HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name
   ScanKeyData key;
   ScanKeyEntryInitialize(&key, 0, 1, equal, InvalidOid, collation, F_TEXTEQ, name);
   return FirstRowFor(table, index_rel, &key, snapshot, collation, name);
+}
+
+LockKind LockKindOfRow(Relation lock, HeapTuple row) {
+  const LeaseTableIds &ids = LeaseTablesOf(RelationGetNamespace(lock));
+  if (ids.lock_kind == InvalidAttrNumber) return LockKind::kExclusive;  // before 1.4
+  bool is_null = false;
+  const Datum kind = RowColumn(lock, row, ids.lock_kind, &is_null);
+  if (is_null) return LockKind::kExclusive;
+  const char *word = TextDatumGetCString(kind);
+  if (strcmp(word, "semaphore") == 0) return LockKind::kSemaphore;
+  if (strcmp(word, "shared") == 0) return LockKind::kShared;
+  return LockKind::kExclusive;
 }
 
 HeapTuple FetchRowCommittedNow(Relation table, Relation index, Oid collation,

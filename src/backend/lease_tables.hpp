@@ -29,7 +29,11 @@ struct LeaseTableIds {
   AttrNumber fence_high_water;
   // Columns added in 1.4: InvalidAttrNumber in a database whose extension
   // is older (the library serves it as that version did).
-  AttrNumber lock_announce, lease_grant_count;
+  AttrNumber lock_announce, lease_grant_count, lock_kind;
+  // fencing_permit and its index on token (1.4; InvalidOid before), and
+  // the columns the guard reads.
+  Oid permit, permit_token;
+  AttrNumber permit_lock_id, permit_slot;
   // fencing_grant_history and its primary key (1.4; InvalidOid before), and
   // its columns.
   Oid history, history_probe;
@@ -57,6 +61,10 @@ HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapsho
 // through an INSERT when the table has any).  values and nulls have one
 // entry per column of the table (its natts, dropped columns included).
 void InsertRow(Relation table, const Datum *values, const bool *nulls);
+
+// How a fetched row of fencing_lock is leased (its kind; kExclusive before
+// 1.4).
+LockKind LockKindOfRow(Relation lock, HeapTuple row);
 
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);

@@ -177,4 +177,15 @@ Datum fencing_enter_waiting_room(PG_FUNCTION_ARGS) {
   PG_RETURN_VOID();
 }
 
+// fencing_try_waiting_room(lock_id bigint) RETURNS boolean: takes the
+// lock's waiting room until the transaction ends if nobody holds it (or
+// this transaction already does).  The permit and shared acquires
+// (extension/pg_fencing--1.3--1.4.sql) grant only from inside it.  PUBLIC
+// may not call it.
+PG_FUNCTION_INFO_V1(fencing_try_waiting_room);
+Datum fencing_try_waiting_room(PG_FUNCTION_ARGS) {
+  LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
+  PG_RETURN_BOOL(LockAcquire(&room, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
+}
+
 }  // extern "C"

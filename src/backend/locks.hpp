@@ -33,6 +33,12 @@ bool RoleMayUseLock(Oid role, Oid owner, Datum users, bool users_null);
 // now), returns true with the lock's id.  False when the lock is missing,
 // role may not use it, or the extension predates the lock model: call
 // AuthorizeLock() then, which creates the lock or raises the usual 42501.
-bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id);
+// kind, if given, gets how the lock is leased.
+bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id,
+                  LockKind *kind = nullptr);
+
+// How a lock is leased, as committed now (kExclusive for a lock that does
+// not exist, or before 1.4): for the callers of AuthorizeLock().
+LockKind LockKindOf(Oid schema, const char *lock_name);
 
 }  // namespace pg_fencing

@@ -16,9 +16,10 @@
 //     concurrent update made PostgreSQL re-project it (EvalPlanQual).
 //  2. The executor hook lets that statement run without the guard's UPDATE
 //     trigger, once it has found the call at the top of a new value in the
-//     plan, for that trigger, bearing the planner hook's mark.  The mark is a parse location no SQL can produce (the parser
-//     records offsets into the statement's text, 0 and up, or -1 for none,
-//     as do stored rules and views), so a call written by hand -- in a plan
+//     plan, for that trigger, bearing the planner hook's mark.  The mark is
+//     a parse location no SQL can produce (the parser records offsets into
+//     the statement's text, 0 and up, or -1 for none, as do stored rules
+//     and views), so a call written by hand -- in a plan
 //     made while the setting was off, say -- never stands in for the
 //     trigger.
 //

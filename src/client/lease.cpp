@@ -92,6 +92,10 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, Describe());
   }
 
+  if (options_.payload && options_.mode != LeaseOptions::Mode::kExclusive) {
+    throw std::invalid_argument(Describe() + ": a payload needs an exclusive lease");
+  }
+
   heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
 
   const Clock::time_point sent = Clock::now();
@@ -105,17 +109,33 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     // One function for both forms: a NULL wait is no wait.  A null char
     // pointer is SQL NULL to libpqxx 6 and 7 alike.
     const std::string wait = options_.wait ? IntervalText(*options_.wait) : std::string();
-    const pqxx::row row = pqxx_compat::ExecParams1(
-        tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval, payload => $5::jsonb)",
-        options_.lock_name, options_.holder, IntervalText(options_.ttl),
-        options_.wait ? wait.c_str() : nullptr,
-        options_.payload ? options_.payload->c_str() : nullptr);
-    granted = TokenFromField(row[0]);
+    const char *wait_or_null = options_.wait ? wait.c_str() : nullptr;
+    switch (options_.mode) {
+      case LeaseOptions::Mode::kExclusive:
+        granted = TokenFromField(pqxx_compat::ExecParams1(
+            tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval, payload => $5::jsonb)",
+            options_.lock_name, options_.holder, IntervalText(options_.ttl), wait_or_null,
+            options_.payload ? options_.payload->c_str() : nullptr)[0]);
+        break;
+      case LeaseOptions::Mode::kShared:
+        granted = TokenFromField(pqxx_compat::ExecParams1(
+            tx, "SELECT fencing_acquire_shared($1, $2, $3::interval, $4::interval)",
+            options_.lock_name, options_.holder, IntervalText(options_.ttl), wait_or_null)[0]);
+        break;
+      case LeaseOptions::Mode::kPermit:
+        granted = TokenFromField(pqxx_compat::ExecParams1(
+            tx, "SELECT fencing_acquire_permit($1, $2, $3::integer, $4::interval, $5::interval)",
+            options_.lock_name, options_.holder, options_.permits, IntervalText(options_.ttl),
+            wait_or_null)[0]);
+        break;
+    }
     tx.commit();
   }
   if (!granted) {
     throw LeaseUnavailableError(
-        Describe() + " is held by another holder" +
+        Describe() +
+        (options_.mode == LeaseOptions::Mode::kPermit ? ": every permit is taken"
+                                                      : " is held by another holder") +
         (options_.wait ? " (waited " + std::to_string(options_.wait->count()) + " ms)" : ""));
   }
   token_ = *granted;
@@ -173,7 +193,17 @@ Lease::~Lease() {
   }
 }
 
-std::string Lease::Describe() const { return "lock \"" + options_.lock_name + "\""; }
+std::string Lease::Describe() const {
+  switch (options_.mode) {
+    case LeaseOptions::Mode::kShared:
+      return "lock \"" + options_.lock_name + "\" (shared)";
+    case LeaseOptions::Mode::kPermit:
+      return "a permit of semaphore \"" + options_.lock_name + "\"";
+    case LeaseOptions::Mode::kExclusive:
+      break;
+  }
+  return "lock \"" + options_.lock_name + "\"";
+}
 
 bool Lease::held() const { return heartbeat_->held(); }
 
@@ -200,12 +230,20 @@ bool Lease::GiveBack() {
   // expire.  Likewise if it broke since the last renewal; retrying is safe,
   // a second fencing_release of the same token just returns false.
   if (!heartbeat_conn_ || !heartbeat_conn_->is_open()) {
+    if (options_.payload && options_.mode != LeaseOptions::Mode::kExclusive) {
+      throw std::invalid_argument(Describe() + ": a payload needs an exclusive lease");
+    }
+
     heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
     return ReleaseOn(*heartbeat_conn_, options_.lock_name, token_);
   }
   try {
     return ReleaseOn(*heartbeat_conn_, options_.lock_name, token_);
   } catch (const pqxx::broken_connection &) {
+    if (options_.payload && options_.mode != LeaseOptions::Mode::kExclusive) {
+      throw std::invalid_argument(Describe() + ": a payload needs an exclusive lease");
+    }
+
     heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
     return ReleaseOn(*heartbeat_conn_, options_.lock_name, token_);
   }

@@ -66,9 +66,12 @@ LockWriteDecision DecideLockWrite(const LockWriteInput &in, const GuardOptions &
     return out;
   }
 
-  // The row's own mark still holds: it may be above the lock's if the row
-  // was written under another lock or before the fence was set up.
-  const bool has_old = in.kind != WriteKind::kInsert && !in.old_is_null;
+  // The row's own mark still holds under an exclusive lock: it may be above
+  // the lock's if the row was written under another lock or before the
+  // fence was set up.  Holders of a shared lock or of a semaphore's permits
+  // write side by side, so a row's token says nothing about its writer.
+  const bool has_old =
+      in.lock_kind == LockKind::kExclusive && in.kind != WriteKind::kInsert && !in.old_is_null;
   if (has_old && out.write_token < in.old_token) {
     out.verdict = options.skip ? GuardVerdict::kSkip : GuardVerdict::kRejectStale;
     return out;
@@ -81,6 +84,10 @@ HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark)
   if (!mark_known || token > mark) return HighWaterVerdict::kRaise;
   if (token < mark) return HighWaterVerdict::kStale;
   return HighWaterVerdict::kAccept;
+}
+
+HighWaterVerdict JudgeAgainstSharedMark(Token token, bool mark_known, Token mark) noexcept {
+  return !mark_known || token >= mark ? HighWaterVerdict::kAccept : HighWaterVerdict::kStale;
 }
 
 }  // namespace pg_fencing

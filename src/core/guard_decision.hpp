@@ -64,6 +64,18 @@ GuardVerdict DecideGuard(const GuardInput &input, const GuardOptions &options) n
 
 enum class WriteKind { kInsert, kUpdate, kDelete };
 
+// How the lock a fence is under is leased (fencing_lock.kind, 1.4):
+//   kExclusive  one holder at a time: a write is judged against the row's
+//               token and the lock's mark, which a higher token raises;
+//   kShared     shared holders, or one exclusive holder: a write is judged
+//               against the mark only (holders write the same rows side by
+//               side, in no order), and no write raises it -- only grants
+//               do, so that one shared holder never fences another;
+//   kSemaphore  a token is accepted while it is the latest grant of its
+//               permit (src/backend/fences.cpp looks it up); rows are not
+//               compared either.
+enum class LockKind { kExclusive, kShared, kSemaphore };
+
 struct LockWriteInput {
   WriteKind kind;
   bool column_assigned;  // UPDATE: the SET list names the token column
@@ -73,6 +85,7 @@ struct LockWriteInput {
   Token old_token;
   bool presented;  // the transaction presented a token for the lock
   Token presented_token;
+  LockKind lock_kind;  // kExclusive unless the lock says otherwise
 };
 
 struct LockWriteDecision {
@@ -94,5 +107,9 @@ enum class HighWaterVerdict {
   kStale,   // below the mark
 };
 HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark) noexcept;
+
+// The same under a shared lock's mark, which writes never raise: a token
+// at or above it (or any token, before the lock has a mark) is accepted.
+HighWaterVerdict JudgeAgainstSharedMark(Token token, bool mark_known, Token mark) noexcept;
 
 }  // namespace pg_fencing

@@ -7,6 +7,9 @@
 
 namespace pg_fencing {
 
+// The most permits a semaphore may have: each attempt looks at every slot.
+constexpr int kMaxPermits = 1000;
+
 // A lock's lease as an attempt found it, without locking it.  Times are
 // microseconds on the server's clock (PostgreSQL's TimestampTz).
 struct LeaseSeen {

@@ -260,6 +260,20 @@ class ClientTest : public ::testing::Test {
     return quoted;
   }
 
+  // An empty table (id int, token fencing_token, val text) under lock's
+  // lock-wide fence.
+  std::string MakeTableUnderLock(const std::string &what, const std::string &lock) {
+    const std::string table = Name(what);
+    pqxx::work tx(*conn_);
+    const std::string quoted = tx.quote_name(table);
+    pqxx_compat::Exec0(
+        tx, "CREATE TABLE " + quoted + " (id int PRIMARY KEY, token fencing_token, val text)");
+    pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass, lock_name => $2)", quoted,
+                            lock);
+    tx.commit();
+    return quoted;
+  }
+
   std::unique_ptr<pqxx::connection> conn_;
 };
 
@@ -395,6 +409,69 @@ TEST(LeaseOptionsTest, InvalidHeartbeatIsRefusedBeforeConnecting) {
 
 // A holder whose whole process is paused past its ttl (SIGSTOP) wakes up not
 // holding the lease, is told so, and cannot write with its old token.
+// ---- Permits and shared leases ---------------------------------------------------
+
+TEST_F(ClientTest, PermitsAreCountedAndEachIsFencedOnItsOwn) {
+  const std::string lock = Name("sem");
+  const std::string table = MakeTableUnderLock("sem_tbl", lock);
+  LeaseOptions options = Options(lock, "permit-a", 5s);
+  options.mode = LeaseOptions::Mode::kPermit;
+  options.permits = 2;
+  auto a = std::make_unique<Lease>(options);
+  options.holder = "permit-b";
+  Lease b(options);
+  EXPECT_TRUE(a->held());
+  EXPECT_TRUE(b.held());
+  EXPECT_GT(b.token(), a->token());
+  options.holder = "permit-c";
+  EXPECT_THROW(Lease{options}, LeaseUnavailableError);
+
+  // Both permits write, to the same row.
+  ExecFenced(*conn_, "INSERT INTO " + table + " VALUES (1, $1, 'a')", a->token());
+  ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = 'b' WHERE id = 1", b.token());
+  ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = 'a' WHERE id = 1", a->token());
+
+  // a's permit goes to c: a's token is refused, b's and c's are not.
+  const Token a_token = a->token();
+  EXPECT_TRUE(a->Release());
+  Lease c(options);
+  EXPECT_GT(c.token(), b.token());
+  EXPECT_THROW(
+      ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = 'late a' WHERE id = 1",
+                 a_token),
+      StaleTokenError);
+  ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = 'b' WHERE id = 1", b.token());
+  ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = 'c' WHERE id = 1", c.token());
+  EXPECT_EQ(c.Describe(), "a permit of semaphore \"" + lock + "\"");
+}
+
+TEST_F(ClientTest, SharedLeasesShareAndAnExclusiveGrantFencesThem) {
+  const std::string lock = Name("rw");
+  const std::string table = MakeTableUnderLock("rw_tbl", lock);
+  LeaseOptions shared = Options(lock, "reader-1", 5s);
+  shared.mode = LeaseOptions::Mode::kShared;
+  auto r1 = std::make_unique<Lease>(shared);
+  shared.holder = "reader-2";
+  auto r2 = std::make_unique<Lease>(shared);
+  EXPECT_TRUE(r1->held());
+  EXPECT_TRUE(r2->held());
+  ExecFenced(*conn_, "INSERT INTO " + table + " VALUES (1, $1, 'r2')", r2->token());
+  ExecFenced(*conn_, "UPDATE " + table + " SET token = $1, val = 'r1' WHERE id = 1", r1->token());
+  EXPECT_THROW(Lease{Options(lock, "writer", 5s)}, LeaseUnavailableError);
+
+  const Token r1_token = r1->token();
+  EXPECT_TRUE(r1->Release());
+  EXPECT_TRUE(r2->Release());
+  Lease writer(Options(lock, "writer", 5s));
+  EXPECT_GT(writer.token(), r1_token);
+  EXPECT_THROW(ExecFenced(*conn_, "UPDATE " + table + " SET token = $1 WHERE id = 1", r1_token),
+               StaleTokenError);
+  EXPECT_THROW(Lease{shared}, LeaseUnavailableError);
+
+  shared.payload = "{}";
+  EXPECT_THROW(Lease{shared}, std::invalid_argument);
+}
+
 TEST_F(ClientTest, PausedHolderLosesLeaseAndIsFenced) {
   const std::string lock = Name("lock");
   const std::string table = MakeProtectedTable("tbl");

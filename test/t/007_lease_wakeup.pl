@@ -215,6 +215,70 @@ cmp_ok($attempts, '<=', 20, 'the waiter slept through the lease and its delay (f
   or diag "$attempts attempts";
 
 ###############################################################################
+# Semaphores (issue 16): a waiter for a permit is woken by the release of
+# any permit, and takes that slot.
+###############################################################################
+
+my @permits = map {
+	$node->safe_psql('postgres', "SELECT fencing_acquire_permit('w-sem', 'holder-$_', 2, '1 hour')")
+} (1, 2);
+$waiter = start_psql('w-sem-waiter',
+	"SELECT fencing_acquire_permit('w-sem', 'waiter', 2, '1 hour', '$deadline s')");
+wait_until_asleep('w-sem-waiter');
+$released = time;
+$node->safe_psql('postgres', "SELECT fencing_release('w-sem', '$permits[1]')");
+($rc, $out, $err) = finish_psql($waiter);
+$took = time - $released;
+is($rc, 0, 'the permit waiter ended cleanly') or diag $err;
+cmp_ok($out, '>', $permits[1], 'the permit waiter got a newer token');
+cmp_ok($took, '<', $prompt, 'woken by the release of a permit')
+  or diag "handed over after $took s";
+is($node->safe_psql('postgres',
+		"SELECT string_agg(slot || ':' || holder, ' ' ORDER BY slot) FROM fencing_permits "
+		  . "WHERE lock_name = 'w-sem' AND live"),
+	'1:holder-1 2:waiter', 'in the slot that was released');
+
+###############################################################################
+# Shared leases (issue 16): writers are not starved.  An exclusive acquirer
+# that waits for the shared holders to leave sits in the lock's waiting
+# room, so no new shared lease is granted meanwhile; the last shared
+# release wakes it.
+###############################################################################
+
+my $shared = $node->safe_psql('postgres',
+	"SELECT fencing_acquire_shared('w-rw', 'reader-1', '1 hour')");
+$waiter = start_psql('w-rw-writer', $wait_sql->('w-rw', 'writer'));
+wait_until_asleep('w-rw-writer');
+is($node->safe_psql('postgres',
+		"SELECT fencing_acquire_shared('w-rw', 'reader-2', '1 hour') IS NULL"),
+	't', 'no new shared lease while an exclusive acquirer waits');
+$released = time;
+$node->safe_psql('postgres', "SELECT fencing_release('w-rw', '$shared')");
+($rc, $out, $err) = finish_psql($waiter);
+$took = time - $released;
+is($rc, 0, 'the exclusive waiter ended cleanly') or diag $err;
+cmp_ok($out, '>', $shared, 'the exclusive waiter got the lock with a newer token');
+cmp_ok($took, '<', $prompt, 'woken by the last shared release')
+  or diag "handed over after $took s";
+is($node->safe_psql('postgres',
+		"SELECT high_water::bigint = $out FROM fencing_fences WHERE lock_name = 'w-rw'"),
+	't', 'its grant raised the mark above the shared holder');
+
+# And the other way round: a shared acquirer waits for the exclusive holder.
+$waiter = start_psql('w-rw-reader',
+	"SELECT fencing_acquire_shared('w-rw', 'reader-3', '1 hour', '$deadline s')");
+wait_until_asleep('w-rw-reader');
+$released = time;
+$node->safe_psql('postgres', "SELECT fencing_release('w-rw', '$out')");
+my $exclusive = $out;
+($rc, $out, $err) = finish_psql($waiter);
+$took = time - $released;
+is($rc, 0, 'the shared waiter ended cleanly') or diag $err;
+cmp_ok($out, '>', $exclusive, 'the shared waiter got a newer token');
+cmp_ok($took, '<', $prompt, 'woken by the exclusive release')
+  or diag "handed over after $took s";
+
+###############################################################################
 # A sleeping waiter can be cancelled.
 ###############################################################################
 

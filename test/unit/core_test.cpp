@@ -784,6 +784,29 @@ TEST(DecideLockWriteTest, InsertTakesTheRowsTokenOrThePresentedOne) {
   EXPECT_FALSE(own.fill_from_presented);
 }
 
+TEST(DecideLockWriteTest, RowsTokenCountsOnlyUnderAnExclusiveLock) {
+  GuardOptions options;
+  LockWriteInput in = Write(WriteKind::kUpdate);
+  in.column_assigned = true;
+  in.old_is_null = false;
+  in.old_token = 70;  // written last by another permit (or shared) holder
+  in.new_is_null = false;
+  in.new_token = 60;
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kRejectStale);
+  in.lock_kind = LockKind::kShared;
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kAccept);
+  in.lock_kind = LockKind::kSemaphore;
+  EXPECT_EQ(DecideLockWrite(in, options).verdict, GuardVerdict::kAccept);
+  EXPECT_EQ(DecideLockWrite(in, options).write_token, 60);
+}
+
+TEST(JudgeAgainstSharedMarkTest, NeverRaises) {
+  EXPECT_EQ(JudgeAgainstSharedMark(5, false, 0), HighWaterVerdict::kAccept);
+  EXPECT_EQ(JudgeAgainstSharedMark(9, true, 7), HighWaterVerdict::kAccept);
+  EXPECT_EQ(JudgeAgainstSharedMark(7, true, 7), HighWaterVerdict::kAccept);
+  EXPECT_EQ(JudgeAgainstSharedMark(6, true, 7), HighWaterVerdict::kStale);
+}
+
 TEST(DecideLockWriteTest, UpdateUsesTheAssignedTokenElseThePresentedOne) {
   GuardOptions options;
   LockWriteInput in = Write(WriteKind::kUpdate);
