@@ -8,7 +8,8 @@
 #
 # Usage: chart.sh [--run RUN]... INPUT|- OUTPUT.png
 #   --run RUN   chart only that run (pause/off, pause/on, leader,
-#               interleave/per-row, interleave/lock-wide; repeatable);
+#               interleave/per-row, interleave/lock-wide, permit/off,
+#               permit/on; repeatable);
 #               default: every run in the input, in its order
 #
 # A lease is drawn from its grant to its release or, when its holder lost it
@@ -19,7 +20,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-usage() { sed -n '9,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '9,13p' "$0" | sed 's/^# \{0,1\}//'; }
 bad_usage() {
   usage >&2
   exit 2

@@ -25,14 +25,15 @@ void Protect(pqxx::work &tx, const std::string &table,
 
 }  // namespace
 
-void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on) {
+void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on,
+                      const std::optional<std::string> &lock_name) {
   pqxx::work tx(db);
   const std::string name = tx.quote_name(table);
   pqxx_compat::Exec0(tx, "DROP TABLE IF EXISTS " + name);
   pqxx_compat::Exec0(
       tx, "CREATE TABLE " + name + " (id int PRIMARY KEY, token fencing_token, val text)");
   pqxx_compat::ExecParams(tx, "INSERT INTO " + name + " VALUES ($1, NULL, 'initial')", kRowId);
-  if (fencing_on) Protect(tx, table);
+  if (fencing_on) Protect(tx, table, lock_name);
   tx.commit();
 }
 

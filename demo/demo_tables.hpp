@@ -25,8 +25,10 @@ struct PauseRow {
 };
 
 // (Re)creates the table with its one row; protected by fencing_protect only
-// when fencing is on, but written with tokens either way.
-void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on);
+// when fencing is on (per row, or under lock_name's lock-wide fence when
+// given), but written with tokens either way.
+void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on,
+                      const std::optional<std::string> &lock_name = std::nullopt);
 // A fenced write; throws pg_fencing::client::StaleTokenError on 55Z01.
 void WritePauseRow(pqxx::connection &db, const std::string &table, Token token,
                    const std::string &value);

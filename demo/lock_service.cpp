@@ -41,6 +41,10 @@ std::unique_ptr<HeldLock> AcquireFromService(LockServiceKind kind, const std::st
   lease.ttl = request.ttl;
   lease.wait = request.wait;
   lease.on_lost = request.on_lost;
+  if (request.permits > 0) {
+    lease.mode = client::LeaseOptions::Mode::kPermit;
+    lease.permits = request.permits;
+  }
   return std::make_unique<client::Lease>(std::move(lease));
 }
 

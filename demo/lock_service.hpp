@@ -25,6 +25,8 @@ struct LockRequest {
   std::chrono::milliseconds ttl{0};
   // Wait up to this long for a busy lock; nullopt: try once.
   std::optional<std::chrono::milliseconds> wait;
+  // > 0: one permit of a semaphore of this many (the pg service only).
+  int permits = 0;
   // Called once, from the lock's heartbeat thread, when the lock is known lost.
   std::function<void(const std::string &reason)> on_lost;
 };

@@ -1,7 +1,8 @@
 // pg_fencing_demo: the README's show.  Without arguments it connects to the
 // database, runs the pause scenario with fencing off and on, the leader
-// scenario, and the interleave scenario with a per-row and a lock-wide fence,
-// prints their timeline and a verdict per run.  Started with
+// scenario, the interleave scenario with a per-row and a lock-wide fence,
+// and the permit scenario (the pause scenario on a semaphore), prints their timeline and a verdict
+// per run.  Started with
 // --worker, it is one of the worker processes of such a run instead.
 #include <signal.h>
 #include <unistd.h>
@@ -89,6 +90,12 @@ int RunDemo(const DemoOptions &options) {
     for (const bool lock_wide : {false, true}) {
       if (!(lock_wide ? options.with_fencing_on : options.with_fencing_off)) continue;
       RecordRun(timeline, [&] { return RunInterleaveScenario(options, *db, timeline, lock_wide); });
+    }
+  }
+  if (options.run_permit_scenario) {
+    for (const bool fencing_on : {false, true}) {
+      if (!(fencing_on ? options.with_fencing_on : options.with_fencing_off)) continue;
+      RecordRun(timeline, [&] { return RunPermitScenario(options, *db, timeline, fencing_on); });
     }
   }
   timeline.RecordSummary();

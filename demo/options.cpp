@@ -124,7 +124,8 @@ void ApplyLockServiceOptions(DemoOptions &options, const std::optional<std::stri
   if (etcd && kind != LockServiceKind::kEtcd) throw UsageError("--etcd is for --lock etcd");
   if (kind == LockServiceKind::kPg) return;
   const std::string lock = std::string("--lock ") + LockServiceName(kind);
-  if (options.run_leader_scenario || options.run_interleave_scenario) {
+  if (options.run_leader_scenario || options.run_interleave_scenario ||
+      options.run_permit_scenario) {
     throw UsageError(lock + " applies to the pause scenario only: add --scenario pause");
   }
   if (kind == LockServiceKind::kRedis) {
@@ -175,13 +176,14 @@ void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
     } else if (option == "--scenario") {
       const std::string scenario = cursor.ValueOf(option);
       if (scenario != "pause" && scenario != "leader" && scenario != "interleave" &&
-          scenario != "all") {
-        throw UsageError("--scenario takes pause, leader, interleave or all, got '" + scenario +
-                         "'");
+          scenario != "permit" && scenario != "all") {
+        throw UsageError("--scenario takes pause, leader, interleave, permit or all, got '" +
+                         scenario + "'");
       }
       options.run_pause_scenario = scenario == "pause" || scenario == "all";
       options.run_leader_scenario = scenario == "leader" || scenario == "all";
       options.run_interleave_scenario = scenario == "interleave" || scenario == "all";
+      options.run_permit_scenario = scenario == "permit" || scenario == "all";
     } else if (option == "--lock") {
       options.lock_service = ParseLockService(option, cursor.ValueOf(option));
     } else if (option == "--redis") {
@@ -234,6 +236,8 @@ WorkerOptions ParseWorkerOptions(ArgumentCursor &cursor) {
       options.acquire_wait = ParseMilliseconds(option, value, std::chrono::milliseconds{0});
     } else if (option == "--rows") {
       options.rows = static_cast<int>(ParseNonNegative(option, value));
+    } else if (option == "--permits") {
+      options.permits = static_cast<int>(ParseNonNegative(option, value));
     } else if (option == "--event-fd") {
       options.event_fd = static_cast<int>(ParseNonNegative(option, value));
     } else if (option == "--command-fd") {
@@ -295,6 +299,15 @@ not enough and what fencing tokens add:
           off B's rows but land on every row B did not write) and with a
           lock-wide fence (fencing_protect(table, lock_name => the lock): every
           one of them is rejected with SQLSTATE 55Z01).
+  permit  The pause scenario on a semaphore of 3 permits
+          (fencing_acquire_permit): a bystander holds two of them throughout;
+          A takes the last one and is stopped before its write; its permit
+          expires and B is granted that same permit (slot) with a newer token
+          and writes. A resumes and writes. Fencing off: the table has no
+          guard and A's write lands; on: the table is protected under the
+          semaphore (fencing_protect(table, lock_name => the semaphore)), whose
+          permits are each fenced on their own, and A's write is rejected with
+          SQLSTATE 55Z01 while the bystander's permits are untouched.
 
 Options:
   --db CONNSTR            libpq connection string (default: empty, so the PG*
@@ -305,7 +318,7 @@ Options:
                           pause run with fencing_protect and the interleave
                           run with a lock-wide fence. The leader run is always
                           fenced
-  --scenario pause|leader|interleave|all
+  --scenario pause|leader|interleave|permit|all
                           which scenarios to run (default: all)
   --lock pg|redis|etcd    where the pause scenario's lock and token come from
                           (default: pg). pg: the extension's lease
@@ -332,8 +345,9 @@ Options:
 The demo runs CREATE EXTENSION IF NOT EXISTS pg_fencing (a superuser's job
 when the extension is not there yet), and recreates the tables
 fencing_demo_pause_off, fencing_demo_pause_on, fencing_demo_leader,
-fencing_demo_leader_log, fencing_demo_interleave_per_row and
-fencing_demo_interleave_lock_wide (with --lock redis or etcd:
+fencing_demo_leader_log, fencing_demo_interleave_per_row,
+fencing_demo_interleave_lock_wide, fencing_demo_permit_off and
+fencing_demo_permit_on (with --lock redis or etcd:
 fencing_demo_pause_redis_off and so on), which it leaves behind for
 inspection.
 
@@ -352,6 +366,7 @@ std::vector<std::string> WorkerArguments(const WorkerOptions &options) {
           "--ttl",          std::to_string(options.ttl.count()),
           "--acquire-wait", std::to_string(options.acquire_wait.count()),
           "--rows",         std::to_string(options.rows),
+          "--permits",      std::to_string(options.permits),
           "--event-fd",     std::to_string(options.event_fd),
           "--command-fd",   std::to_string(options.command_fd)};
 }

@@ -24,6 +24,9 @@ enum class LockServiceKind {
   kEtcd,   // a key put under an etcd lease; its create_revision is the token
 };
 
+// The permit scenario's semaphore: its number of permits.
+inline constexpr int kDemoPermits = 3;
+
 // "pg", "redis", "etcd".
 const char *LockServiceName(LockServiceKind kind);
 
@@ -37,6 +40,9 @@ struct DemoOptions {
   bool run_pause_scenario = true;
   bool run_leader_scenario = true;
   bool run_interleave_scenario = true;
+  // The permit scenario: the pause scenario on one permit of a semaphore of
+  // kDemoPermits (1.4), the other permits held by a bystander.
+  bool run_permit_scenario = true;
   int rows = 20;  // the interleave scenario's table
   // --lock: the pause scenario's lock service; the others always use pg.
   LockServiceKind lock_service = LockServiceKind::kPg;
@@ -67,9 +73,10 @@ struct WorkerOptions {
   std::string table;
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds acquire_wait{0};  // the wait of fencing_acquire's waiting form
-  int rows = 0;                               // the interleave table's (interleave roles only)
-  int event_fd = -1;                          // write end of the orchestrator's event pipe
-  int command_fd = -1;                        // read end of this worker's command pipe
+  int permits = 0;      // > 0: one permit of a semaphore of this many (pg only), not the lease
+  int rows = 0;         // the interleave table's (interleave roles only)
+  int event_fd = -1;    // write end of the orchestrator's event pipe
+  int command_fd = -1;  // read end of this worker's command pipe
 };
 
 struct CommandLine {

@@ -4,9 +4,17 @@
 //   lock (token n+1) and writes; A resumes and writes with token n at once.
 // The lock comes from the lock service of --lock (lock_service.hpp): the
 // extension's leases, Redis or etcd; the rest is the same for all three.
+// The permit scenario is the same story on the last free permit of a
+// semaphore (1.4): a bystander holds the others, so B is granted A's own
+// permit, and the table is fenced under the semaphore, per permit.
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
 #include "demo_tables.hpp"
 #include "events.hpp"
 #include "lock_service.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
 #include "run.hpp"
 #include "scenarios.hpp"
 
@@ -107,27 +115,92 @@ std::string LockText(const DemoOptions &options, const std::string &lock_name) {
   return "lock " + lock_name;
 }
 
+// The permit scenario's bystander: it holds every permit but one of the
+// semaphore for the whole run, as one holder per permit (the same names each
+// run, so that a run after an interrupted one gets the same permits back).
+class Bystander {
+ public:
+  Bystander(pqxx::connection &db, const std::string &semaphore) : db_(db), semaphore_(semaphore) {
+    for (int i = 1; i < kDemoPermits; ++i) {
+      pqxx::nontransaction tx(db_);
+      const pqxx::row row = pqxx_compat::ExecParams1(
+          tx, "SELECT fencing_acquire_permit($1, $2, $3, '10 minutes')::bigint", semaphore_,
+          "bystander-" + std::to_string(i), kDemoPermits);
+      if (row[0].is_null()) throw std::runtime_error("the bystander found no free permit");
+      tokens_.push_back(row[0].as<Token>());
+    }
+  }
+  ~Bystander() {
+    try {
+      for (const Token token : tokens_) {
+        pqxx::nontransaction tx(db_);
+        pqxx_compat::ExecParams(tx, "SELECT fencing_release($1, $2)", semaphore_, token);
+      }
+    } catch (...) {
+      // The permits end by themselves.
+    }
+  }
+  Bystander(const Bystander &) = delete;
+  Bystander &operator=(const Bystander &) = delete;
+
+  const std::vector<Token> &tokens() const { return tokens_; }
+
+ private:
+  pqxx::connection &db_;
+  std::string semaphore_;
+  std::vector<Token> tokens_;
+};
+
+// The slot a permit token holds now (fencing_permits), or -1 when it is no
+// slot's latest grant.
+int SlotOf(pqxx::connection &db, const std::string &semaphore, Token token) {
+  pqxx::nontransaction tx(db);
+  const pqxx::result rows =
+      pqxx_compat::ExecParams(tx,
+                              "SELECT slot FROM fencing_permits WHERE lock_name = $1 AND token = "
+                              "$2::bigint::fencing_token",
+                              semaphore, token);
+  return rows.empty() ? -1 : rows[0][0].as<int>();
+}
+
 WorkerOptions PauseWorkerOptions(const DemoOptions &options, WorkerRole role, const char *name,
-                                 const std::string &lock_name, const std::string &table) {
+                                 const std::string &lock_name, const std::string &table,
+                                 bool on_permit) {
   WorkerOptions worker = HolderWorkerOptions(options, role, name, lock_name, table);
   worker.lock_service = options.lock_service;
   worker.lock_service_address = options.lock_service_address;
+  if (on_permit) worker.permits = kDemoPermits;
   return worker;
 }
 
-}  // namespace
-
-Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
-                         bool fencing_on) {
+Verdict RunPause(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
+                 bool fencing_on, bool on_permit) {
   const std::string mode = fencing_on ? "on" : "off";
-  const std::string table = "fencing_demo_pause_" + ServicePrefix(options, '_') + mode;
-  const std::string lock_name = "fencing_demo:pause:" + ServicePrefix(options, ':') + mode;
-  Run run(timeline, "pause/" + ServicePrefix(options, '/') + mode,
-          std::string("pause scenario, fencing ") + (fencing_on ? "ON" : "OFF") + ": table " +
-              table + (fencing_on ? " with fencing_protect" : " without guard") + ", " +
-              LockText(options, lock_name) + ", ttl " + MillisecondsText(options.ttl) + ", pause " +
-              MillisecondsText(options.pause));
-  CreatePauseTable(db, table, fencing_on);
+  const std::string scenario = on_permit ? "permit" : "pause";
+  const std::string table = "fencing_demo_" + scenario + "_" + ServicePrefix(options, '_') + mode;
+  const std::string lock_name =
+      "fencing_demo:" + scenario + ":" + ServicePrefix(options, ':') + mode;
+  const std::string lock_text = on_permit ? "the last of the " + std::to_string(kDemoPermits) +
+                                                " permits of semaphore " + lock_name +
+                                                " (a bystander holds the others)"
+                                          : LockText(options, lock_name);
+  const std::string guard_text =
+      !fencing_on ? " without guard"
+      : on_permit ? " protected under the semaphore (each permit fenced on its own)"
+                  : " with fencing_protect";
+  Run run(timeline, scenario + "/" + ServicePrefix(options, '/') + mode,
+          scenario + " scenario, fencing " + (fencing_on ? "ON" : "OFF") + ": table " + table +
+              guard_text + ", " + lock_text + ", ttl " + MillisecondsText(options.ttl) +
+              ", pause " + MillisecondsText(options.pause));
+  CreatePauseTable(db, table, fencing_on,
+                   on_permit ? std::optional<std::string>(lock_name) : std::nullopt);
+  std::optional<Bystander> bystander;
+  if (on_permit) {
+    bystander.emplace(db, lock_name);
+    run.Report(EventKind::kNote, "bystander", std::nullopt,
+               "holds " + std::to_string(bystander->tokens().size()) + " of the " +
+                   std::to_string(kDemoPermits) + " permits for the whole run");
+  }
 
   // Flag a stale write wherever it shows up.
   StaleWriteWatch stale_watch;
@@ -148,7 +221,7 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
 
   PauseFacts facts;
   WorkerProcess &holder = run.StartWorker(
-      PauseWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table),
+      PauseWorkerOptions(options, WorkerRole::kPauseHolder, kHolder, lock_name, table, on_permit),
       "takes the lease and writes");
   const std::optional<Event> about_to_write =
       run.AwaitEvent(EventFrom(kHolder, {EventKind::kAboutToWrite, EventKind::kError}),
@@ -158,6 +231,7 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
     return {false, "A failed before its second write: " + about_to_write->detail};
   }
   facts.holder_token = *about_to_write->token;
+  const int holder_slot = on_permit ? SlotOf(db, lock_name, facts.holder_token) : -1;
 
   holder.Pause();
   const Clock::time_point paused_at = Clock::now();
@@ -166,9 +240,9 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
                  " (think GC pause, VM migration)");
   holder.SendGo();  // A reads it the moment it runs again
 
-  run.StartWorker(
-      PauseWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name, table),
-      "waits for the lock");
+  run.StartWorker(PauseWorkerOptions(options, WorkerRole::kPauseSuccessor, kSuccessor, lock_name,
+                                     table, on_permit),
+                  "waits for the lock");
   const Clock::time_point resume_at = paused_at + options.pause;
   facts.successor_write = run.AwaitEvent(WriteOutcomeOf(kSuccessor), resume_at);
   std::optional<Token> successor_token;
@@ -187,11 +261,42 @@ Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timel
 
   const bool stopped_cleanly = run.StopWorkers(StepTimeout(options));
   Verdict verdict = JudgePause(options, fencing_on, facts);
+  if (on_permit && successor_token) {
+    // The story needs B on A's own permit: anything else is no re-grant.
+    const int successor_slot = SlotOf(db, lock_name, *successor_token);
+    bool bystander_intact = true;
+    for (const Token token : bystander->tokens()) {
+      if (SlotOf(db, lock_name, token) < 0) bystander_intact = false;
+    }
+    if (!bystander_intact) {
+      verdict.ok = false;
+      verdict.text += "; and a bystander's permit was granted to someone else";
+    } else if (holder_slot < 0 || successor_slot != holder_slot) {
+      verdict.ok = false;
+      verdict.text += "; and B was not granted A's permit (slot " + std::to_string(holder_slot) +
+                      ", B's " + std::to_string(successor_slot) + ")";
+    } else {
+      verdict.text += "; B holds A's permit (slot " + std::to_string(holder_slot) +
+                      ") and the bystander still holds the others";
+    }
+  }
   if (!stopped_cleanly) {
     verdict.ok = false;
     verdict.text += "; and the workers did not stop cleanly";
   }
   return verdict;
+}
+
+}  // namespace
+
+Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
+                         bool fencing_on) {
+  return RunPause(options, db, timeline, fencing_on, false);
+}
+
+Verdict RunPermitScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
+                          bool fencing_on) {
+  return RunPause(options, db, timeline, fencing_on, true);
 }
 
 }  // namespace pg_fencing::demo

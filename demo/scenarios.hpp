@@ -14,6 +14,11 @@ namespace pg_fencing::demo {
 Verdict RunPauseScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
                          bool fencing_on);
 
+// The same on one permit of a semaphore whose other permits a bystander
+// holds: the stale holder's permit is granted again, to the successor.
+Verdict RunPermitScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline,
+                          bool fencing_on);
+
 // Leaders are killed and replaced; the accepted writes must stay in token order.
 Verdict RunLeaderScenario(const DemoOptions &options, pqxx::connection &db, Timeline &timeline);
 

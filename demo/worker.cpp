@@ -57,6 +57,7 @@ std::unique_ptr<HeldLock> AcquireLock(const WorkerOptions &options, const EventW
   request.holder = LeaseHolderName(options.name, getpid());
   request.ttl = options.ttl;
   request.wait = options.acquire_wait;
+  request.permits = options.permits;
   request.on_lost = [&events](const std::string &reason) {
     events.Emit(EventKind::kLeaseLost, std::nullopt, reason);
   };
