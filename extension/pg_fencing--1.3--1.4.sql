@@ -847,3 +847,313 @@ BEGIN
   END IF;
   RETURN new_mark;
 END $$;
+
+-------------------------------------------------------------------------------
+-- Read fences as a table option (issue 16): fencing_protect(..., options =>
+-- ARRAY['fence_reads'])
+-------------------------------------------------------------------------------
+-- The recipe of "Reads under a lock-wide fence" (README), made by
+-- fencing_protect() on the table and every table below it: a RESTRICTIVE
+-- FOR SELECT policy fencing_read_fence that lets a transaction read rows
+-- only while it has presented the lock's current token.  Row-level security
+-- is enabled (with a permissive policy fencing_read_fence_rows that lets
+-- every row through, as a table without row-level security does) and
+-- forced (so that the table's owner is fenced too) only where it was not
+-- already; the policy's comment records which, and
+-- fencing_remove_read_fence() -- called by fencing_unprotect(), and by
+-- fencing_protect() again without the option -- undoes exactly that.
+-- Both run as the caller: only a table's owner may change its policies.
+-- fencing_protect() calls this one after its checks of the lock; PUBLIC
+-- may not call it directly.
+CREATE FUNCTION @extschema@.fencing_set_read_fence(tbl regclass, lock_name text)
+  RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  fence CONSTANT text := pg_catalog.format(
+    '((SELECT @extschema@.fencing_reads_allowed(%L)))', lock_name);
+  part regclass;
+  rls boolean;
+  forced boolean;
+  note text;
+BEGIN
+  FOR part IN SELECT t.relid FROM @extschema@.fencing_inheritance_tree(tbl) t LOOP
+    IF EXISTS (SELECT FROM pg_catalog.pg_policy p
+                WHERE p.polrelid OPERATOR(pg_catalog.=) part
+                  AND p.polname OPERATOR(pg_catalog.=) 'fencing_read_fence') THEN
+      -- Protected again: the lock may have changed; what was changed for
+      -- the fence stays recorded as it was.
+      EXECUTE pg_catalog.format('ALTER POLICY fencing_read_fence ON %s USING %s', part, fence);
+      CONTINUE;
+    END IF;
+    EXECUTE pg_catalog.format(
+      'CREATE POLICY fencing_read_fence ON %s AS RESTRICTIVE FOR SELECT USING %s', part, fence);
+    -- A fence whose policy was dropped by hand and is made again: the
+    -- permissive policy, if this function made it, still has the record.
+    SELECT pg_catalog.obj_description(p.oid, 'pg_policy') INTO note
+      FROM pg_catalog.pg_policy p
+     WHERE p.polrelid OPERATOR(pg_catalog.=) part
+       AND p.polname OPERATOR(pg_catalog.=) 'fencing_read_fence_rows';
+    IF NOT FOUND THEN
+      SELECT c.relrowsecurity, c.relforcerowsecurity INTO rls, forced
+        FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) part;
+      note := 'pg_fencing: rows are read only in a transaction that presented the lock''s current token';
+      IF NOT rls THEN
+        note := note OPERATOR(pg_catalog.||) ' (enabled row level security)';
+      END IF;
+      IF NOT forced THEN
+        note := note OPERATOR(pg_catalog.||) ' (forced row level security)';
+      END IF;
+      IF NOT rls THEN
+        EXECUTE pg_catalog.format(
+          'CREATE POLICY fencing_read_fence_rows ON %s USING (true) WITH CHECK (true)', part);
+        EXECUTE pg_catalog.format('COMMENT ON POLICY fencing_read_fence_rows ON %s IS %L',
+                                  part, note);
+      END IF;
+    END IF;
+    EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', part);
+    EXECUTE pg_catalog.format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', part);
+    EXECUTE pg_catalog.format('COMMENT ON POLICY fencing_read_fence ON %s IS %L', part, note);
+  END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_set_read_fence(regclass, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_set_read_fence(regclass, text) IS
+  'sets up the read fence of fencing_protect() option fence_reads, as the caller; internal';
+
+-- PUBLIC may call it: it does only what the table's owner could do with
+-- DROP POLICY and ALTER TABLE, and PostgreSQL refuses anyone else (42501).
+CREATE FUNCTION @extschema@.fencing_remove_read_fence(tbl regclass)
+  RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  part regclass;
+  note text;
+BEGIN
+  IF tbl IS NULL THEN
+    RAISE EXCEPTION 'table must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  FOR part, note IN
+    SELECT t.relid, pg_catalog.obj_description(p.oid, 'pg_policy')
+      FROM @extschema@.fencing_inheritance_tree(tbl) t
+      JOIN pg_catalog.pg_policy p ON p.polrelid OPERATOR(pg_catalog.=) t.relid
+     WHERE p.polname OPERATOR(pg_catalog.=) 'fencing_read_fence'
+  LOOP
+    EXECUTE pg_catalog.format('DROP POLICY fencing_read_fence ON %s', part);
+    IF pg_catalog.strpos(note, ' (enabled row level security)') OPERATOR(pg_catalog.>) 0 THEN
+      EXECUTE pg_catalog.format('DROP POLICY IF EXISTS fencing_read_fence_rows ON %s', part);
+      EXECUTE pg_catalog.format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', part);
+    END IF;
+    IF pg_catalog.strpos(note, ' (forced row level security)') OPERATOR(pg_catalog.>) 0 THEN
+      EXECUTE pg_catalog.format('ALTER TABLE %s NO FORCE ROW LEVEL SECURITY', part);
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_remove_read_fence(regclass) IS
+  'takes down the read fence of fencing_protect() option fence_reads on a table and the tables below it, undoing what was changed for it; as the caller (the tables'' owner)';
+
+-- fencing_unprotect() takes the read fence down too.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_unprotect(tbl regclass)
+  RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  guard_fn oid;
+  rel_name name;
+  rel_schema name;
+  parent_trigger oid;
+  parent_rel oid;
+  parent name;
+  trg record;
+  trigger_name name;
+  part regclass;
+  dropped boolean := false;
+BEGIN
+  IF tbl IS NULL THEN
+    RAISE EXCEPTION 'table must not be NULL' USING ERRCODE = '22023';
+  END IF;
+  SELECT c.relname, n.nspname INTO rel_name, rel_schema
+    FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+   WHERE c.oid OPERATOR(pg_catalog.=) tbl;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'relation with OID % does not exist', tbl::oid USING ERRCODE = '42P01';
+  END IF;
+  -- This extension's fencing_guard(), found without a string that would
+  -- have to quote the schema's name.
+  SELECT p.oid INTO guard_fn
+    FROM pg_catalog.pg_proc p
+    JOIN pg_catalog.pg_extension e ON e.extnamespace OPERATOR(pg_catalog.=) p.pronamespace
+   WHERE e.extname OPERATOR(pg_catalog.=) 'pg_fencing'
+     AND p.proname OPERATOR(pg_catalog.=) 'fencing_guard'
+     AND p.pronargs OPERATOR(pg_catalog.=) 0;
+
+  -- A partition protected through a partitioned table has clones of that
+  -- table's row trigger, which only that table can drop.  The error names
+  -- the table at the top of the chain of clones.
+  SELECT t.tgparentid INTO parent_trigger
+    FROM pg_catalog.pg_trigger t
+   WHERE t.tgrelid OPERATOR(pg_catalog.=) tbl
+     AND t.tgname OPERATOR(pg_catalog.=) ANY ('{fencing_guard,fencing_guard_truncate}'::name[])
+     AND t.tgfoid OPERATOR(pg_catalog.=) guard_fn
+     AND t.tgparentid OPERATOR(pg_catalog.<>) 0
+   LIMIT 1;
+  IF FOUND THEN
+    LOOP
+      SELECT pt.tgrelid, pt.tgparentid INTO parent_rel, parent_trigger
+        FROM pg_catalog.pg_trigger pt WHERE pt.oid OPERATOR(pg_catalog.=) parent_trigger;
+      EXIT WHEN NOT FOUND OR parent_trigger OPERATOR(pg_catalog.=) 0;
+    END LOOP;
+    SELECT c.relname INTO parent FROM pg_catalog.pg_class c
+     WHERE c.oid OPERATOR(pg_catalog.=) parent_rel;
+    RAISE EXCEPTION 'table "%" is protected through its partitioned table "%"', rel_name, parent
+      USING ERRCODE = '55000', SCHEMA = rel_schema, TABLE = rel_name,
+            HINT = 'Unprotect the partitioned table; that removes the guard from every partition.';
+  END IF;
+
+  FOR trg IN
+    SELECT t.tgname FROM pg_catalog.pg_trigger t
+     WHERE t.tgrelid OPERATOR(pg_catalog.=) tbl
+       AND t.tgname OPERATOR(pg_catalog.=) ANY ('{fencing_guard,fencing_guard_truncate}'::name[])
+       AND t.tgfoid OPERATOR(pg_catalog.=) guard_fn
+     ORDER BY t.tgname
+  LOOP
+    -- Dropping the partitioned table's row trigger drops its clones too.
+    EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', trg.tgname, tbl);
+    dropped := true;
+  END LOOP;
+  IF NOT dropped THEN
+    RAISE EXCEPTION 'table "%" is not protected by pg_fencing', rel_name
+      USING ERRCODE = '55000', SCHEMA = rel_schema, TABLE = rel_name,
+            DETAIL = 'It has no fencing_guard or fencing_guard_truncate trigger calling fencing_guard().';
+  END IF;
+  -- Statement triggers are not cloned, and an inheritance child's triggers
+  -- are its own: fencing_protect() gave each table below this one its own.
+  FOR part, trigger_name IN
+    SELECT t.relid, g.tgname FROM @extschema@.fencing_inheritance_tree(tbl) t
+      JOIN pg_catalog.pg_trigger g ON g.tgrelid OPERATOR(pg_catalog.=) t.relid
+     WHERE t.relid OPERATOR(pg_catalog.<>) tbl
+       AND g.tgname OPERATOR(pg_catalog.=) ANY ('{fencing_guard,fencing_guard_truncate}'::name[])
+       AND g.tgfoid OPERATOR(pg_catalog.=) guard_fn
+       AND g.tgparentid OPERATOR(pg_catalog.=) 0
+  LOOP
+    EXECUTE pg_catalog.format('DROP TRIGGER %I ON %s', trigger_name, part);
+  END LOOP;
+  -- And the read fence, with what fencing_protect() changed for it (1.4).
+  PERFORM @extschema@.fencing_remove_read_fence(tbl);
+END
+$$;
+
+-- fencing_audit() also checks the read fences of option fence_reads.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
+  RETURNS TABLE (table_name regclass, lock_name text, severity text, problem text, fix text)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+  BEGIN ATOMIC
+    WITH guards AS (
+      -- Every guard trigger with its table and its arguments.
+      SELECT t.tgrelid::regclass AS tbl, t.tgname, t.tgenabled, t.tgparentid,
+             c.relowner, c.relacl, c.relkind, c.relispartition,
+             pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') AS args
+        FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+       WHERE t.tgfoid = '@extschema@.fencing_guard()'::pg_catalog.regprocedure
+         AND pg_catalog.pg_has_role(c.relowner, 'USAGE')),
+    row_guards AS (
+      SELECT g.*, g.args[1] AS token_column,
+             (SELECT pg_catalog.substr(a, 6) FROM pg_catalog.unnest(g.args) a
+               WHERE a LIKE 'lock=%' LIMIT 1) AS lock_name
+        FROM guards g WHERE g.tgname = 'fencing_guard'),
+    below AS (
+      -- Tables below a guarded one, and whether they have a row guard and
+      -- (under a lock) a TRUNCATE guard of their own.
+      SELECT r.tbl AS root, r.lock_name, i.relid AS tbl,
+             EXISTS (SELECT FROM guards g WHERE g.tbl = i.relid AND g.tgname = 'fencing_guard') AS has_row_guard,
+             EXISTS (SELECT FROM guards g WHERE g.tbl = i.relid AND g.tgname = 'fencing_guard_truncate') AS has_truncate_guard
+        FROM row_guards r, @extschema@.fencing_inheritance_tree(r.tbl) i
+       WHERE i.relid <> r.tbl AND r.tgparentid = 0)
+    SELECT g.tbl, g.lock_name, 'critical',
+           pg_catalog.format('trigger "%s" is disabled', g.tgname),
+           pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', g.tbl, g.tgname)
+      FROM (SELECT r.tbl, r.tgname, r.tgenabled, r.lock_name FROM row_guards r
+            UNION ALL
+            SELECT g2.tbl, g2.tgname, g2.tgenabled, NULL FROM guards g2
+             WHERE g2.tgname <> 'fencing_guard') g
+     WHERE g.tgenabled = 'D'
+    UNION ALL
+    SELECT g.tbl, NULL, 'critical',
+           pg_catalog.format('trigger "%s" fires only when session_replication_role is replica', g.tgname),
+           pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', g.tbl, g.tgname)
+      FROM guards g WHERE g.tgenabled = 'R'
+    UNION ALL
+    SELECT g.tbl, NULL, 'warning',
+           pg_catalog.format('trigger "%s" is ENABLE ALWAYS: it also fires when applying replicated changes, which then need tokens', g.tgname),
+           pg_catalog.format('ALTER TABLE %s ENABLE TRIGGER %I;', g.tbl, g.tgname)
+      FROM guards g WHERE g.tgenabled = 'A'
+    UNION ALL
+    SELECT g.tbl, NULL, 'warning',
+           pg_catalog.format('role %s holds TRIGGER on the table: it can add triggers that change rows after the guard has judged them',
+                             CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(a.grantee::regrole::text) END),
+           pg_catalog.format('REVOKE TRIGGER ON %s FROM %s;', g.tbl,
+                             CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(a.grantee::regrole::text) END)
+      FROM row_guards g, pg_catalog.aclexplode(g.relacl) a
+     WHERE a.privilege_type = 'TRIGGER' AND a.grantee <> g.relowner
+    UNION ALL
+    SELECT b.tbl, b.lock_name, 'critical',
+           pg_catalog.format('inheritance child of %s without a guard: its rows are not fenced', b.root),
+           pg_catalog.format('SELECT fencing_protect(%L%s);', b.root::text,
+                             CASE WHEN b.lock_name IS NULL THEN '' ELSE pg_catalog.format(', lock_name => %L', b.lock_name) END)
+      FROM below b JOIN pg_catalog.pg_class c ON c.oid = b.tbl
+     WHERE NOT c.relispartition AND NOT b.has_row_guard
+    UNION ALL
+    SELECT b.tbl, b.lock_name, 'critical',
+           'no TRUNCATE guard under the lock: a TRUNCATE of this table is not fenced',
+           pg_catalog.format('SELECT fencing_protect(%L, lock_name => %L);', b.root::text, b.lock_name)
+      FROM below b WHERE b.lock_name IS NOT NULL AND NOT b.has_truncate_guard
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'critical',
+           pg_catalog.format('token column "%s" is generated: the guard judges the value before it is computed', a.attname),
+           pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION;', r.tbl, a.attname)
+      FROM row_guards r JOIN pg_catalog.pg_attribute a
+        ON a.attrelid = r.tbl AND a.attname = r.token_column AND a.attgenerated <> ''
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'warning',
+           pg_catalog.format('token column "%s" has a default: an INSERT that names no token gets one it never held', a.attname),
+           pg_catalog.format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT;', r.tbl, a.attname)
+      FROM row_guards r JOIN pg_catalog.pg_attribute a
+        ON a.attrelid = r.tbl AND a.attname = r.token_column AND a.atthasdef AND a.attgenerated = ''
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'critical',
+           CASE WHEN k.lock_name IS NULL
+             THEN 'the lock does not exist or its owner role was dropped, or the table''s owner may not use it: every write under it is refused'
+             ELSE 'the lock''s owner role was dropped: only a superuser can use it' END,
+           CASE WHEN k.lock_name IS NULL
+             THEN pg_catalog.format('SELECT fencing_create_lock(%L, %L);  -- or, as its owner: SELECT fencing_grant_lock(%L, %L);',
+                                    r.lock_name, r.relowner::regrole::text, r.lock_name, r.relowner::regrole::text)
+             ELSE pg_catalog.format('SELECT fencing_alter_lock_owner(%L, %L);', r.lock_name, r.relowner::regrole::text) END
+      FROM row_guards r
+      LEFT JOIN @extschema@.fencing_locks k ON k.lock_name = r.lock_name
+     WHERE r.lock_name IS NOT NULL AND r.tgparentid = 0
+       AND (k.lock_name IS NULL OR NOT EXISTS (SELECT FROM pg_catalog.pg_roles o WHERE o.oid = k.owner::oid)
+            OR NOT @extschema@.fencing_role_may_use(r.relowner, k.owner, k.users))
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'critical',
+           'the read fence''s policy fencing_read_fence is missing: every transaction reads the table',
+           pg_catalog.format('SELECT fencing_protect(%L, lock_name => %L, options => ARRAY[''fence_reads'']);',
+                             r.tbl::text, r.lock_name)
+      FROM row_guards r
+     WHERE 'fence_reads' = ANY (r.args)
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy p
+                        WHERE p.polrelid = r.tbl AND p.polname = 'fencing_read_fence')
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'critical',
+           'row level security is disabled: the read fence does not apply',
+           pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY;', r.tbl)
+      FROM row_guards r JOIN pg_catalog.pg_class c ON c.oid = r.tbl
+     WHERE 'fence_reads' = ANY (r.args) AND NOT c.relrowsecurity
+    UNION ALL
+    SELECT r.tbl, r.lock_name, 'warning',
+           'row level security is not forced: the table''s owner reads it without the read fence',
+           pg_catalog.format('ALTER TABLE %s FORCE ROW LEVEL SECURITY;', r.tbl)
+      FROM row_guards r JOIN pg_catalog.pg_class c ON c.oid = r.tbl
+     WHERE 'fence_reads' = ANY (r.args) AND c.relrowsecurity AND NOT c.relforcerowsecurity
+    UNION ALL
+    SELECT NULL, NULL, 'critical',
+           'the event trigger fencing_refuse_tampering is disabled: a role with TRIGGER privilege can replace a guard',
+           'ALTER EVENT TRIGGER fencing_refuse_tampering ENABLE;'
+      FROM pg_catalog.pg_event_trigger e
+     WHERE e.evtname = 'fencing_refuse_tampering' AND e.evtenabled = 'D'
+    ORDER BY 1, 3, 4;
+  END;

@@ -128,6 +128,87 @@ SELECT fencing_reads_allowed('');
 -- A superuser bypasses row-level security, as PostgreSQL always lets it.
 SELECT count(*) FROM jobs;
 
+
+-- The same as a table option: fencing_protect(..., options => ARRAY['fence_reads'])
+-- makes the policies itself, on the table and every table below it.
+-- (rf-lock's holder is worker-2, token t2.)
+CREATE FUNCTION pg_temp.rls_state(tbl regclass) RETURNS text LANGUAGE sql AS $$
+  SELECT format('rls %s, forced %s, policies: %s', c.relrowsecurity, c.relforcerowsecurity,
+                coalesce((SELECT string_agg(p.polname || CASE WHEN p.polpermissive THEN ' (permissive)'
+                                                               ELSE ' (restrictive)' END, ', '
+                                            ORDER BY p.polname)
+                            FROM pg_policy p WHERE p.polrelid = c.oid), 'none'))
+    FROM pg_class c WHERE c.oid = tbl $$;
+SET ROLE rf_app;
+CREATE TABLE tasks (id int PRIMARY KEY, tok fencing_token, state text) PARTITION BY RANGE (id);
+CREATE TABLE tasks_low PARTITION OF tasks FOR VALUES FROM (0) TO (100);
+CREATE TABLE tasks_high PARTITION OF tasks FOR VALUES FROM (100) TO (200);
+-- A table that already has row-level security of its own keeps it.
+CREATE TABLE notes (id int PRIMARY KEY, tok fencing_token, body text, author name DEFAULT current_user);
+ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY notes_own ON notes USING (author = current_user);
+SELECT fencing_protect('tasks', lock_name => 'rf-lock', options => ARRAY['fence_reads']);
+SELECT fencing_protect('notes', lock_name => 'rf-lock', options => ARRAY['fence_reads']);
+SELECT t, pg_temp.rls_state(t) FROM unnest('{tasks,tasks_low,tasks_high,notes}'::regclass[]) t;
+SELECT obj_description(oid, 'pg_policy') FROM pg_policy
+ WHERE polrelid = 'tasks'::regclass AND polname = 'fencing_read_fence';
+SELECT obj_description(oid, 'pg_policy') FROM pg_policy
+ WHERE polrelid = 'notes'::regclass AND polname = 'fencing_read_fence';
+BEGIN;
+SELECT fencing_present('rf-lock', :'t2');
+INSERT INTO tasks VALUES (1, NULL, 'low'), (150, NULL, 'high');
+INSERT INTO notes (id, tok, body) VALUES (1, NULL, 'a note');
+SELECT id, state FROM tasks ORDER BY id;
+SELECT id, state FROM tasks_high;
+SELECT id, body FROM notes;
+COMMIT;
+-- Not presented, or presented by a deposed holder: the owner reads nothing,
+-- through the parent or a partition (FORCE).
+SELECT (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM tasks_low) AS tasks_low,
+       (SELECT count(*) FROM notes) AS notes;
+BEGIN;
+SELECT pg_temp.outcome(format('SELECT fencing_present(%L, %L)', 'rf-lock', :'t1'));
+ROLLBACK;
+SELECT count(*) FROM tasks;
+RESET ROLE;
+-- Only the table's owner may set up or take down its read fence: a role
+-- with TRIGGER on the table may not protect it (the tampering event
+-- trigger), nor so change its policies.
+SET ROLE rf_app;
+CREATE TABLE tasks_plain (id int PRIMARY KEY, tok fencing_token);
+GRANT TRIGGER ON tasks_plain TO rf_other;
+GRANT TRIGGER ON notes TO rf_other;
+SELECT fencing_grant_lock('rf-lock', 'rf_other');
+RESET ROLE;
+SET ROLE rf_other;
+SELECT pg_temp.outcome('SELECT fencing_protect(''tasks_plain'', lock_name => ''rf-lock'', options => ARRAY[''fence_reads''])');
+SELECT pg_temp.outcome('SELECT fencing_protect(''notes'', lock_name => ''rf-lock'')');
+SELECT pg_temp.outcome('SELECT fencing_remove_read_fence(''notes'')');
+SELECT pg_temp.outcome('SELECT fencing_set_read_fence(''tasks_plain'', ''rf-lock'')');
+RESET ROLE;
+SELECT t, pg_temp.rls_state(t) FROM unnest('{tasks_plain,notes}'::regclass[]) t;
+SET ROLE rf_app;
+-- fencing_audit() reports a read fence that its owner weakened.
+ALTER TABLE tasks_low NO FORCE ROW LEVEL SECURITY;
+ALTER TABLE tasks_high DISABLE ROW LEVEL SECURITY;
+SELECT table_name, severity, problem, fix FROM fencing_audit()
+ WHERE table_name::text LIKE 'tasks%' ORDER BY 1, 2, 3;
+ALTER TABLE tasks_low FORCE ROW LEVEL SECURITY;
+ALTER TABLE tasks_high ENABLE ROW LEVEL SECURITY;
+DROP POLICY fencing_read_fence ON tasks_high;
+SELECT table_name, severity, problem FROM fencing_audit() WHERE table_name::text LIKE 'tasks%';
+SELECT fencing_protect('tasks', lock_name => 'rf-lock', options => ARRAY['fence_reads']);
+SELECT count(*) AS findings FROM fencing_audit() WHERE table_name::text LIKE 'tasks%';
+-- The option needs a lock.
+SELECT pg_temp.outcome('SELECT fencing_protect(''tasks_plain'', options => ARRAY[''fence_reads''])');
+-- Protecting again without the option takes the read fence down, and
+-- fencing_unprotect() does too: each table is left as it was before.
+SELECT fencing_protect('notes', lock_name => 'rf-lock');
+SELECT fencing_unprotect('tasks');
+SELECT t, pg_temp.rls_state(t) FROM unnest('{tasks,tasks_low,tasks_high,notes}'::regclass[]) t;
+SELECT count(*) FROM tasks;
+RESET ROLE;
+
 \c contrib_regression
 DROP DATABASE fencing_read_fence_probe;
 DROP ROLE rf_app, rf_other;

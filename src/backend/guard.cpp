@@ -38,7 +38,7 @@ extern "C" {
 namespace pg_fencing {
 namespace {
 
-constexpr const char *kKnownOptions = "allow_unset, skip, lock=NAME";
+constexpr const char *kKnownOptions = "allow_unset, skip, fence_reads, lock=NAME";
 
 // A column holds tokens when its type is fencing_token or a domain over it.
 bool IsTokenColumn(Form_pg_attribute att, Oid token_type) {
@@ -150,6 +150,12 @@ void ReportOptionError(OptionStatus status, const char *word, const char *where)
                       errhint("Under a lock-wide fence every write carries a token; a writer that "
                               "does not set the column can present its token with "
                               "fencing_present().")));
+      break;
+    case OptionStatus::kReadsWithoutLock:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("fencing_guard option \"fence_reads\" needs a lock in %s", where),
+                      errhint("Reads are fenced under a lock-wide fence: give the lock's name "
+                              "(lock_name => ...).")));
       break;
   }
 }
@@ -762,8 +768,10 @@ namespace {
 
 // The checks fencing_protect() makes before it creates the triggers, with
 // the same rules as the trigger itself so both fail alike: the options (and
-// lock, if any) and the column.  Returns the column's name.
-Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name) {
+// lock, if any) and the column.  Returns the column's name; *fence_reads
+// (if given) gets whether the options ask for a read fence.
+Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name,
+                     bool *fence_reads = nullptr) {
   const Oid token_type = TokenTypeOid(ExtensionSchema(fcinfo));
   int count = 0;
   Datum *elems = nullptr;
@@ -782,7 +790,8 @@ Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name) 
   }
   int word_count = count;
   if (lock_name != nullptr) words[word_count++] = psprintf("lock=%s", lock_name);
-  ParseOptions(words, word_count, "fencing_protect()");
+  const GuardOptions options = ParseOptions(words, word_count, "fencing_protect()");
+  if (fence_reads != nullptr) *fence_reads = options.fence_reads;
 
   Relation rel = try_table_open(relid, AccessShareLock);
   if (rel == nullptr) {
@@ -874,7 +883,8 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   const Oid schema = ExtensionSchema(fcinfo);
   // No lock_name: a per-row fence.
   const char *lock_name = PG_ARGISNULL(3) ? nullptr : CheckLockName(fcinfo, 3);
-  Name column = CheckProtection(fcinfo, relid, lock_name);
+  bool fence_reads = false;
+  Name column = CheckProtection(fcinfo, relid, lock_name, &fence_reads);
 
   const Oid caller = GetUserId();
   if (lock_name != nullptr) {
@@ -899,6 +909,26 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   const bool arg_nulls[] = {false, false, false, PG_ARGISNULL(2), lock_name == nullptr};
   bool is_null = false;
   CallExtensionFunction(fn, 5, args, arg_nulls, &is_null);
+
+  // The read fence (1.4): set up with option fence_reads, taken down when the
+  // table is protected again without it.  As the caller, like the triggers:
+  // only the table's owner may change its policies.
+  static const Oid kSetArgTypes[] = {REGCLASSOID, TEXTOID};
+  static const Oid kRemoveArgTypes[] = {REGCLASSOID};
+  FmgrInfo *read_fence =
+      fence_reads
+          ? ExtensionFunctionIfExists(schema, "fencing_set_read_fence", 2, kSetArgTypes)
+          : ExtensionFunctionIfExists(schema, "fencing_remove_read_fence", 1, kRemoveArgTypes);
+  if (read_fence == nullptr && fence_reads) {
+    ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                    errmsg("fencing_protect() option \"fence_reads\" needs pg_fencing 1.4"),
+                    errhint("ALTER EXTENSION pg_fencing UPDATE")));
+  }
+  if (read_fence != nullptr) {
+    const Datum fence_args[] = {ObjectIdGetDatum(relid),
+                                fence_reads ? CStringGetTextDatum(lock_name) : (Datum)0};
+    CallExtensionFunction(read_fence, fence_reads ? 2 : 1, fence_args, nullptr, &is_null);
+  }
   PG_RETURN_VOID();
 }
 

@@ -9,6 +9,8 @@ OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noex
     options.allow_unset = true;
   } else if (word == "skip") {
     options.skip = true;
+  } else if (word == "fence_reads") {
+    options.fence_reads = true;
   } else if (word.substr(0, kLockPrefix.size()) == kLockPrefix) {
     const std::string_view name = word.substr(kLockPrefix.size());
     if (name.empty()) return OptionStatus::kEmptyLockName;
@@ -24,6 +26,7 @@ OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noex
 
 OptionStatus FinishGuardOptions(const GuardOptions &options) noexcept {
   if (options.allow_unset && !options.lock_name.empty()) return OptionStatus::kUnsetUnderLock;
+  if (options.fence_reads && options.lock_name.empty()) return OptionStatus::kReadsWithoutLock;
   return OptionStatus::kOk;
 }
 

@@ -17,6 +17,10 @@ namespace pg_fencing {
 struct GuardOptions {
   bool allow_unset = false;  // an UPDATE that does not SET the column passes
   bool skip = false;         // a stale row is skipped instead of raising
+  // "fence_reads" (1.4): fencing_protect() also gives the table a row-level
+  // security policy that hides its rows from every transaction that has not
+  // presented the lock's current token.  The trigger itself ignores it.
+  bool fence_reads = false;
   // "lock=NAME": fence against the lock's high-water mark, not only the
   // row's.  Points into the option word; empty when per-row only.
   std::string_view lock_name;
@@ -28,9 +32,10 @@ enum class OptionStatus {
   kEmptyLockName,     // "lock=" with nothing after it
   kConflictingLocks,  // two different "lock=" options
   kUnsetUnderLock,    // allow_unset with lock=: a lock-wide fence has no unfenced writes
+  kReadsWithoutLock,  // fence_reads without lock=: reads are fenced under a lock
 };
 
-// Applies one trigger option word ("allow_unset", "skip", "lock=NAME") to
+// Applies one trigger option word ("allow_unset", "skip", "fence_reads", "lock=NAME") to
 // options.  Call FinishGuardOptions after the last word.
 OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noexcept;
 // Checks the combination of options once all words are applied.

@@ -194,13 +194,16 @@ bool SameView(std::string_view a, std::string_view b) {
 }
 
 bool SameOptions(const GuardOptions &a, const GuardOptions &b) {
-  return a.allow_unset == b.allow_unset && a.skip == b.skip && SameView(a.lock_name, b.lock_name);
+  return a.allow_unset == b.allow_unset && a.skip == b.skip && a.fence_reads == b.fence_reads &&
+         SameView(a.lock_name, b.lock_name);
 }
 
 void CheckFinish(const GuardOptions &options) {
   const OptionStatus status = FinishGuardOptions(options);
   if (options.allow_unset && !options.lock_name.empty()) {
     FUZZ_CHECK(status == OptionStatus::kUnsetUnderLock);
+  } else if (options.fence_reads && options.lock_name.empty()) {
+    FUZZ_CHECK(status == OptionStatus::kReadsWithoutLock);
   } else {
     FUZZ_CHECK(status == OptionStatus::kOk);
   }
@@ -243,7 +246,7 @@ void CheckOptionWords(const std::vector<std::string_view> &words) {
         }
         break;
       case OptionStatus::kUnknown:
-        FUZZ_CHECK(word != "allow_unset" && word != "skip" && !is_lock);
+        FUZZ_CHECK(word != "allow_unset" && word != "skip" && word != "fence_reads" && !is_lock);
         break;
       case OptionStatus::kEmptyLockName:
         FUZZ_CHECK(word == kLock);
@@ -253,7 +256,8 @@ void CheckOptionWords(const std::vector<std::string_view> &words) {
                    before.lock_name != name);
         break;
       case OptionStatus::kUnsetUnderLock:
-        FUZZ_CHECK(false);  // only FinishGuardOptions returns it
+      case OptionStatus::kReadsWithoutLock:
+        FUZZ_CHECK(false);  // only FinishGuardOptions returns them
         break;
     }
     if (status != OptionStatus::kOk) {

@@ -44,6 +44,8 @@ std::ostream &operator<<(std::ostream &os, OptionStatus status) {
       return os << "kConflictingLocks";
     case OptionStatus::kUnsetUnderLock:
       return os << "kUnsetUnderLock";
+    case OptionStatus::kReadsWithoutLock:
+      return os << "kReadsWithoutLock";
   }
   return os << "OptionStatus(" << static_cast<int>(status) << ")";
 }
@@ -462,10 +464,10 @@ TEST(ApplyGuardOptionTest, UnknownWordsAreRejectedAndChangeNothing) {
       "\0"sv,
   };
   const GuardOptions starts[] = {
-      {false, false, {}},
-      {true, false, {}},
-      {false, true, {}},
-      {true, true, {}},
+      {false, false, false, {}},
+      {true, false, false, {}},
+      {false, true, false, {}},
+      {true, true, false, {}},
   };
   for (const auto word : words) {
     for (const auto &start : starts) {
@@ -481,7 +483,7 @@ TEST(ApplyGuardOptionTest, UnknownWordsAreRejectedAndChangeNothing) {
 }
 
 TEST(ApplyGuardOptionTest, KnownWordsNeverClearAFlag) {
-  GuardOptions options{true, true, {}};
+  GuardOptions options{true, true, false, {}};
   EXPECT_EQ(ApplyGuardOption("skip", options), OptionStatus::kOk);
   EXPECT_TRUE(options.allow_unset);
   EXPECT_TRUE(options.skip);
@@ -754,6 +756,15 @@ TEST(LockOptionTest, AllowUnsetCannotBeCombinedWithALock) {
   ASSERT_EQ(ApplyGuardOption("skip", skip_under_lock), OptionStatus::kOk);
   ASSERT_EQ(ApplyGuardOption("lock=x", skip_under_lock), OptionStatus::kOk);
   EXPECT_EQ(FinishGuardOptions(skip_under_lock), OptionStatus::kOk);
+}
+
+TEST(LockOptionTest, FenceReadsNeedsALock) {
+  GuardOptions options;
+  ASSERT_EQ(ApplyGuardOption("fence_reads", options), OptionStatus::kOk);
+  EXPECT_TRUE(options.fence_reads);
+  EXPECT_EQ(FinishGuardOptions(options), OptionStatus::kReadsWithoutLock);
+  ASSERT_EQ(ApplyGuardOption("lock=x", options), OptionStatus::kOk);
+  EXPECT_EQ(FinishGuardOptions(options), OptionStatus::kOk);
 }
 
 LockWriteInput Write(WriteKind kind) {
