@@ -243,7 +243,7 @@ bool CurrentPermitSlot(Oid schema, int64 lock_id, Token token, int32 *slot) {
 bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
   *mark = 0;
   LockFence *fence = &FenceFor(lock_name);
-  if (fence->locked && fence->mark_known && fence->mark == token) {
+  if (fence->locked && fence->permit && fence->mark == token) {
     *mark = token;
     return true;
   }
@@ -256,7 +256,7 @@ bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, T
   fence = &FenceFor(lock_name);
   TransactionFences &fences = Fences();
   const SubxactId subxact = GetCurrentSubTransactionId();
-  PGF_CORE(fences.Lock(*fence, true, token, subxact, true));
+  PGF_CORE(fences.Lock(*fence, true, token, subxact, true, true));
   *mark = token;
   return true;
 }

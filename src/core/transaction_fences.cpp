@@ -47,13 +47,14 @@ void TransactionFences::Present(LockFence &fence, Token token, SubxactId subxact
 }
 
 void TransactionFences::Lock(LockFence &fence, bool mark_known, Token mark, SubxactId subxact,
-                             bool shared) noexcept {
+                             bool shared, bool permit) noexcept {
   // Remember the latest subtransaction that read or moved the mark: if it
   // aborts, its row lock or its raise may be gone, so the entry is
   // forgotten and the next write locks and reads the mark again.  Forgetting
   // too much only costs a query; trusting too much would let a stale write in.
   fence.locked = true;
   fence.shared = shared;
+  fence.permit = permit;
   fence.mark_known = mark_known;
   fence.mark = mark;
   fence.locked_in = subxact;

@@ -49,6 +49,10 @@ struct LockFence {
   bool shared;
   bool mark_known;  // a high-water mark exists (false: none yet)
   Token mark;       // valid when locked && mark_known
+  // Under a semaphore (1.4): mark is the permit token last let through,
+  // whose slot's gate the transaction holds; never an exclusive lock's mark
+  // (a lock can become a semaphore while a transaction holds that).
+  bool permit;
   SubxactId locked_in;
 };
 
@@ -70,8 +74,8 @@ class TransactionFences {
   LockFence *FindOrAdd(std::string_view lock_name) noexcept;
   void Present(LockFence &fence, Token token, SubxactId subxact) noexcept;
   // shared: see LockFence::shared.
-  void Lock(LockFence &fence, bool mark_known, Token mark, SubxactId subxact,
-            bool shared = false) noexcept;
+  void Lock(LockFence &fence, bool mark_known, Token mark, SubxactId subxact, bool shared = false,
+            bool permit = false) noexcept;
   void AbortSubTransaction(SubxactId subxact) noexcept;
   int size() const noexcept { return count_; }
   // Empty again, for the next transaction (the entries are overwritten as

@@ -956,6 +956,18 @@ TEST(TransactionFencesTest, AMarkHeldSharedIsRememberedAsSuchUntilItIsRaised) {
   EXPECT_FALSE(other.locked);
 }
 
+TEST(TransactionFencesTest, APermitTokenIsRememberedApartFromAMark) {
+  TransactionFences fences;
+  LockFence &fence = *fences.FindOrAdd("sem");
+  fences.Lock(fence, true, 7, 1);  // an exclusive lock's mark
+  EXPECT_FALSE(fence.permit);
+  fences.Lock(fence, true, 7, 1, /*shared=*/true, /*permit=*/true);
+  EXPECT_TRUE(fence.permit);
+  EXPECT_EQ(fence.mark, 7);
+  fences.Lock(fence, true, 9, 1);
+  EXPECT_FALSE(fence.permit);
+}
+
 TEST(TransactionFencesTest, RollingBackASavepointBringsTheOuterPresentationBack) {
   TransactionFences fences;
   LockFence &fence = *fences.FindOrAdd("tenant");
