@@ -395,6 +395,35 @@ CREATE FUNCTION @extschema@.fencing_try_waiting_room(lock_id bigint) RETURNS boo
 REVOKE ALL ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) IS
   'takes a lock''s waiting room until the end of the transaction if nobody is in it; internal';
+CREATE FUNCTION @extschema@.fencing_leave_waiting_room(lock_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_leave_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint) IS
+  'gives back the waiting room an attempt took with fencing_try_waiting_room() and granted nothing in; internal';
+
+-- A free slot's gate without waiting: a grant prefers a slot whose old
+-- holder has no write in flight.
+CREATE FUNCTION @extschema@.fencing_try_permit_gate(lock_id bigint, slot integer) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'fencing_try_permit_gate' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_try_permit_gate(bigint, integer) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_try_permit_gate(bigint, integer) IS
+  'takes the fence gate of a permit exclusively if no writer holds it; internal';
+
+-- A shared grant holds the lock's fence gate shared, so that a revoke (which
+-- takes it exclusively) waits for the grant and then ends its lease.
+CREATE FUNCTION @extschema@.fencing_share_fence_gate(lock_id bigint) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_share_fence_gate' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_share_fence_gate(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_share_fence_gate(bigint) IS
+  'takes a lock''s fence gate shared until the end of the transaction; internal';
+
+-- After a grant or a revoke, the granting transaction judges its own next
+-- write under the lock afresh.
+CREATE FUNCTION @extschema@.fencing_forget_fence(lock_name text) RETURNS void
+  AS 'MODULE_PATHNAME', 'fencing_forget_fence' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_forget_fence(text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_forget_fence(text) IS
+  'makes the current transaction read the lock''s mark again at its next write under it; internal';
 
 -- The waiting part of every waiting acquire: checks the wait, queues in the
 -- lock's room (first come, first served) and returns the deadline; NULL
@@ -443,17 +472,27 @@ CREATE FUNCTION @extschema@.fencing_wait_to_acquire(
   SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   deadline CONSTANT timestamptz := @extschema@.fencing_queue_for(lock_name, lock_id, wait);
+  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
   granted @extschema@.fencing_token;
 BEGIN
   IF deadline IS NULL THEN
     RETURN NULL;  -- still queued behind others at the deadline
   END IF;
   LOOP
-    IF exclusive THEN
-      granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
-    ELSE
-      granted := @extschema@.fencing_try_permit(lock_id, holder, permits, ttl);
-    END IF;
+    -- An attempt may wait for the writes in flight under the lock (a fence
+    -- gate) or for a row; never past the deadline.
+    PERFORM set_config('lock_timeout', greatest(1, ceil(extract(epoch FROM
+      deadline - clock_timestamp()) * 1000))::bigint::text, true);
+    BEGIN
+      IF exclusive THEN
+        granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
+      ELSE
+        granted := @extschema@.fencing_try_permit(lock_id, holder, permits, ttl);
+      END IF;
+    EXCEPTION WHEN lock_not_available THEN
+      granted := NULL;
+    END;
+    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
     IF granted IS NOT NULL THEN
       RETURN granted;
     END IF;
@@ -528,15 +567,42 @@ CREATE FUNCTION @extschema@.fencing_lock_of_kind(
   SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   l @extschema@.fencing_lock;
+  lease_token bigint;
+  mark bigint;
 BEGIN
+  IF want = 'semaphore' AND (p_permits IS NULL OR p_permits < 1 OR p_permits > 1000) THEN
+    RAISE EXCEPTION 'permits must be between 1 and 1000, got %', coalesce(p_permits::text, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
   SELECT * INTO STRICT l FROM @extschema@.fencing_lock k WHERE k.lock_id = p_lock_id;
   IF l.kind = 'exclusive' THEN
-    IF want = 'semaphore'
-       AND EXISTS (SELECT FROM @extschema@.fencing_lease e WHERE e.lock_name = l.lock_name) THEN
+    -- Writes in flight under the lock finish first: what they did to its
+    -- mark is part of what is judged.
+    IF convert THEN
+      PERFORM @extschema@.fencing_lock_fence_gate(p_lock_id);
+    END IF;
+    SELECT e.token::bigint INTO lease_token FROM @extschema@.fencing_lease e
+     WHERE e.lock_name = l.lock_name;
+    SELECT f.high_water::bigint INTO mark FROM @extschema@.fencing_fence f
+     WHERE f.lock_name = l.lock_name;
+    IF want = 'semaphore' AND (lease_token IS NOT NULL OR mark IS NOT NULL) THEN
       RAISE EXCEPTION 'fencing lock "%" is an exclusive lock, not a semaphore', l.lock_name
         USING ERRCODE = '55000',
-              DETAIL = 'fencing_acquire() has granted it; a semaphore is a lock that only fencing_acquire_permit() takes.',
+              DETAIL = CASE WHEN lease_token IS NOT NULL
+                THEN 'fencing_acquire() has granted it.'
+                ELSE 'Tokens have been written or presented under it.' END
+                || ' A semaphore is a lock that only fencing_acquire_permit() takes.',
               HINT = 'Use another lock name for the semaphore.';
+    END IF;
+    -- A shared lock's writes no longer raise its mark: only a mark its own
+    -- grants made may become one (not one raised by writes with tokens from
+    -- outside its leases, an outside lock service's, which would no longer
+    -- be fenced against each other).
+    IF want = 'shared' AND mark > coalesce(lease_token, 0) THEN
+      RAISE EXCEPTION 'fencing lock "%" cannot be taken shared: its mark is above its last grant', l.lock_name
+        USING ERRCODE = '55000',
+              DETAIL = pg_catalog.format('The mark, %s, was raised by a revoke or by writes under tokens its leases did not grant (an outside lock service''s, say); under a shared lock writes no longer raise it.', mark),
+              HINT = 'Take it with fencing_acquire() first, or use another lock name.';
     END IF;
     IF convert THEN
       UPDATE @extschema@.fencing_lock k SET kind = want, permits = p_permits
@@ -581,14 +647,17 @@ DECLARE
   now timestamptz;
   own @extschema@.fencing_permit;
   exclusive @extschema@.fencing_lease;
+  free_slots integer[];
   free_slot integer;
+  candidate integer;
   granted @extschema@.fencing_token;
   mark @extschema@.fencing_token;
 BEGIN
   IF NOT @extschema@.fencing_try_waiting_room(p_lock_id) THEN
     RETURN NULL;
   END IF;
-  l := @extschema@.fencing_lock_of_kind(p_lock_id, want, p_permits, true);
+  -- The errors first; the kind itself changes only with a grant, below.
+  l := @extschema@.fencing_lock_of_kind(p_lock_id, want, p_permits, false);
   now := clock_timestamp();
 
   -- The caller's own live lease (say, a retry after a lost reply): the same
@@ -602,12 +671,17 @@ BEGIN
     RETURN own.token;
   END IF;
 
-  -- The grant runs in a subtransaction: an attempt that fails after it has
-  -- locked a row or taken a gate (a race lost, below) gives them back at
-  -- once, so that a waiter that stays in its transaction holds up no renew
-  -- and no writer meanwhile.
+  -- The grant runs in a subtransaction: an attempt that grants nothing
+  -- gives back what it changed (a kind), locked (rows) or took (gates)
+  -- at once, and the room too, so that a caller that stays in its
+  -- transaction holds up no renew, no writer and no other acquire.
   BEGIN
+    IF l.kind = 'exclusive' THEN
+      l := @extschema@.fencing_lock_of_kind(p_lock_id, want, p_permits, true);
+    END IF;
     IF want = 'shared' THEN
+      -- A revoke waits for this grant (it takes the gate exclusively).
+      PERFORM @extschema@.fencing_share_fence_gate(p_lock_id);
       -- Not beside a live exclusive lease, nor in its lock-delay.  A lease
       -- that is free is written (to itself), so that a renew racing this
       -- grant at the instant of expiry finds it changed and looks again
@@ -633,17 +707,29 @@ BEGIN
         INTO free_slot
         FROM @extschema@.fencing_permit p WHERE p.lock_id = p_lock_id;
     ELSE
-      SELECT min(s) INTO free_slot
+      SELECT array_agg(s ORDER BY s) INTO free_slots
         FROM generate_series(1, l.permits) s
        WHERE NOT EXISTS (
          SELECT FROM @extschema@.fencing_permit p
           WHERE p.lock_id = p_lock_id AND p.slot = s
             AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) > now);
-      IF free_slot IS NULL THEN
+      IF free_slots IS NULL THEN
         RAISE SQLSTATE 'PFBSY';
       END IF;
-      -- The slot's gate: waits for the writes in flight under its old token.
-      PERFORM @extschema@.fencing_lock_permit_gate(p_lock_id, free_slot);
+      -- The slot's gate waits for the writes in flight under its old token:
+      -- a slot without any is taken first, and only when every free slot
+      -- has some does the grant wait (at most lock_timeout: the waiting
+      -- acquire sets it to what is left of its wait).
+      FOREACH candidate IN ARRAY free_slots LOOP
+        IF @extschema@.fencing_try_permit_gate(p_lock_id, candidate) THEN
+          free_slot := candidate;
+          EXIT;
+        END IF;
+      END LOOP;
+      IF free_slot IS NULL THEN
+        free_slot := free_slots[1];
+        PERFORM @extschema@.fencing_lock_permit_gate(p_lock_id, free_slot);
+      END IF;
     END IF;
 
     granted := @extschema@.fencing_grant();
@@ -675,9 +761,11 @@ BEGIN
           DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
       END IF;
     END IF;
-  EXCEPTION WHEN SQLSTATE 'PFBSY' THEN
+  EXCEPTION WHEN SQLSTATE 'PFBSY' OR lock_not_available THEN
+    PERFORM @extschema@.fencing_leave_waiting_room(p_lock_id);
     RETURN NULL;
   END;
+  PERFORM @extschema@.fencing_forget_fence(l.lock_name);
   PERFORM @extschema@.fencing_commit_durably();
   RETURN granted;
 END $$;
@@ -782,17 +870,26 @@ COMMENT ON FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fenc
 -- true.
 CREATE FUNCTION @extschema@.fencing_end_shared_holders(p_lock_id bigint, lock_delay interval)
   RETURNS boolean LANGUAGE plpgsql
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   now CONSTANT timestamptz := clock_timestamp();
 BEGIN
-  IF EXISTS (SELECT FROM @extschema@.fencing_permit p
-              WHERE p.lock_id = p_lock_id
-                AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, lock_delay) > now) THEN
+  -- In a subtransaction: the rows are locked (a renew in flight finishes
+  -- first, and none can start), judged as they stand, and given back if a
+  -- shared holder is still live.
+  BEGIN
+    PERFORM FROM @extschema@.fencing_permit p
+     WHERE p.lock_id = p_lock_id AND p.ended IS NULL FOR UPDATE;
+    IF EXISTS (SELECT FROM @extschema@.fencing_permit p
+                WHERE p.lock_id = p_lock_id
+                  AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, lock_delay) > now) THEN
+      RAISE SQLSTATE 'PFBSY';
+    END IF;
+    UPDATE @extschema@.fencing_permit p SET ended = 'expired'
+     WHERE p.lock_id = p_lock_id AND p.ended IS NULL;
+  EXCEPTION WHEN SQLSTATE 'PFBSY' THEN
     RETURN false;
-  END IF;
-  UPDATE @extschema@.fencing_permit p SET ended = 'expired'
-   WHERE p.lock_id = p_lock_id AND p.ended IS NULL;
+  END;
   RETURN true;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_end_shared_holders(bigint, interval) FROM PUBLIC;
@@ -813,6 +910,10 @@ DECLARE
   ended_token @extschema@.fencing_token;
   p record;
 BEGIN
+  -- The fence gate first: the revoke waits for every transaction writing
+  -- under the current mark (they hold the gate shared), and for a shared
+  -- grant in flight, whose lease it then ends with the others.
+  PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
   UPDATE @extschema@.fencing_lease e
      SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason
    WHERE e.lock_name = l.lock_name AND e.expires_at > clock_timestamp()
@@ -831,13 +932,11 @@ BEGIN
       PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', p.holder, p.token);
     END IF;
   END LOOP;
-  -- The fence gate first: the revoke waits for every transaction writing
-  -- under the current mark (they hold the gate shared).
-  PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
   new_mark := @extschema@.fencing_grant();
   INSERT INTO @extschema@.fencing_fence AS f VALUES (l.lock_name, new_mark)
     ON CONFLICT ON CONSTRAINT fencing_fence_pkey
     DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
+  PERFORM @extschema@.fencing_forget_fence(l.lock_name);
   PERFORM @extschema@.fencing_commit_durably();
   PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
   -- A revoke that found no live lease raised the mark all the same, but

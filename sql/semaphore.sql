@@ -98,6 +98,24 @@ SELECT fencing_acquire('exclusive-lock', 'x', '1 hour') AS other_lock_token \gse
 -- Another lock's token is no permit of this one.
 SELECT pg_temp.outcome(format('UPDATE counters SET tok = %s WHERE id = 1', :'other_lock_token'));
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''exclusive-lock'', ''x'', 2, ''1 hour'')');
+-- A lock that tokens were written under (from an outside lock service,
+-- say) stays exclusive: as a semaphore, every one of them would be refused.
+CREATE TABLE outside (id int PRIMARY KEY, tok fencing_token);
+SELECT fencing_protect('outside', lock_name => 'outside-lock');
+INSERT INTO outside VALUES (1, '5000');
+SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''outside-lock'', ''x'', 2, ''1 hour'')');
+SELECT kind FROM fencing_locks WHERE lock_name = 'outside-lock';
+-- A permit let go of and granted again in the same transaction: the
+-- transaction's own later write under the old token is refused too.
+SELECT fencing_acquire_permit('one', 'x', 1, '1 hour') AS q1 \gset
+CREATE TABLE one_table (id int PRIMARY KEY, tok fencing_token);
+SELECT fencing_protect('one_table', lock_name => 'one');
+BEGIN;
+INSERT INTO one_table VALUES (1, :'q1');
+SELECT fencing_release('one', :'q1') AS released;
+SELECT fencing_acquire_permit('one', 'y', 1, '1 hour') > :'q1' AS granted_again;
+SELECT pg_temp.outcome(format('UPDATE one_table SET tok = %s', :'q1'));
+COMMIT;
 -- Bad arguments.
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''pool'', ''x'', 0, ''1 hour'')');
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''pool'', ''x'', 1001, ''1 hour'')');

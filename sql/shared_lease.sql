@@ -80,6 +80,18 @@ SET ROLE sh_app;
 SELECT pg_temp.outcome(format('UPDATE config SET tok = %s WHERE key = %L', :'s3', 'a'));
 SELECT slot, holder, state FROM fencing_permits WHERE lock_name = 'cfg' ORDER BY slot;
 
+-- A shared acquire that is not granted leaves the lock as it was.
+SELECT fencing_acquire('ex-only', 'w', '1 hour') IS NOT NULL AS exclusive_granted;
+SELECT fencing_acquire_shared('ex-only', 'r', '1 hour') IS NULL AS not_granted;
+SELECT kind FROM fencing_locks WHERE lock_name = 'ex-only';
+-- A lock whose mark writes raised above its grants (tokens from an outside
+-- lock service) is not taken shared: its writes would stop raising the
+-- mark, and those tokens would no longer fence each other.
+CREATE TABLE outside (id int PRIMARY KEY, tok fencing_token);
+SELECT fencing_protect('outside', lock_name => 'outside-lock');
+INSERT INTO outside VALUES (1, '5000');
+SELECT pg_temp.outcome('SELECT fencing_acquire_shared(''outside-lock'', ''x'', ''1 hour'')');
+SELECT kind FROM fencing_locks WHERE lock_name = 'outside-lock';
 -- A shared lock is not a semaphore.
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''cfg'', ''x'', 2, ''1 hour'')');
 BEGIN ISOLATION LEVEL REPEATABLE READ;

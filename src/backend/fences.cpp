@@ -263,6 +263,10 @@ bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, T
 
 }  // namespace
 
+void ForgetLockFence(const char *lock_name) {
+  if (LockFence *fence = FindTransactionFence(lock_name)) fence->locked = false;
+}
+
 void TakeFenceGateExclusively(Oid schema, int64 lock_id) {
   if (lock_id == 0 || !GateInUse(schema)) return;
   LOCKTAG gate = GateTag(lock_id);
@@ -466,6 +470,37 @@ PG_FUNCTION_INFO_V1(fencing_lock_permit_gate);
 Datum fencing_lock_permit_gate(PG_FUNCTION_ARGS) {
   LOCKTAG gate = PermitGateTag(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
   (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  PG_RETURN_VOID();
+}
+
+// fencing_try_permit_gate(lock_id bigint, slot integer) RETURNS boolean: the
+// same without waiting; false when a writer under the slot's old token is
+// still in flight (the grant then prefers another free slot).  PUBLIC may
+// not call it.
+PG_FUNCTION_INFO_V1(fencing_try_permit_gate);
+Datum fencing_try_permit_gate(PG_FUNCTION_ARGS) {
+  LOCKTAG gate = PermitGateTag(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
+  PG_RETURN_BOOL(LockAcquire(&gate, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
+}
+
+// fencing_share_fence_gate(lock_id bigint) RETURNS void: takes the lock's
+// fence gate shared until the transaction ends, for a shared grant: a
+// revoke, which takes it exclusively, then waits for the grant and ends
+// the lease it made.  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_share_fence_gate);
+Datum fencing_share_fence_gate(PG_FUNCTION_ARGS) {
+  LOCKTAG gate = GateTag(PG_GETARG_INT64(0));
+  (void)LockAcquire(&gate, ShareLock, false, false);
+  PG_RETURN_VOID();
+}
+
+// fencing_forget_fence(lock_name text) RETURNS void: the current
+// transaction reads the lock's mark (or its permit) again at its next write,
+// after it granted or revoked the lock itself: its cached judgement was made
+// under the old mark.  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_forget_fence);
+Datum fencing_forget_fence(PG_FUNCTION_ARGS) {
+  ForgetLockFence(CheckLockName(fcinfo, 0));
   PG_RETURN_VOID();
 }
 

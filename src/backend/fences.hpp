@@ -32,6 +32,11 @@ bool AdvanceLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const 
 bool CheckLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const char *lock_name,
                     Token token, Token *mark);
 
+// Makes the current transaction judge its next write under the lock against
+// the mark as it stands, not its cached copy: for a grant or a revoke made
+// by the transaction itself.  The gates it holds stay held.
+void ForgetLockFence(const char *lock_name);
+
 // Takes the lock's fence gate exclusively until the transaction ends, before
 // raising its mark (a grant, a revoke): waits for every transaction writing
 // under the current mark.  Nothing in a database without the gate.

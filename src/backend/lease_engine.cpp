@@ -365,6 +365,18 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
   if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
 
+  // How the lock is leased changes only in the room (1.4): as it stands now.
+  if (t.ids->lock_kind != InvalidAttrNumber) {
+    const char *name = text_to_cstring(DatumGetTextPP(request.lock_name));
+    HeapTuple lock_now = FetchRowCommittedNow(t.lock, t.lock_probe, t.ids->name_collation, name);
+    const LockKind kind =
+        lock_now != nullptr ? LockKindOfRow(t.lock, lock_now) : LockKind::kExclusive;
+    if (kind == LockKind::kSemaphore) RefuseSemaphore(name);
+    if (kind == LockKind::kShared && !SharedHoldersGone(t, request.schema, lock_now, name)) {
+      (void)LockRelease(&room, ExclusiveLock, false);
+      return false;  // busy: no row lock taken
+    }
+  }
   // The lease as looked at must still be the lease: its row locked (a
   // renew committed at the instant of expiry shows here), or, for a first
   // grant, still no row.  Another grant cannot come between: it would need
@@ -377,21 +389,10 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     (void)LockRelease(&room, ExclusiveLock, false);
     return false;
   }
-  // How the lock is leased changes only in the room (1.4): as it stands now.
-  if (t.ids->lock_kind != InvalidAttrNumber) {
-    const char *name = text_to_cstring(DatumGetTextPP(request.lock_name));
-    HeapTuple lock_now = FetchRowCommittedNow(t.lock, t.lock_probe, t.ids->name_collation, name);
-    const LockKind kind =
-        lock_now != nullptr ? LockKindOfRow(t.lock, lock_now) : LockKind::kExclusive;
-    if (kind == LockKind::kSemaphore) RefuseSemaphore(name);
-    if (kind == LockKind::kShared && !SharedHoldersGone(t, request.schema, lock_now, name)) {
-      (void)LockRelease(&room, ExclusiveLock, false);
-      return false;  // busy
-    }
-  }
   const int64 granted = GrantToken(request.schema);
   // Waits for the transactions writing under the lock (they hold its fence gate).
   RaiseMark(t, request.schema, lock_id, request.lock_name, granted);
+  ForgetLockFence(text_to_cstring(DatumGetTextPP(request.lock_name)));
   bool written = false;
   if (attempt == LeaseAttempt::kGrantFirst) {
     const char *s = quote_identifier(get_namespace_name(request.schema));

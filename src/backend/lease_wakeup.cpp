@@ -188,4 +188,17 @@ Datum fencing_try_waiting_room(PG_FUNCTION_ARGS) {
   PG_RETURN_BOOL(LockAcquire(&room, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
 }
 
+// fencing_leave_waiting_room(lock_id bigint) RETURNS void: gives back one
+// fencing_try_waiting_room() of an attempt that granted nothing, so that a
+// caller that stays in its transaction holds up no other acquire.  A room
+// the transaction also entered to wait in (fencing_enter_waiting_room)
+// stays held: the lock manager counts each acquisition.  PUBLIC may not
+// call it.
+PG_FUNCTION_INFO_V1(fencing_leave_waiting_room);
+Datum fencing_leave_waiting_room(PG_FUNCTION_ARGS) {
+  LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
+  (void)LockRelease(&room, ExclusiveLock, false);
+  PG_RETURN_VOID();
+}
+
 }  // extern "C"
