@@ -16,6 +16,15 @@
 // Indeterminate writes are resolved by the history: present means committed,
 // absent means not.  A write the client was told had committed must be there;
 // one the server refused must not.
+//
+// Permit mode (meta permits > 0): the workers hold permits of a semaphore,
+// each grant of a slot is on the record with its slot, and the reads under
+// the read fence are on it too (reads.tsv), numbered from the same sequence.
+// A grant of a slot takes the slot's gate before its seq; a writer or a
+// presentation under the slot's current token holds that gate shared until
+// it commits.  So a token's tenure, in seq order, runs from its grant to the
+// next grant of its slot, and everything accepted under it -- a write, a read
+// that saw rows -- must lie inside.
 #include "checker.hpp"
 
 #include <dirent.h>
@@ -84,6 +93,33 @@ struct ServerGrant {
   Token tok = kNone;
   std::int64_t ts = 0;
   std::int64_t pm = 0;
+  std::optional<int> slot;  // a permit's slot; none for a lease
+};
+
+// A read under the read fence, as the worker logged it (r_inv, r_done).
+struct ReadRec {
+  std::string rid;
+  std::string who;
+  Token tok = kNone;
+  bool undo = false;          // the presentation was taken back before the count
+  std::int64_t sent = 0;      // wall µs, logged before sending
+  std::int64_t received = 0;  // wall µs, logged after the outcome
+  Outcome out = Outcome::kNone;
+  std::string present;  // out=ok: "ok" or "55Z01"
+  long rows = -1;       // out=ok: the rows it saw
+  std::string state;
+  std::string msg;
+};
+
+// A read as its transaction recorded it (stress_reads).
+struct ServerRead {
+  std::int64_t seq = 0;
+  std::string rid;
+  Token tok = kNone;
+  bool presented = false;  // a presentation was in force when it counted
+  long rows = 0;
+  std::int64_t ts = 0;
+  std::int64_t pm = 0;
 };
 
 struct FinalRow {
@@ -122,12 +158,16 @@ std::optional<std::int64_t> IntCell(const std::string &cell) {
   return std::stoll(cell);
 }
 
-std::vector<std::vector<std::string>> ReadTsv(const std::string &path, std::size_t columns) {
+// Rows of columns cells; or of fewer, down to min_columns, for files of
+// older runs that lacked the last ones.
+std::vector<std::vector<std::string>> ReadTsv(const std::string &path, std::size_t columns,
+                                              std::size_t min_columns = 0) {
   std::vector<std::vector<std::string>> rows;
   for (const std::string &line : Lines(ReadFile(path), nullptr)) {
     if (line.empty()) continue;
     std::vector<std::string> cells = Split(line, '\t');
-    if (cells.size() != columns)
+    const std::size_t fewest = min_columns == 0 ? columns : min_columns;
+    if (cells.size() < fewest || cells.size() > columns)
       throw std::runtime_error("malformed line in " + path + ": " + line);
     rows.push_back(std::move(cells));
   }
@@ -221,6 +261,87 @@ std::string RowKey(const std::string &tbl, int row) {
   return tbl + "[" + std::to_string(row) + "]";
 }
 
+// ---- Permits: a token's tenure of its slot --------------------------------------
+
+// From a permit's grant to the next grant of its slot, in commit (seq) order.
+struct Tenure {
+  int slot = 0;
+  std::int64_t from = 0;              // the grant's seq
+  std::int64_t until = INT64_MAX;     // the next grant of the slot's seq (none yet: max)
+  const ServerGrant *next = nullptr;  // that next grant
+};
+
+// Every token granted as a permit of lock, with its tenure; grants must be
+// in seq order.  A token on record twice keeps its first grant (the second
+// is a violation of its own, A1).
+std::unordered_map<Token, Tenure> Tenures(const std::vector<ServerGrant> &grants,
+                                          const std::string &lock) {
+  std::unordered_map<Token, Tenure> tenures;
+  std::map<int, Token> latest;  // slot -> its latest grant so far
+  for (const ServerGrant &g : grants) {
+    if (g.lock != lock || !g.slot) continue;
+    const auto previous = latest.find(*g.slot);
+    if (previous != latest.end()) {
+      // (A token on record for two slots keeps its first one's tenure.)
+      Tenure &ended = tenures[previous->second];
+      if (ended.next == nullptr && ended.slot == *g.slot) {
+        ended.until = g.seq;
+        ended.next = &g;
+      }
+    }
+    latest[*g.slot] = g.tok;
+    tenures.emplace(g.tok, Tenure{*g.slot, g.seq, INT64_MAX, nullptr});
+  }
+  return tenures;
+}
+
+// The names one kind of act (a write, a read that saw rows) is reported
+// under when it falls outside its token's tenure.
+struct TenureKinds {
+  const char *no_permit;     // the token is no permit of the semaphore
+  const char *before_grant;  // committed before its token was granted
+  const char *after_next;    // committed after the slot was granted again
+};
+
+// An act (what, "write 0.1.7") under tok that committed at seq must lie
+// inside tok's tenure: after its grant, before the next grant of its slot.
+// The one place where a semaphore's exclusion per slot is judged, for
+// writes and reads alike.
+void CheckTenure(const std::unordered_map<Token, Tenure> &tenures, Token tok, std::int64_t seq,
+                 const std::string &what, const TenureKinds &kinds, Violations &violations) {
+  const std::string at = what + " token " + std::to_string(tok) + " seq " + std::to_string(seq);
+  const auto it = tenures.find(tok);
+  if (it == tenures.end()) {
+    violations.Add(kinds.no_permit, at + ": no grant of the semaphore on record has this token");
+    return;
+  }
+  const Tenure &t = it->second;
+  if (seq < t.from) {
+    violations.Add(kinds.before_grant, at + " is before its grant (seq " + std::to_string(t.from) +
+                                           ", permit " + std::to_string(t.slot) + ")");
+  } else if (seq >= t.until) {  // seqs are unique: only a forged record can be equal
+    violations.Add(kinds.after_next, at + " is after permit " + std::to_string(t.slot) +
+                                         " was granted again to " + t.next->holder + " (token " +
+                                         std::to_string(t.next->tok) + ", seq " +
+                                         std::to_string(t.until) + ")");
+  }
+}
+
+// The slot a token is a permit of, or nullopt.
+std::optional<int> SlotOf(const std::unordered_map<Token, Tenure> &tenures, Token tok) {
+  const auto it = tenures.find(tok);
+  if (it == tenures.end()) return std::nullopt;
+  return it->second.slot;
+}
+
+// Which fence a table of the harness is under (by its tag in the logs).
+enum class Fence { kRow, kLock, kPermit };
+Fence FenceOf(const std::string &tbl) {
+  if (tbl == kRowTableTag) return Fence::kRow;
+  if (tbl == kLockTableTag) return Fence::kLock;
+  return Fence::kPermit;
+}
+
 }  // namespace
 
 long CheckRun(const CheckOptions &options, std::ostream &out) {
@@ -235,6 +356,9 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   }
   const bool guarded = meta["mode"] != "unguarded";
   const int rows = std::stoi(meta.count("rows") ? meta["rows"] : "0");
+  // Permit mode: the workers took permits of kSemName and wrote its tables.
+  const int permits = std::stoi(meta.count("permits") ? meta["permits"] : "0");
+  const bool permit_mode = permits > 0;
   std::map<std::string, long> faults;
   for (const std::string &line : Lines(ReadFile(dir + "/faults.log"), nullptr)) {
     const Fields f = ParseFields(line);
@@ -245,6 +369,8 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   std::vector<WriteRec> writes;
   std::unordered_map<std::string, std::size_t> write_index;
   std::vector<GrantRec> grants;
+  std::vector<ReadRec> reads;
+  std::unordered_map<std::string, std::size_t> read_index;
   std::map<std::string, long> events;
   std::set<Token> lost_tokens;
   long truncated = 0;
@@ -289,6 +415,33 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         w.state = Get(f, "state").value_or("");
         w.affected = static_cast<int>(GetInt(f, "n"));
         w.msg = Get(f, "msg").value_or("");
+      } else if (ev == "r_inv") {
+        ReadRec r;
+        r.rid = Get(f, "rid").value_or("");
+        r.who = who;
+        r.tok = GetInt(f, "tok");
+        r.undo = Get(f, "present") == std::optional<std::string>("undo");
+        r.sent = GetInt(f, "wall");
+        if (r.rid.empty() || read_index.count(r.rid)) {
+          ++anomalies;
+          continue;
+        }
+        read_index[r.rid] = reads.size();
+        reads.push_back(std::move(r));
+      } else if (ev == "r_done") {
+        const auto it = read_index.find(Get(f, "rid").value_or(""));
+        if (it == read_index.end()) {
+          ++anomalies;
+          continue;
+        }
+        ReadRec &r = reads[it->second];
+        r.received = GetInt(f, "wall");
+        const std::string result = Get(f, "out").value_or("");
+        r.out = result == "ok" ? Outcome::kOk : result == "err" ? Outcome::kError : Outcome::kInfo;
+        r.present = Get(f, "present").value_or("");
+        r.rows = static_cast<long>(GetInt(f, "rows"));
+        r.state = Get(f, "state").value_or("");
+        r.msg = Get(f, "msg").value_or("");
       } else if (ev == "lost") {
         lost_tokens.insert(GetInt(f, "tok"));
       } else if (ev == "acq_fail") {
@@ -323,7 +476,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   std::sort(history.begin(), history.end(),
             [](const HistRec &a, const HistRec &b) { return a.seq < b.seq; });
   std::vector<ServerGrant> server_grants;
-  for (const auto &cells : ReadTsv(dir + "/grants.tsv", 6)) {
+  for (const auto &cells : ReadTsv(dir + "/grants.tsv", 7, 6)) {
     ServerGrant g;
     g.seq = std::stoll(cells[0]);
     g.lock = cells[1];
@@ -331,10 +484,31 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     g.tok = std::stoll(cells[3]);
     g.ts = std::stoll(cells[4]);
     g.pm = std::stoll(cells[5]);
+    if (cells.size() > 6) {
+      if (const auto slot = IntCell(cells[6])) g.slot = static_cast<int>(*slot);
+    }
     server_grants.push_back(std::move(g));
   }
   std::sort(server_grants.begin(), server_grants.end(),
             [](const ServerGrant &a, const ServerGrant &b) { return a.seq < b.seq; });
+  std::vector<ServerRead> server_reads;
+  if (permit_mode) {
+    for (const auto &cells : ReadTsv(dir + "/reads.tsv", 7)) {
+      ServerRead r;
+      r.seq = std::stoll(cells[0]);
+      r.rid = cells[1];
+      r.tok = std::stoll(cells[2]);
+      r.presented = cells[3] == "t";
+      r.rows = std::stol(cells[4]);
+      r.ts = std::stoll(cells[5]);
+      r.pm = std::stoll(cells[6]);
+      server_reads.push_back(std::move(r));
+    }
+    std::sort(server_reads.begin(), server_reads.end(),
+              [](const ServerRead &a, const ServerRead &b) { return a.seq < b.seq; });
+  }
+  // Permit mode: each permit token's slot and tenure.
+  const std::unordered_map<Token, Tenure> tenures = Tenures(server_grants, kSemName);
   std::vector<FinalRow> final_rows;
   for (const auto &cells : ReadTsv(dir + "/final.tsv", 5)) {
     FinalRow r;
@@ -436,6 +610,20 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     }
   }
 
+  // A7 (permit mode): every grant of the semaphore is of one of its permits.
+  std::map<int, long> grants_by_slot;
+  for (const ServerGrant &g : server_grants) {
+    if (g.lock != kSemName) continue;
+    if (!g.slot || *g.slot < 1 || *g.slot > permits) {
+      violations.Add("permit grant outside the semaphore's permits",
+                     "token " + std::to_string(g.tok) + " to " + g.holder + " on permit " +
+                         (g.slot ? std::to_string(*g.slot) : std::string("none")) + " of " +
+                         std::to_string(permits));
+      continue;
+    }
+    ++grants_by_slot[*g.slot];
+  }
+
   // ==== B. Writes against the history ====
   std::unordered_map<std::string, const HistRec *> history_by_wid;
   for (const HistRec &h : history) {
@@ -502,14 +690,17 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     }
   }
 
-  // B6: per row, committed tokens never decrease in commit order.
+  // B6: per row, committed tokens never decrease in commit order (not under
+  // a semaphore).
   std::map<std::string, const HistRec *> last_by_row;
   {
     std::map<std::string, Token> high;
     for (const HistRec &h : history) {
       const std::string key = RowKey(h.tbl, h.row);
       last_by_row[key] = &h;
-      if (!h.tok) continue;
+      // Under a semaphore a row's token is not compared: holders of
+      // different permits write the same rows in any order.
+      if (!h.tok || FenceOf(h.tbl) == Fence::kPermit) continue;
       auto [it, fresh] = high.emplace(key, *h.tok);
       if (!fresh) {
         if (*h.tok < it->second) {
@@ -556,6 +747,107 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       }
     }
   }
+  // P1 (permit mode): no two holders of a permit wrote at once.  Every
+  // committed write under a permit's token lies inside the token's tenure of
+  // its slot, in commit order.
+  long tenure_writes = 0;
+  for (const HistRec &h : history) {
+    if (FenceOf(h.tbl) != Fence::kPermit || !h.tok) continue;
+    // A write that set no token kept the row's old one (another holder's,
+    // perhaps); it is reported above as a write without token.
+    const auto it = h.wid ? write_index.find(*h.wid) : write_index.end();
+    if (it != write_index.end() && writes[it->second].missing) continue;
+    ++tenure_writes;
+    CheckTenure(tenures, *h.tok, h.seq, "write " + h.wid.value_or("?"),
+                {"write under a token that is no permit",
+                 "write before its permit was granted (commit order)",
+                 "write after its permit was granted again (commit order)"},
+                violations);
+  }
+
+  // ==== R. Reads under the read fence (permit mode) ====
+  // The server's record of a read exists iff its transaction committed, and
+  // its seq was taken after the presentation took its permit's gate, which
+  // it held to its commit.
+  std::unordered_map<std::string, const ServerRead *> read_by_rid;
+  long tenure_reads = 0;
+  for (const ServerRead &sr : server_reads) {
+    const std::string what = "read " + sr.rid + " token " + std::to_string(sr.tok) + " seq " +
+                             std::to_string(sr.seq) + " (" + std::to_string(sr.rows) + " rows, " +
+                             (sr.presented ? "presented" : "not presented") + ")";
+    if (!read_by_rid.emplace(sr.rid, &sr).second) {
+      violations.Add("read recorded twice", what);
+      continue;
+    }
+    // R1: each recorded read is one a worker sent, as it was told.
+    const auto it = read_index.find(sr.rid);
+    if (it == read_index.end()) {
+      violations.Add("phantom read", what + " was never sent");
+      continue;
+    }
+    const ReadRec &r = reads[it->second];
+    const bool told_in_force = r.present == "ok" && !r.undo;
+    if (sr.tok != r.tok || (r.undo && sr.presented) ||
+        (r.out == Outcome::kOk && (sr.presented != told_in_force || sr.rows != r.rows))) {
+      violations.Add("read record mismatch", what + ", sent with token " + std::to_string(r.tok) +
+                                                 (r.undo ? " (presentation taken back)" : "") +
+                                                 ", told present=" + r.present +
+                                                 " rows=" + std::to_string(r.rows));
+    }
+    // R2: the read fence lets a transaction see rows only while it has a
+    // presentation in force (a refused one, or one rolled back with its
+    // savepoint, is none); R3: and then all of them.
+    if (sr.rows > 0 && !sr.presented) {
+      violations.Add("rows seen without a presentation in force (read fence)", what);
+    } else if (sr.presented && sr.rows != rows) {
+      violations.Add("read fence hid rows from a current holder", what);
+    }
+    // R4: no stale read.  A read that saw rows lies inside its token's
+    // tenure, in commit order, as a write does.
+    if (sr.rows > 0 && sr.presented) {
+      ++tenure_reads;
+      CheckTenure(tenures, sr.tok, sr.seq, "read " + sr.rid,
+                  {"read under a token that is no permit",
+                   "read before its permit was granted (commit order)",
+                   "stale read: rows seen after the permit was granted again (commit order)"},
+                  violations);
+    }
+  }
+  struct ReadCounts {
+    long attempts = 0, ok = 0, saw_rows = 0, refused = 0, undone = 0, error = 0, info = 0,
+         info_recorded = 0;
+  };
+  ReadCounts read_counts;
+  std::map<std::string, long> read_error_states;
+  // R5: a read the worker saw commit is on record; one that failed is not.
+  for (const ReadRec &r : reads) {
+    ++read_counts.attempts;
+    const bool recorded = read_by_rid.count(r.rid) > 0;
+    switch (r.out) {
+      case Outcome::kOk:
+        ++read_counts.ok;
+        if (r.rows > 0) ++read_counts.saw_rows;
+        if (r.present == "55Z01") ++read_counts.refused;
+        if (r.undo) ++read_counts.undone;
+        if (!recorded) {
+          violations.Add("acknowledged read lost",
+                         "read " + r.rid + " (" + r.who + ") token " + std::to_string(r.tok));
+        }
+        break;
+      case Outcome::kError:
+        ++read_counts.error;
+        ++read_error_states[r.state];
+        if (recorded) {
+          violations.Add("failed read recorded", "read " + r.rid + ": " + r.msg);
+        }
+        break;
+      default:
+        ++read_counts.info;
+        if (recorded) ++read_counts.info_recorded;
+        break;
+    }
+  }
+
   // B8: each row's final state is its last committed write.
   long final_checked = 0;
   for (const FinalRow &r : final_rows) {
@@ -589,8 +881,11 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   // commit) below R.  So: no higher token with ts < R -> a false rejection,
   // for certain.  Higher token with ts < S: the rejection was required (that
   // writer held the row/fence until it committed, and ours came later).
+  // Under a semaphore only a new grant of the write's own permit justifies
+  // the refusal.
   std::map<std::string, MaxBefore> by_row;
   MaxBefore by_lock;
+  std::map<int, MaxBefore> by_slot;
   for (const HistRec &h : history) {
     if (!h.tok) continue;
     by_row[RowKey(h.tbl, h.row)].Add(h.ts, *h.tok);
@@ -598,11 +893,43 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   }
   for (const ServerGrant &g : server_grants) {
     if (g.lock == kLockName) by_lock.Add(g.ts, g.tok);
+    if (g.lock == kSemName && g.slot) by_slot[*g.slot].Add(g.ts, g.tok);
   }
   for (auto &[key, points] : by_row) points.Finish();
   by_lock.Finish();
-  long rejections_certain = 0;
-  long rejections_concurrent = 0;
+  for (auto &[slot, points] : by_slot) points.Finish();
+  // The tokens that fence a write of tbl[row] under tok; nullptr when tok is
+  // no permit of the semaphore on record, which the guard must refuse
+  // whatever else happened (and A3 reports, if a worker received it).
+  const auto fence_points = [&](const std::string &tbl, int row, Token tok) -> const MaxBefore * {
+    switch (FenceOf(tbl)) {
+      case Fence::kRow:
+        return &by_row[RowKey(tbl, row)];
+      case Fence::kLock:
+        return &by_lock;
+      case Fence::kPermit:
+        break;
+    }
+    const std::optional<int> slot = SlotOf(tenures, tok);
+    return slot ? &by_slot[*slot] : nullptr;
+  };
+  struct RefusalCounts {
+    long certain = 0, concurrent = 0;
+  };
+  // A 55Z01 for tok, sent at S and answered at R, judged against points.
+  const auto judge_refusal = [&](const MaxBefore *points, Token tok, std::int64_t sent,
+                                 std::int64_t received, const std::string &what,
+                                 RefusalCounts &counts) {
+    if (points == nullptr || points->Before(sent) > tok) {
+      ++counts.certain;
+    } else if (points->Before(received) <= tok) {
+      violations.Add("false rejection (55Z01 without a higher committed token)", what);
+    } else {
+      ++counts.concurrent;
+    }
+  };
+  RefusalCounts write_refusals;
+  RefusalCounts read_refusals;
   for (const WriteRec &w : writes) {
     if (w.out == Outcome::kMissing && !w.missing) {
       violations.Add("false 55Z02 (the write had a token)", Describe(w) + ": " + w.msg);
@@ -611,30 +938,46 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       violations.Add("tokenless write got 55Z01, not 55Z02", Describe(w));
     }
     if (w.out != Outcome::kStale || w.missing) continue;
-    const MaxBefore &points = w.tbl == kLockTableTag ? by_lock : by_row[RowKey(w.tbl, w.row)];
-    if (points.Before(w.received) <= w.tok) {
-      violations.Add("false rejection (55Z01 without a higher committed token)",
-                     Describe(w) + ": " + w.msg);
-    } else if (points.Before(w.sent) > w.tok) {
-      ++rejections_certain;
-    } else {
-      ++rejections_concurrent;
-    }
+    judge_refusal(fence_points(w.tbl, w.row, w.tok), w.tok, w.sent, w.received,
+                  Describe(w) + ": " + w.msg, write_refusals);
+  }
+  // A refused presentation of a read, likewise.
+  for (const ReadRec &r : reads) {
+    if (r.out != Outcome::kOk || r.present != "55Z01") continue;
+    judge_refusal(
+        fence_points(kReadTableTag, 0, r.tok), r.tok, r.sent, r.received,
+        "read " + r.rid + " (" + r.who + ") token " + std::to_string(r.tok) + ": " + r.msg,
+        read_refusals);
   }
 
   // ==== D. Stale acceptances seen in real time ====
   // Independent of the commit numbering (which is only an order where writes
   // serialise): a write sent after a client had *received* a higher grant
-  // (lock-wide) or an acknowledgement of a higher write to the same row
-  // (both fences) must be refused.  If it committed, that is a stale write,
-  // whatever order the server chose.
+  // (lock-wide), a newer grant of the write's own permit (semaphore), or an
+  // acknowledgement of a higher write to the same row (both exclusive
+  // fences) must be refused.  If it committed, that is a stale write,
+  // whatever order the server chose.  Under a semaphore the same holds for a
+  // read that saw rows: its presentation came after the newer grant.
   {
     MaxBefore grants_received;
-    for (const GrantRec &g : grants) grants_received.Add(g.received, g.tok);
+    std::map<int, MaxBefore> received_by_slot;
+    for (const GrantRec &g : grants) {
+      grants_received.Add(g.received, g.tok);
+      if (const std::optional<int> slot = SlotOf(tenures, g.tok)) {
+        received_by_slot[*slot].Add(g.received, g.tok);
+      }
+    }
     grants_received.Finish();
+    for (auto &[slot, points] : received_by_slot) points.Finish();
+    // The newest grant of tok's permit a client had received before t.
+    const auto received_before = [&](Token tok, std::int64_t t) {
+      const std::optional<int> slot = SlotOf(tenures, tok);
+      const auto it = slot ? received_by_slot.find(*slot) : received_by_slot.end();
+      return it == received_by_slot.end() ? kNone : it->second.Before(t);
+    };
     std::map<std::string, MaxBefore> acked_by_row;
     for (const WriteRec &w : writes) {
-      if (w.out == Outcome::kOk && !w.missing)
+      if (w.out == Outcome::kOk && !w.missing && FenceOf(w.tbl) != Fence::kPermit)
         acked_by_row[RowKey(w.tbl, w.row)].Add(w.received, w.tok);
     }
     for (auto &[key, points] : acked_by_row) points.Finish();
@@ -648,6 +991,14 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
               Describe(w) + " sent after token " + std::to_string(granted) + " was granted");
         }
       }
+      if (FenceOf(w.tbl) == Fence::kPermit) {
+        const Token granted = received_before(w.tok, w.sent);
+        if (granted > w.tok) {
+          violations.Add("stale write accepted after a newer grant of its permit (real time)",
+                         Describe(w) + " sent after token " + std::to_string(granted) +
+                             " of its permit was granted");
+        }
+      }
       const auto it = acked_by_row.find(RowKey(w.tbl, w.row));
       if (it != acked_by_row.end()) {
         const Token acked = it->second.Before(w.sent);
@@ -656,6 +1007,18 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
                          Describe(w) + " sent after a write with token " + std::to_string(acked) +
                              " had been acknowledged");
         }
+      }
+    }
+    for (const ServerRead &sr : server_reads) {
+      const auto it = read_index.find(sr.rid);
+      if (sr.rows == 0 || it == read_index.end()) continue;
+      const ReadRec &r = reads[it->second];
+      const Token granted = received_before(sr.tok, r.sent);
+      if (granted > sr.tok) {
+        violations.Add("stale read after a newer grant of its permit (real time)",
+                       "read " + r.rid + " (" + r.who + ") token " + std::to_string(sr.tok) +
+                           " saw " + std::to_string(sr.rows) + " rows, sent after token " +
+                           std::to_string(granted) + " of its permit was granted");
       }
     }
   }
@@ -671,23 +1034,40 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   // ==== E. The run must have exercised something ====
   long stale_total = 0;
   for (const auto &[tbl, c] : counts) stale_total += c.stale;
-  if (grants.empty() || counts[kRowTableTag].ok == 0 || counts[kLockTableTag].ok == 0) {
+  const std::vector<std::string> tables =
+      permit_mode ? std::vector<std::string>{kSemTableTag, kReadTableTag}
+                  : std::vector<std::string>{kRowTableTag, kLockTableTag};
+  if (grants.empty() || counts[tables[0]].ok == 0 || counts[tables[1]].ok == 0) {
     violations.Add("vacuous run", "no grants, or no accepted write in a table");
   }
   if (guarded && stale_total == 0) {
     violations.Add("vacuous run",
                    "no write was ever refused as stale: the guard was not exercised");
   }
+  if (permit_mode) {
+    if (static_cast<int>(grants_by_slot.size()) < permits) {
+      violations.Add("vacuous run", "only " + std::to_string(grants_by_slot.size()) + " of " +
+                                        std::to_string(permits) + " permits were ever granted");
+    }
+    if (tenure_reads == 0) violations.Add("vacuous run", "no read under the read fence saw rows");
+    if (guarded && read_counts.refused == 0) {
+      violations.Add("vacuous run", "no read's presentation was ever refused as stale");
+    }
+  }
 
   // ==== Report ====
   long writes_total = static_cast<long>(writes.size());
+  long reads_total = static_cast<long>(reads.size());
   long acquires = events["acq_invoke"];
   out << "== check " << dir << "\n";
   out << "run: mode=" << meta["mode"] << " seed=" << meta["seed"]
       << " duration=" << meta["duration_s"] << "s workers=" << meta["workers"] << " rows=" << rows
-      << " ttl=" << meta["ttl_ms"] << "ms pg_fencing=" << meta["extversion"] << "\n";
-  out << "operations: " << writes_total + acquires + events["release"] << " (writes "
-      << writes_total << ", acquires " << acquires << ", releases " << events["release"] << ")\n";
+      << " ttl=" << meta["ttl_ms"] << "ms pg_fencing=" << meta["extversion"];
+  if (permit_mode) out << " semaphore=" << kSemName << " permits=" << permits;
+  out << "\n";
+  out << "operations: " << writes_total + reads_total + acquires + events["release"] << " (writes "
+      << writes_total << (permit_mode ? ", reads " + std::to_string(reads_total) : "")
+      << ", acquires " << acquires << ", releases " << events["release"] << ")\n";
   out << "faults: pause=" << faults["pause"] << " kill=" << faults["kill"]
       << " crash=" << faults["crash"] << " (worker processes started " << faults["spawn"]
       << ", unexpected worker exits " << faults["worker_exit"] << ")\n";
@@ -698,6 +1078,12 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   out << "acquires: " << acquires << " (granted " << grants.size() << ", busy after the wait "
       << events["acq_timeout"] << ", failed on an error " << events["acq_error"]
       << "); leases lost while held " << lost_tokens.size() << "\n";
+  if (permit_mode) {
+    out << "permits: grants per permit";
+    for (const auto &[slot, n] : grants_by_slot) out << " " << slot << "=" << n;
+    out << "; checked against their permit's tenure: " << tenure_writes << " committed writes, "
+        << tenure_reads << " reads that saw rows\n";
+  }
   long info_total = 0;
   long info_committed = 0;
   long error_total = 0;
@@ -715,19 +1101,40 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       << ", indeterminate " << info_total << " (committed " << info_committed << ", not committed "
       << info_total - info_committed << ")\n";
   for (const auto &[tbl, c] : counts) {
-    out << "  " << (tbl == kRowTableTag ? "per-row fence  " : "lock-wide fence") << " (" << tbl
-        << "): attempts " << c.attempts << ", accepted " << c.ok << ", 55Z01 " << c.stale
-        << ", 55Z02 " << c.missing << ", other " << c.error << ", indeterminate " << c.info << " ("
-        << c.info_committed << " committed)\n";
+    const Fence fence = FenceOf(tbl);
+    out << "  "
+        << (fence == Fence::kRow    ? "per-row fence  "
+            : fence == Fence::kLock ? "lock-wide fence"
+            : tbl == kReadTableTag  ? "semaphore, read fence"
+                                    : "semaphore      ")
+        << " (" << tbl << "): attempts " << c.attempts << ", accepted " << c.ok << ", 55Z01 "
+        << c.stale << ", 55Z02 " << c.missing << ", other " << c.error << ", indeterminate "
+        << c.info << " (" << c.info_committed << " committed)\n";
   }
   if (!error_states.empty()) {
     out << "  other errors by SQLSTATE:";
     for (const auto &[state, n] : error_states) out << " " << state << "=" << n;
     out << "\n";
   }
-  out << "rejections 55Z01: " << rejections_certain
-      << " with the higher token committed before the write was sent, " << rejections_concurrent
+  out << "rejections 55Z01: " << write_refusals.certain
+      << " with the higher token committed before the write was sent, " << write_refusals.concurrent
       << " with it committed while the write was in flight\n";
+  if (permit_mode) {
+    out << "reads: attempts " << read_counts.attempts << ", answered " << read_counts.ok
+        << " (saw rows " << read_counts.saw_rows << ", presentation refused 55Z01 "
+        << read_counts.refused << ", presentation taken back " << read_counts.undone
+        << "), other errors " << read_counts.error << ", indeterminate " << read_counts.info
+        << " (recorded " << read_counts.info_recorded << "); " << server_reads.size()
+        << " on the server's record\n";
+    if (!read_error_states.empty()) {
+      out << "  read errors by SQLSTATE:";
+      for (const auto &[state, n] : read_error_states) out << " " << state << "=" << n;
+      out << "\n";
+    }
+    out << "refused presentations: " << read_refusals.certain
+        << " with the newer grant committed before the read was sent, " << read_refusals.concurrent
+        << " with it committed while the read was in flight\n";
+  }
   out << "history: " << history.size()
       << " committed writes on the server's record, final state of " << final_checked
       << " rows checked\n";

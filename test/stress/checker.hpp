@@ -6,8 +6,13 @@
 //   history.tsv         the server's record of every committed write, made by
 //                       an AFTER UPDATE trigger in the writing transaction:
 //                       seq tbl row token val write_id ts_us pm_start_us
-//   grants.tsv          the same for every lease grant (trigger on the
-//                       extension's fencing_lease): seq lock holder token ts_us pm_start_us
+//   grants.tsv          the same for every lease or permit grant (trigger on
+//                       the extension's fencing_lease and fencing_permit):
+//                       seq lock holder token ts_us pm_start_us slot
+//                       (slot: a permit's, \N for a lease; older runs lack it)
+//   reads.tsv           permit mode: every read under the read fence, recorded
+//                       by the reading transaction:
+//                       seq read_id token presented rows_seen ts_us pm_start_us
 //   final.tsv           the tables at the end: tbl row token val write_id
 // The checks are described in RELIABILITY.md and at each check below.
 #pragma once

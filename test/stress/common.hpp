@@ -27,6 +27,19 @@ inline constexpr char kLockTable[] = "stress_lock";
 // The short names the logs use for them.
 inline constexpr char kRowTableTag[] = "rows";
 inline constexpr char kLockTableTag[] = "lock";
+// Permit mode (--permits N): the semaphore whose permits the workers take
+// instead of the lease kLockName, and its two tables, both protected under
+// it.  The per-row table has no place there: under a semaphore a row's own
+// token is not compared (holders of different permits write the same rows).
+inline constexpr char kSemName[] = "stress_sem";
+// Written with the token alone: the guard judges each UPDATE.
+inline constexpr char kSemTable[] = "stress_sem_rows";
+// Also behind a read fence (row-level security on fencing_reads_allowed):
+// its writers present their token first, and the workers' reads count its
+// rows.
+inline constexpr char kReadTable[] = "stress_sem_read";
+inline constexpr char kSemTableTag[] = "sem";
+inline constexpr char kReadTableTag[] = "read";
 inline constexpr char kDatabase[] = "stress";
 inline constexpr char kAppRole[] = "stress_app";
 

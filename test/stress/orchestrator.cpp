@@ -66,7 +66,8 @@ struct Options {
 
 std::string UsageText() {
   return R"(usage: pg_fencing_stress [options]
-Runs N worker processes that compete for the lease "stress" and write with
+Runs N worker processes that compete for the lease "stress" (or, with
+--permits, for the permits of the semaphore "stress_sem") and write with
 their tokens to two protected tables, while a nemesis pauses (SIGSTOP) and
 kills (SIGKILL) workers and crashes the server (SIGKILL to the postmaster and
 all its processes, then restart).  Creates its own cluster with initdb (run
@@ -87,6 +88,11 @@ Unix socket only.  At the end, checks the history (pg_fencing_stress_check).
   --p-careless P      per hold: ignore the loss of the lease (0.35)
   --p-zombie P        per hold: write on with the old token after it (0.35)
   --p-missing P       per write: leave the token out (0.02)
+  --permits N         permit mode: the workers take one of N permits of the semaphore
+                      "stress_sem" instead of the lease; its two tables are protected under
+                      it, one also behind a read fence, and some operations are reads (0: off)
+  --p-read P          permit mode, per operation: a read under the read fence (0.25)
+  --p-undo P          per read: present, then roll the presentation back before reading (0.15)
   --dir DIR           run directory (logs, history; default: a new /tmp/pg_fencing_stress.*)
   --pg-bindir DIR     PostgreSQL binaries (/usr/lib/postgresql/15/bin)
   --keep-data         keep the cluster's data directory
@@ -151,6 +157,12 @@ Options ParseOptions(int argc, char **argv) {
         o.worker.p_zombie = std::stod(value());
       else if (arg == "--p-missing")
         o.worker.p_missing = std::stod(value());
+      else if (arg == "--permits")
+        o.worker.permits = std::stoi(value());
+      else if (arg == "--p-read")
+        o.worker.p_read = std::stod(value());
+      else if (arg == "--p-undo")
+        o.worker.p_undo = std::stod(value());
       else if (arg == "--dir")
         o.dir = value();
       else if (arg == "--pg-bindir")
@@ -179,6 +191,8 @@ Options ParseOptions(int argc, char **argv) {
   if (o.rows < 1 || o.rows > 100000) throw UsageError("--rows must be 1..100000");
   if (o.duration_s < 1) throw UsageError("--duration must be positive");
   if (o.worker.ttl.count() < 50) throw UsageError("--ttl must be at least 50 ms");
+  if (o.worker.permits < 0 || o.worker.permits > 1000)
+    throw UsageError("--permits must be 0..1000");
   if (o.pause_min_ms < 0) {
     o.pause_min_ms = static_cast<int>(o.worker.ttl.count() * 3 / 2);
     o.pause_max_ms = static_cast<int>(o.worker.ttl.count() * 5);
@@ -194,6 +208,22 @@ std::string Join(const std::set<std::string> &items) {
 }
 
 // ---- Database set-up and the final dump ------------------------------------
+
+// The two tables of a run, and how each is protected.
+struct StressTable {
+  const char *name;
+  const char *tag;
+  const char *lock;  // fencing_protect's lock_name; nullptr: per row
+  bool read_fence;   // row-level security on fencing_reads_allowed(lock)
+};
+
+std::vector<StressTable> TablesOf(const Options &o) {
+  if (o.worker.permits > 0) {
+    return {{kSemTable, kSemTableTag, kSemName, false},
+            {kReadTable, kReadTableTag, kSemName, true}};
+  }
+  return {{kRowTable, kRowTableTag, nullptr, false}, {kLockTable, kLockTableTag, kLockName, false}};
+}
 
 void SetUpDatabase(const Cluster &cluster, const Options &o) {
   {
@@ -217,25 +247,26 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
                              " SET idle_in_transaction_session_timeout = '" +
                              std::to_string(idle_ms) + "ms'");
   pqxx_compat::Exec0(tx, std::string("ALTER ROLE ") + kAppRole + " SET statement_timeout = '10s'");
-  // The commit order.  Every write and grant takes its number after it has
-  // locked what it conflicts on (the row; the lock's fence row), and keeps
-  // those locks until it commits: for two writes that conflict, the number
-  // order is the commit order.  CACHE 1: numbers ordered across sessions.
+  // The commit order.  Every write, grant and read takes its number after it
+  // has locked what it conflicts on (the row; the lock's fence row or gate;
+  // the permit's gate), and keeps those locks until it commits: for two that
+  // conflict, the number order is the commit order.  CACHE 1: numbers
+  // ordered across sessions.
   pqxx_compat::Exec0(tx, "CREATE SEQUENCE stress_commit_seq CACHE 1");
   pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_history (
       seq bigint PRIMARY KEY, tbl text NOT NULL, row_id int NOT NULL, token bigint,
       val bigint, write_id text, ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
+  // slot: the permit's, for a grant of a semaphore; NULL for a lease.
   pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_grants (
       seq bigint PRIMARY KEY, lock_name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
-      ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
-  for (const char *table : {kRowTable, kLockTable}) {
-    pqxx_compat::Exec0(tx,
-                       std::string("CREATE TABLE ") + table +
-                           " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
-    pqxx_compat::Exec0(tx, std::string("INSERT INTO ") + table +
-                               " (id) SELECT g FROM generate_series(0, " +
-                               std::to_string(o.rows - 1) + ") g");
-  }
+      ts timestamptz NOT NULL, pm_start timestamptz NOT NULL, slot int))");
+  // Reads under the read fence (permit mode), recorded by the reading
+  // transaction itself: presented says whether a presentation was in force
+  // when it counted the rows it could see.
+  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_reads (
+      seq bigint PRIMARY KEY, read_id text NOT NULL, token bigint NOT NULL,
+      presented boolean NOT NULL, rows_seen bigint NOT NULL, ts timestamptz NOT NULL,
+      pm_start timestamptz NOT NULL))");
   // Written in the writing transaction itself: a row here exists iff the
   // write committed.  SECURITY DEFINER: the workers cannot write history.
   pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_write() RETURNS trigger LANGUAGE plpgsql
@@ -246,34 +277,71 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
                 NEW.val, NEW.write_id, clock_timestamp(), pg_postmaster_start_time());
       RETURN NULL;
     END $$)");
-  pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + kRowTable +
-                             " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + kRowTableTag +
-                             "')");
-  pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") +
-                             kLockTable + " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" +
-                             kLockTableTag + "')");
-  // Every grant, observed on the extension's lease table in the granting
-  // transaction (fencing_try_acquire has locked the lock's fence row by then).
-  // A renewal or release changes only expires_at and is not recorded.
+  const std::vector<StressTable> tables = TablesOf(o);
+  std::string table_list;
+  for (const StressTable &t : tables) {
+    pqxx_compat::Exec0(tx,
+                       std::string("CREATE TABLE ") + t.name +
+                           " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
+    pqxx_compat::Exec0(tx, std::string("INSERT INTO ") + t.name +
+                               " (id) SELECT g FROM generate_series(0, " +
+                               std::to_string(o.rows - 1) + ") g");
+    pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + t.name +
+                               " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + t.tag +
+                               "')");
+    table_list += (table_list.empty() ? "" : ", ") + std::string(t.name);
+  }
+  // Every grant, observed on the extension's lease and permit tables in the
+  // granting transaction (a lease's grant has locked the lock's fence row by
+  // then, a permit's grant its slot's gate).  A renewal or release changes
+  // only expires_at (and ended) and is not recorded.  One function for both
+  // tables: fencing_lease has no slot.
   pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_grant() RETURNS trigger LANGUAGE plpgsql
       SECURITY DEFINER SET search_path = pg_catalog, public AS $$
     BEGIN
       IF TG_OP = 'INSERT' OR NEW.token::bigint IS DISTINCT FROM OLD.token::bigint THEN
         INSERT INTO public.stress_grants
           VALUES (nextval('public.stress_commit_seq'), NEW.lock_name, NEW.holder,
-                  NEW.token::bigint, clock_timestamp(), pg_postmaster_start_time());
+                  NEW.token::bigint, clock_timestamp(), pg_postmaster_start_time(),
+                  (to_jsonb(NEW) ->> 'slot')::int);
       END IF;
       RETURN NULL;
     END $$)");
+  for (const char *extension_table : {"fencing_lease", "fencing_permit"}) {
+    pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON ") +
+                               extension_table +
+                               " FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
+  }
+  // A read's record, taken by the reading transaction after it presented:
+  // the workers pass what they counted, the server numbers it.
+  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_read(read_id text, token bigint,
+        presented boolean, rows_seen bigint) RETURNS bigint LANGUAGE sql
+      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+    INSERT INTO public.stress_reads
+      VALUES (nextval('public.stress_commit_seq'), read_id, token, presented, rows_seen,
+              clock_timestamp(), pg_postmaster_start_time())
+    RETURNING rows_seen
+    $$)");
+  pqxx_compat::Exec0(tx, "REVOKE ALL ON FUNCTION stress_record_read FROM PUBLIC");
   pqxx_compat::Exec0(tx,
-                     "CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON fencing_lease "
-                     "FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
-  pqxx_compat::Exec0(tx, std::string("GRANT SELECT, UPDATE ON ") + kRowTable + ", " + kLockTable +
-                             " TO " + kAppRole);
+                     std::string("GRANT EXECUTE ON FUNCTION stress_record_read TO ") + kAppRole);
+  pqxx_compat::Exec0(tx, "GRANT SELECT, UPDATE ON " + table_list + " TO " + kAppRole);
   if (!o.unguarded) {
-    tx.exec(std::string("SELECT fencing_protect('") + kRowTable + "')");
-    tx.exec(std::string("SELECT fencing_protect('") + kLockTable + "', lock_name => '" + kLockName +
-            "')");
+    for (const StressTable &t : tables) {
+      tx.exec(std::string("SELECT fencing_protect('") + t.name + "'" +
+              (t.lock ? std::string(", lock_name => '") + t.lock + "'" : std::string()) + ")");
+      if (!t.read_fence) continue;
+      // The README's read fence: rows hidden from a transaction that has not
+      // presented a current token.  The workers' role is neither superuser
+      // nor owner, so the policies hold for it.
+      pqxx_compat::Exec0(tx, std::string("ALTER TABLE ") + t.name +
+                                 " ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY");
+      pqxx_compat::Exec0(tx, std::string("CREATE POLICY all_rows ON ") + t.name + " USING (true)");
+      pqxx_compat::Exec0(tx, std::string("CREATE POLICY read_fence ON ") + t.name +
+                                 " AS RESTRICTIVE FOR SELECT USING ((SELECT "
+                                 "fencing_reads_allowed('" +
+                                 t.lock + "')))");
+    }
   }
   tx.commit();
 }
@@ -291,7 +359,7 @@ void DumpQuery(pqxx::work &tx, const std::string &sql, const std::string &path) 
   WriteFile(path, out);
 }
 
-void DumpState(const Cluster &cluster, const std::string &dir) {
+void DumpState(const Cluster &cluster, const Options &o, const std::string &dir) {
   pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
   pqxx::work tx(db);
   const auto micros = [&](const std::string &column) {
@@ -303,13 +371,20 @@ void DumpState(const Cluster &cluster, const std::string &dir) {
             dir + "/history.tsv");
   DumpQuery(tx,
             "SELECT seq, lock_name, holder, token, " + micros("ts") + ", " + micros("pm_start") +
-                " FROM stress_grants ORDER BY seq",
+                ", slot FROM stress_grants ORDER BY seq",
             dir + "/grants.tsv");
-  DumpQuery(tx,
-            std::string("SELECT '") + kRowTableTag + "', id, token::bigint, val, write_id FROM " +
-                kRowTable + " UNION ALL SELECT '" + kLockTableTag +
-                "', id, token::bigint, val, write_id FROM " + kLockTable + " ORDER BY 1, 2",
-            dir + "/final.tsv");
+  if (o.worker.permits > 0) {
+    DumpQuery(tx,
+              "SELECT seq, read_id, token, presented, rows_seen, " + micros("ts") + ", " +
+                  micros("pm_start") + " FROM stress_reads ORDER BY seq",
+              dir + "/reads.tsv");
+  }
+  std::string final_rows;
+  for (const StressTable &t : TablesOf(o)) {
+    final_rows += std::string(final_rows.empty() ? "" : " UNION ALL ") + "SELECT '" + t.tag +
+                  "', id, token::bigint, val, write_id FROM " + t.name;
+  }
+  DumpQuery(tx, final_rows + " ORDER BY 1, 2", dir + "/final.tsv");
   DumpQuery(tx, "SELECT lock_name, high_water::bigint FROM fencing_fences ORDER BY 1",
             dir + "/fences.tsv");
   tx.commit();
@@ -536,7 +611,9 @@ int RunOrchestrator(int argc, char **argv) {
     if (mkdtemp(sock_templ) == nullptr) throw std::runtime_error("mkdtemp failed");
     socket_dir = sock_templ;
     const std::string mode = o.unguarded ? "unguarded" : "guarded";
-    std::cout << "pg_fencing_stress: mode=" << mode << " seed=" << o.seed
+    const std::string lock = o.worker.permits > 0 ? kSemName : kLockName;
+    std::cout << "pg_fencing_stress: mode=" << mode << " lock=" << lock
+              << " permits=" << o.worker.permits << " seed=" << o.seed
               << " duration=" << o.duration_s << "s workers=" << o.workers << " rows=" << o.rows
               << " ttl=" << o.worker.ttl.count() << "ms faults=" << Join(o.faults) << " dir=" << dir
               << std::endl;
@@ -565,8 +642,8 @@ int RunOrchestrator(int argc, char **argv) {
     std::ostringstream meta;
     meta << "mode=" << mode << "\nseed=" << o.seed << "\nduration_s=" << o.duration_s
          << "\nworkers=" << o.workers << "\nrows=" << o.rows << "\nttl_ms=" << o.worker.ttl.count()
-         << "\nfaults=" << Join(o.faults) << "\nlock=" << kLockName << "\nextversion=" << extversion
-         << "\nstart_wall_us=" << Now().wall_us << "\n";
+         << "\nfaults=" << Join(o.faults) << "\nlock=" << lock << "\npermits=" << o.worker.permits
+         << "\nextversion=" << extversion << "\nstart_wall_us=" << Now().wall_us << "\n";
     WriteFile(dir + "/meta.txt", meta.str());
 
     Orchestrator orchestrator(o, *cluster, dir, SelfPath());
@@ -574,7 +651,7 @@ int RunOrchestrator(int argc, char **argv) {
     fault_summary = orchestrator.FaultSummary();
     if (g_interrupted) std::cerr << "pg_fencing_stress: interrupted; checking what ran\n";
 
-    DumpState(*cluster, dir);
+    DumpState(*cluster, o, dir);
     cluster->Stop();
     if (!o.keep_data) cluster->RemoveData();
   } catch (const std::exception &error) {

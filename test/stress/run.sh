@@ -1,25 +1,32 @@
 #!/bin/bash
 # The stress test (see RELIABILITY.md), as root, on an already built tree:
 #
-#   bash test/stress/run.sh BUILD_DIR [--duration S] [--unguarded-duration S] [--seed N]
-#                           [--pg-bindir DIR] [--keep]
+#   bash test/stress/run.sh BUILD_DIR [--duration S] [--unguarded-duration S]
+#                           [--permit-duration S] [--seed N] [--pg-bindir DIR] [--keep]
 #
 # 1. a guarded run (both tables protected) with every fault, on a server that
 #    preloads pg_fencing (its statistics and expiry worker run through the
 #    crashes too, and every UPDATE is judged in its projection): must pass;
 #    then a shorter one with the guard's fast paths off (every write judged
 #    by the trigger, writers under a lock taking its fence gate in turn);
+#    then a permit run: the workers take permits of a three-permit semaphore
+#    instead of the lease, its tables protected under it (one behind a read
+#    fence), some operations reads under the read fence: must pass;
 # 2. an unguarded run (no fencing_protect), same load and faults: the checker
-#    must report violations, so its failure is this step's success;
+#    must report violations, so its failure is this step's success; and the
+#    same with permits (no fencing_protect, no read fence);
 # 3. the checker against copies of run 1's directory with one defect planted
 #    in each (a lost acknowledged write, a token granted twice, a wrong final
-#    row, a false rejection, a token that went down): each must be reported.
+#    row, a false rejection, a token that went down), and of the permit run's
+#    (a write after its permit was granted again, a stale read, rows seen
+#    without a presentation, a lost read, a token granted twice): each must be
+#    reported.
 # Builds nothing; each run makes its own throwaway cluster (initdb as
 # "postgres", Unix socket only) and removes it.  Exit 0 only if all of them hold.
 set -uo pipefail
 
 usage() {
-  echo "usage: $0 BUILD_DIR [--duration S] [--unguarded-duration S] [--seed N] [--pg-bindir DIR] [--keep]" >&2
+  echo "usage: $0 BUILD_DIR [--duration S] [--unguarded-duration S] [--permit-duration S] [--seed N] [--pg-bindir DIR] [--keep]" >&2
   exit 2
 }
 (($# >= 1)) || usage
@@ -27,6 +34,8 @@ build=$(cd "$1" && pwd) || usage
 shift
 duration=45
 unguarded_duration=20
+permit_duration=25
+permits=3
 seed=1
 keep=0
 pg_bindir=()
@@ -34,6 +43,7 @@ while (($#)); do
   case $1 in
     --duration) duration=$2; shift 2 ;;
     --unguarded-duration) unguarded_duration=$2; shift 2 ;;
+    --permit-duration) permit_duration=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
     --pg-bindir) pg_bindir=(--pg-bindir "$2"); shift 2 ;;
     --keep) keep=1; shift ;;
@@ -93,6 +103,9 @@ expect_no_violation() {
 expect_no_violation guarded "$duration" --preload
 PGOPTIONS="-c pg_fencing.fast_update=off -c pg_fencing.shared_fence=off" \
   expect_no_violation guarded_fast_paths_off "$unguarded_duration" --preload
+# Permits: no two holders of a permit with overlapping accepted writes, no
+# stale read under the read fence.
+expect_no_violation permits "$permit_duration" --preload --permits "$permits"
 
 # 2. Unguarded: the checker must catch the stale writes.
 # No token-less writes here: the violations must be stale writes.
@@ -104,13 +117,29 @@ else
   echo "--- unguarded: NOT CAUGHT (status $rc; expected 1, with stale writes among the violations)"
   failures+=(unguarded)
 fi
+# The same with permits: writes of a permit after it was granted again must
+# be among the violations.
+stress_run permits_unguarded "$unguarded_duration" --preload --permits "$permits" --unguarded --p-missing 0
+rc=$?
+if ((rc == 1)) && grep -q "write after its permit was granted again (commit order)" "$work/permits_unguarded.out"; then
+  echo "--- permits_unguarded: violations reported, as they must be: the harness catches stale permit writes"
+else
+  echo "--- permits_unguarded: NOT CAUGHT (status $rc; expected 1, with writes after their permit was granted again)"
+  failures+=(permits_unguarded)
+fi
 
-# 3. Planted defects, on copies of the guarded run (if it produced one).
+# 3. Planted defects, on copies of a run's directory: plant RUN NAME EXPECT.
+# Permit tokens' next grants, for the permit defects: "token next_seq" for
+# every permit grant that has a next grant of its slot (grants.tsv is in seq
+# order; column 7 is the slot).
+next_grants() {
+  awk -F'\t' '$7 != "\\N" { k = $2 FS $7; if (k in last) print last[k] "\t" $1; last[k] = $4 }' "$1/grants.tsv"
+}
 plant() {
-  local name=$1 expect=$2
-  local dir=$work/plant-$name
+  local run=$1 name=$2 expect=$3
+  local dir=$work/plant-$run-$name
   rm -rf "$dir"
-  cp -a "$work/guarded" "$dir"
+  cp -a "$work/$run" "$dir"
   rm -rf "$dir/pgdata"
   case $name in
     lost-write)  # drop an acknowledged write from the server's history
@@ -131,6 +160,23 @@ plant() {
     token-down)  # the last committed write (its row's latest) carries token 0
       awk -F'\t' -v OFS='\t' -v n="$(wc -l <"$dir/history.tsv")" 'NR == n { $4 = 0 } { print }' \
         "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+    write-after-regrant)  # an early committed write moves past the next grant of its permit
+      next_grants "$dir" >"$dir/next"
+      awk -F'\t' -v OFS='\t' 'FNR == NR { next_seq[$1] = $2; next }
+        !done && ($2 == "sem" || $2 == "read") && ($4 in next_seq) { $1 = next_seq[$4] + 1; done = 1 }
+        { print }' "$dir/next" "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+    stale-read)  # an early read that saw rows moves past the next grant of its permit
+      next_grants "$dir" >"$dir/next"
+      awk -F'\t' -v OFS='\t' 'FNR == NR { next_seq[$1] = $2; next }
+        !done && $4 == "t" && $5 > 0 && ($3 in next_seq) { $1 = next_seq[$3] + 1; done = 1 }
+        { print }' "$dir/next" "$dir/reads.tsv" >"$dir/t" && mv "$dir/t" "$dir/reads.tsv" ;;
+    read-unfenced)  # a read without a presentation in force saw every row
+      awk -F'\t' -v OFS='\t' '!done && $4 == "f" { $5 = 16; done = 1 } { print }' \
+        "$dir/reads.tsv" >"$dir/t" && mv "$dir/t" "$dir/reads.tsv" ;;
+    lost-read)  # drop an acknowledged read from the server's record
+      local rid
+      rid=$(grep -h 'ev=r_done .* out=ok' "$dir"/workers/*.log | head -n 1 | sed 's/.* rid=\([^ ]*\) .*/\1/')
+      awk -F'\t' -v r="$rid" '$2 != r' "$dir/reads.tsv" >"$dir/t" && mv "$dir/t" "$dir/reads.tsv" ;;
   esac
   "$check" "$dir" --examples 1 >"$dir.out" 2>&1
   local rc=$?
@@ -138,25 +184,36 @@ plant() {
     echo "    planted $name: reported ($(grep -m1 "$expect" "$dir.out" | sed 's/^ *//'))"
   else
     echo "    planted $name: NOT REPORTED (status $rc, expected \"$expect\")"
-    failures+=("plant-$name")
+    failures+=("plant-$run-$name")
   fi
 }
 echo
 echo "==> checker self-test: defects planted in copies of the guarded run"
 if [[ -f $work/guarded/history.tsv ]]; then
-  plant lost-write "acknowledged write lost"
-  plant granted-twice "token granted twice"
-  plant final-row "final state mismatch"
-  plant false-rejection "false rejection"
-  plant token-down "row token decreased"
+  plant guarded lost-write "acknowledged write lost"
+  plant guarded granted-twice "token granted twice"
+  plant guarded final-row "final state mismatch"
+  plant guarded false-rejection "false rejection"
+  plant guarded token-down "row token decreased"
 else
   echo "    no guarded run directory to plant defects in"
   failures+=(self-test)
 fi
+echo "==> checker self-test: defects planted in copies of the permit run"
+if [[ -f $work/permits/reads.tsv ]]; then
+  plant permits write-after-regrant "write after its permit was granted again (commit order)"
+  plant permits stale-read "stale read: rows seen after the permit was granted again (commit order)"
+  plant permits read-unfenced "rows seen without a presentation in force"
+  plant permits lost-read "acknowledged read lost"
+  plant permits granted-twice "token granted twice"
+else
+  echo "    no permit run directory to plant defects in"
+  failures+=(self-test-permits)
+fi
 
 echo
 if ((${#failures[@]} == 0)); then
-  echo "stress: PASS (guarded run clean, unguarded run caught, planted defects reported)"
+  echo "stress: PASS (guarded and permit runs clean, unguarded runs caught, planted defects reported)"
   ((keep)) && echo "run directories kept in $work" || rm -rf "$work"
   exit 0
 fi

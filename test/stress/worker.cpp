@@ -15,10 +15,18 @@
 //   zombie tok=T                             writing on with a token let go of
 //   w_inv wid=W tbl=rows|lock row=R tok=T|none lease=T val=V     before a write is sent
 //   w_done wid=W out=ok|55Z01|55Z02|err|info [state=SQLSTATE] [n=ROWS]
+//   r_inv rid=R tok=T present=keep|undo      before a read is sent (permit mode)
+//   r_done rid=R out=ok present=ok|55Z01 rows=N | out=err|info [state=SQLSTATE]
 //   stop                                     clean exit after SIGTERM
 // out=info means the outcome is unknown (the connection broke, or COMMIT's
 // answer was lost): the write may or may not have committed.  A w_inv with
-// no w_done (the process was killed) means the same.
+// no w_done (the process was killed) means the same; likewise for reads.
+//
+// Permit mode (config.permits > 0): the worker takes a permit of the
+// semaphore kSemName instead of the lease, writes kSemTable (the guard judges
+// the UPDATE) and kReadTable (behind a read fence: the writer presents its
+// token first), and some of its operations are reads of kReadTable under the
+// read fence, recorded on the server in the reading transaction.
 #include "worker.hpp"
 
 #include <signal.h>
@@ -100,6 +108,11 @@ class Worker {
     client::LeaseOptions options;
     options.conninfo = config_.conninfo;
     options.lock_name = kLockName;
+    if (config_.permits > 0) {
+      options.mode = client::LeaseOptions::Mode::kPermit;
+      options.permits = config_.permits;
+      options.lock_name = kSemName;
+    }
     // Unique per acquisition, not per process: a holder that thinks its
     // lease is lost while the server still has it live would otherwise get
     // the same token back, and a token must mean one grant.
@@ -147,7 +160,7 @@ class Worker {
         }
         if (!careless) break;
       }
-      Write(token);
+      Operate(token);
       Gap();
     }
     try {
@@ -164,7 +177,7 @@ class Worker {
       const std::int64_t until =
           MonoMs() + Uniform(0, static_cast<int>(config_.zombie_max.count()));
       while (!g_stop && MonoMs() < until) {
-        Write(token);
+        Operate(token);
         Gap();
       }
     }
@@ -172,77 +185,156 @@ class Worker {
 
   void Gap() { SleepMs(Uniform(0, static_cast<int>(config_.write_gap_max.count()))); }
 
+  // One operation under token: a write, or in permit mode sometimes a read.
+  void Operate(Token token) {
+    if (config_.permits > 0 && Chance(config_.p_read)) {
+      Read(token);
+    } else {
+      Write(token);
+    }
+  }
+
+  // Runs one attempt's transaction (body returns the outcome of a success,
+  // "ok ...") and turns what it throws into the outcome the checker reads:
+  // a refusal, an error on a connection still up (not committed), or info
+  // (unknown: the connection went away, maybe after COMMIT did its work).
+  template <typename Body>
+  std::string Attempt(Body &&body, std::string *detail) {
+    try {
+      return body();
+    } catch (const client::StaleTokenError &error) {
+      *detail = FirstLine(error.what());
+      return "55Z01";
+    } catch (const client::MissingTokenError &error) {
+      *detail = FirstLine(error.what());
+      return "55Z02";
+    } catch (const pqxx::in_doubt_error &error) {
+      *detail = FirstLine(error.what());
+      db_.reset();
+      return "info phase=commit";
+    } catch (const pqxx::broken_connection &error) {
+      *detail = FirstLine(error.what());
+      db_.reset();
+      return "info";
+    } catch (const pqxx::sql_error &error) {
+      // An error answer on a connection that is still up: the transaction
+      // did not commit.  One that came with the connection going away (a
+      // FATAL) may have come after COMMIT did its work: unknown.
+      *detail = FirstLine(error.what());
+      if (db_ && db_->is_open()) return "err state=" + pqxx_compat::SqlState(error);
+      db_.reset();
+      return "info state=" + pqxx_compat::SqlState(error);
+    } catch (const std::exception &error) {
+      *detail = FirstLine(error.what());
+      db_.reset();
+      return "info";
+    }
+  }
+
   // One write, logged before it is sent and after its outcome is known.
   void Write(Token token) {
     if (!EnsureDb()) {
       SleepMs(50);
       return;
     }
-    const bool lock_table = Chance(0.5);
-    const char *table = lock_table ? kLockTable : kRowTable;
-    const char *tag = lock_table ? kLockTableTag : kRowTableTag;
+    const bool permit = config_.permits > 0;
+    const bool first_table = Chance(0.5);
+    const char *table =
+        permit ? (first_table ? kSemTable : kReadTable) : (first_table ? kLockTable : kRowTable);
+    const char *tag = permit ? (first_table ? kSemTableTag : kReadTableTag)
+                             : (first_table ? kLockTableTag : kRowTableTag);
+    // Behind the read fence the UPDATE's WHERE sees rows only once the
+    // transaction has presented a token.
+    const bool present_first = permit && !first_table;
     const int row = Uniform(0, config_.rows - 1);
     const std::string wid = std::to_string(config_.slot) + "." +
                             std::to_string(config_.incarnation) + "." + std::to_string(writes_++);
     const std::int64_t val = static_cast<std::int64_t>(rng_() >> 2);
-    const bool missing = Chance(config_.p_missing);
+    // A token-less write behind the read fence would find no row rather
+    // than be refused: those go to the other table only.
+    const bool missing = Chance(config_.p_missing) && !present_first;
 
     log_.Write(prefix_ + "ev=w_inv wid=" + wid + " tbl=" + tag + " row=" + std::to_string(row) +
                " tok=" + (missing ? std::string("none") : std::to_string(token)) +
                " lease=" + std::to_string(token) + " val=" + std::to_string(val));
-    std::string outcome;
+    const std::string update =
+        std::string("UPDATE ") + table + " SET token = $1, val = $2, write_id = $3 WHERE id = $4";
     std::string detail;
-    try {
-      pqxx::result result;
-      if (missing) {
-        // A writer that forgot its token: the guard must refuse it (55Z02).
-        try {
-          pqxx::work tx(*db_);
-          result = pqxx_compat::ExecParams(
-              tx, std::string("UPDATE ") + table + " SET val = $1, write_id = $2 WHERE id = $3",
-              val, wid, row);
-          tx.commit();
-        } catch (const pqxx::sql_error &error) {
-          client::RethrowMapped(error);
-        }
-      } else {
-        result = client::ExecFenced(*db_,
-                                    std::string("UPDATE ") + table +
-                                        " SET token = $1, val = $2, write_id = $3 WHERE id = $4",
-                                    token, val, wid, row);
-      }
-      outcome = "ok n=" + std::to_string(result.affected_rows());
-    } catch (const client::StaleTokenError &error) {
-      outcome = "55Z01";
-      detail = FirstLine(error.what());
-    } catch (const client::MissingTokenError &error) {
-      outcome = "55Z02";
-      detail = FirstLine(error.what());
-    } catch (const pqxx::in_doubt_error &error) {
-      outcome = "info phase=commit";
-      detail = FirstLine(error.what());
-      db_.reset();
-    } catch (const pqxx::broken_connection &error) {
-      outcome = "info";
-      detail = FirstLine(error.what());
-      db_.reset();
-    } catch (const pqxx::sql_error &error) {
-      // An error answer on a connection that is still up: the transaction
-      // did not commit.  One that came with the connection going away (a
-      // FATAL) may have come after COMMIT did its work: unknown.
-      if (db_ && db_->is_open()) {
-        outcome = "err state=" + pqxx_compat::SqlState(error);
-      } else {
-        outcome = "info state=" + pqxx_compat::SqlState(error);
-        db_.reset();
-      }
-      detail = FirstLine(error.what());
-    } catch (const std::exception &error) {
-      outcome = "info";
-      detail = FirstLine(error.what());
-      db_.reset();
-    }
+    const std::string outcome = Attempt(
+        [&] {
+          pqxx::result result;
+          if (missing || present_first) {
+            try {
+              pqxx::work tx(*db_);
+              if (missing) {
+                // A writer that forgot its token: the guard must refuse it (55Z02).
+                result = pqxx_compat::ExecParams(
+                    tx,
+                    std::string("UPDATE ") + table + " SET val = $1, write_id = $2 WHERE id = $3",
+                    val, wid, row);
+              } else {
+                pqxx_compat::ExecParams(tx, "SELECT fencing_present($1, $2)", kSemName, token);
+                result = pqxx_compat::ExecParams(tx, update, token, val, wid, row);
+              }
+              tx.commit();
+            } catch (const pqxx::sql_error &error) {
+              client::RethrowMapped(error);
+            }
+          } else {
+            result = client::ExecFenced(*db_, update, token, val, wid, row);
+          }
+          return "ok n=" + std::to_string(result.affected_rows());
+        },
+        &detail);
     log_.Write(prefix_ + "ev=w_done wid=" + wid + " out=" + outcome, detail);
+  }
+
+  // One read under the read fence (permit mode), logged like a write.  One
+  // transaction: present the token in a savepoint (so that a refusal leaves
+  // the transaction usable), count the rows of kReadTable the fence lets
+  // through, and record that on the server, whose record takes its seq
+  // after the presentation took its permit's gate.  An "undo" read rolls
+  // the presentation back before it counts: like a refused one, it must see
+  // no row.
+  void Read(Token token) {
+    if (!EnsureDb()) {
+      SleepMs(50);
+      return;
+    }
+    const std::string rid = std::to_string(config_.slot) + "." +
+                            std::to_string(config_.incarnation) + "." + std::to_string(reads_++);
+    const bool undo = Chance(config_.p_undo);
+    log_.Write(prefix_ + "ev=r_inv rid=" + rid + " tok=" + std::to_string(token) +
+               " present=" + (undo ? "undo" : "keep"));
+    std::string detail;
+    const std::string outcome = Attempt(
+        [&] {
+          pqxx::work tx(*db_);
+          std::string presented = "ok";
+          // Savepoints by hand: libpqxx 6.4's subtransaction sends no
+          // SAVEPOINT when its first statement has parameters.
+          pqxx_compat::Exec0(tx, "SAVEPOINT present");
+          try {
+            pqxx_compat::ExecParams(tx, "SELECT fencing_present($1, $2)", kSemName, token);
+            pqxx_compat::Exec0(
+                tx, undo ? "ROLLBACK TO SAVEPOINT present" : "RELEASE SAVEPOINT present");
+          } catch (const pqxx::sql_error &error) {
+            if (pqxx_compat::SqlState(error) != "55Z01") throw;
+            presented = "55Z01";  // expected: the permit has moved on
+            detail = FirstLine(error.what());
+            pqxx_compat::Exec0(tx, "ROLLBACK TO SAVEPOINT present");
+          }
+          const bool in_force = presented == "ok" && !undo;
+          const pqxx::row seen = pqxx_compat::ExecParams1(
+              tx,
+              std::string("SELECT stress_record_read($1, $2, $3, (SELECT count(*) FROM ") +
+                  kReadTable + "))",
+              rid, token, in_force);
+          tx.commit();
+          return "ok present=" + presented + " rows=" + seen[0].c_str();
+        },
+        &detail);
+    log_.Write(prefix_ + "ev=r_done rid=" + rid + " out=" + outcome, detail);
   }
 
   const WorkerConfig config_;
@@ -252,6 +344,7 @@ class Worker {
   std::unique_ptr<pqxx::connection> db_;
   std::int64_t acquires_ = 0;
   std::int64_t writes_ = 0;
+  std::int64_t reads_ = 0;
   int connect_failures_ = 0;
 };
 
@@ -272,6 +365,9 @@ std::vector<std::string> WorkerArguments(const WorkerConfig &c) {
           "--p-careless",  std::to_string(c.p_careless),
           "--p-zombie",    std::to_string(c.p_zombie),
           "--p-missing",   std::to_string(c.p_missing),
+          "--permits",     std::to_string(c.permits),
+          "--p-read",      std::to_string(c.p_read),
+          "--p-undo",      std::to_string(c.p_undo),
           "--seed",        std::to_string(c.seed)};
 }
 
@@ -309,6 +405,12 @@ WorkerConfig ParseWorkerArguments(const std::vector<std::string> &args) {
       c.p_zombie = std::stod(value);
     else if (key == "--p-missing")
       c.p_missing = std::stod(value);
+    else if (key == "--permits")
+      c.permits = std::stoi(value);
+    else if (key == "--p-read")
+      c.p_read = std::stod(value);
+    else if (key == "--p-undo")
+      c.p_undo = std::stod(value);
     else if (key == "--seed")
       c.seed = std::stoull(value);
     else

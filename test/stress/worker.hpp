@@ -1,6 +1,7 @@
 // A stress worker: a process of its own (the orchestrator runs this program
-// again with --worker), competing for the lease kLockName and writing rows
-// of both tables with its token, logging every attempt and its outcome.
+// again with --worker), competing for the lease kLockName (or, in permit
+// mode, for a permit of the semaphore kSemName) and writing rows of both
+// tables with its token, logging every attempt and its outcome.
 #pragma once
 
 #include <chrono>
@@ -32,6 +33,14 @@ struct WorkerConfig {
   double p_zombie = 0.35;
   // Per write: probability of a write that does not set the token (55Z02).
   double p_missing = 0.02;
+  // Permit mode: > 0 takes one of this many permits of kSemName instead of
+  // the lease, and writes the semaphore's tables.
+  int permits = 0;
+  // Permit mode, per operation: a read under the read fence instead of a write.
+  double p_read = 0.25;
+  // Per read: present the token, then take the presentation back (roll back
+  // its savepoint) before reading, which must then see no row.
+  double p_undo = 0.15;
   std::uint64_t seed = 1;
 };
 
