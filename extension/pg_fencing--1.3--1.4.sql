@@ -652,6 +652,7 @@ DECLARE
   candidate integer;
   granted @extschema@.fencing_token;
   mark @extschema@.fencing_token;
+  previous @extschema@.fencing_permit;
 BEGIN
   IF NOT @extschema@.fencing_try_waiting_room(p_lock_id) THEN
     RETURN NULL;
@@ -732,6 +733,9 @@ BEGIN
       END IF;
     END IF;
 
+    -- The slot's last lease, for the announcements below.
+    SELECT * INTO previous FROM @extschema@.fencing_permit p
+     WHERE p.lock_id = p_lock_id AND p.slot = free_slot;
     granted := @extschema@.fencing_grant();
     INSERT INTO @extschema@.fencing_permit AS p
         (lock_id, slot, lock_name, holder, holder_role, token, granted_at, expires_at)
@@ -761,6 +765,13 @@ BEGIN
           DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
       END IF;
     END IF;
+    -- Announced (if the lock is) and counted at commit, as a lease's: a
+    -- slot's last lease that ran out is its expiry, then the grant.
+    IF previous.token IS NOT NULL AND previous.ended IS NULL THEN
+      PERFORM @extschema@.fencing_lease_event(l.lock_name, 'expired', previous.holder,
+                                              previous.token);
+    END IF;
+    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'granted', p_holder, granted);
   EXCEPTION WHEN SQLSTATE 'PFBSY' OR lock_not_available THEN
     PERFORM @extschema@.fencing_leave_waiting_room(p_lock_id);
     RETURN NULL;
@@ -844,14 +855,19 @@ CREATE FUNCTION @extschema@.fencing_move_permit_end(
 DECLARE
   now CONSTANT timestamptz := clock_timestamp();
   old_end timestamptz;
+  moved @extschema@.fencing_permit;
 BEGIN
   SELECT p.expires_at INTO old_end FROM @extschema@.fencing_permit p
    WHERE p.lock_id = p_lock_id AND p.token OPERATOR(@extschema@.=) p_token;
   UPDATE @extschema@.fencing_permit p SET expires_at = now + remaining, ended = how
    WHERE p.lock_id = p_lock_id AND p.token OPERATOR(@extschema@.=) p_token AND p.holder_role = session_user
-     AND p.expires_at > now AND p.ended IS NULL;
+     AND p.expires_at > now AND p.ended IS NULL
+  RETURNING * INTO moved;
   IF NOT FOUND THEN
     RETURN false;
+  END IF;
+  IF how = 'released' THEN
+    PERFORM @extschema@.fencing_lease_event(moved.lock_name, 'released', moved.holder, p_token);
   END IF;
   PERFORM @extschema@.fencing_commit_durably();
   IF how IS NOT NULL OR now + remaining < old_end THEN
@@ -873,6 +889,7 @@ CREATE FUNCTION @extschema@.fencing_end_shared_holders(p_lock_id bigint, lock_de
   SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   now CONSTANT timestamptz := clock_timestamp();
+  passed record;
 BEGIN
   -- In a subtransaction: the rows are locked (a renew in flight finishes
   -- first, and none can start), judged as they stand, and given back if a
@@ -885,8 +902,16 @@ BEGIN
                   AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, lock_delay) > now) THEN
       RAISE SQLSTATE 'PFBSY';
     END IF;
-    UPDATE @extschema@.fencing_permit p SET ended = 'expired'
-     WHERE p.lock_id = p_lock_id AND p.ended IS NULL;
+    -- The shared leases that ran out end here: their expiries are announced
+    -- and counted with the exclusive grant.
+    FOR passed IN
+      UPDATE @extschema@.fencing_permit p SET ended = 'expired'
+       WHERE p.lock_id = p_lock_id AND p.ended IS NULL
+      RETURNING p.lock_name, p.holder, p.token
+    LOOP
+      PERFORM @extschema@.fencing_lease_event(passed.lock_name, 'expired', passed.holder,
+                                              passed.token);
+    END LOOP;
   EXCEPTION WHEN SQLSTATE 'PFBSY' THEN
     RETURN false;
   END;

@@ -190,15 +190,18 @@ extern "C" {
 
 // fencing_lease_event(lock_name text, event text, holder text, token
 // fencing_token) RETURNS void: PublishLeaseEvent() for the SQL that changes
-// a lease (the revoke).  A lock that does not exist has no events.  PUBLIC
-// may not call it.
+// a lease (the revoke; the grants and releases of permits and shared
+// leases, 1.4).  A lock that does not exist has no events.  PUBLIC may not
+// call it.
 PG_FUNCTION_INFO_V1(fencing_lease_event);
 Datum fencing_lease_event(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
   const char *event_name = PG_ARGISNULL(1) ? "NULL" : text_to_cstring(PG_GETARG_TEXT_PP(1));
   LeaseEvent event = {};
   event.lock_name = lock_name;
-  if (strcmp(event_name, "released") == 0) {
+  if (strcmp(event_name, "granted") == 0) {
+    event.kind = LeaseEventKind::kGranted;
+  } else if (strcmp(event_name, "released") == 0) {
     event.kind = LeaseEventKind::kReleased;
   } else if (strcmp(event_name, "expired") == 0) {
     event.kind = LeaseEventKind::kExpired;
@@ -206,7 +209,8 @@ Datum fencing_lease_event(PG_FUNCTION_ARGS) {
     event.kind = LeaseEventKind::kRevoked;
   } else {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("lease event must be released, expired or revoked, got %s (lock \"%s\")",
+                    errmsg("lease event must be granted, released, expired or revoked, got %s "
+                           "(lock \"%s\")",
                            event_name, lock_name)));
   }
   event.holder = PG_ARGISNULL(2) ? Datum(0) : PointerGetDatum(PG_GETARG_TEXT_PP(2));

@@ -249,6 +249,32 @@ is( sql(
 is( sql("SELECT waiting FROM fencing_lock_stats WHERE lock_name = 'watched'"),
 	'0', 'nobody waiting');
 
+# ---- Permits (1.4): announced and counted as leases are ----------------------------
+
+sql("SELECT fencing_create_lock('watched-sem', 'tenant_a')");
+sql("SELECT fencing_set_announce('watched-sem', true)", 'tenant_a');
+$listener = start_listening();
+my $p1 = sql("SELECT fencing_acquire_permit('watched-sem', 'p-1', 1, '200 ms')", 'tenant_a');
+sql("SELECT pg_sleep(0.3)");
+# The slot's lease ran out: the grant of the slot announces that expiry first.
+my $p2 = sql("SELECT fencing_acquire_permit('watched-sem', 'p-2', 1, '1 minute')", 'tenant_a');
+sql("SELECT fencing_renew('watched-sem', '$p2', '1 minute')", 'tenant_a');
+sql("SELECT fencing_release('watched-sem', '$p2')", 'tenant_a');
+# Refused (no free permit) and rolled back: nothing.
+my $p3 = sql("SELECT fencing_acquire_permit('watched-sem', 'p-3', 1, '1 minute')", 'tenant_a');
+sql("SELECT fencing_acquire_permit('watched-sem', 'p-4', 1, '1 minute')", 'tenant_a');
+sql("BEGIN; SELECT fencing_release('watched-sem', '$p3'); ROLLBACK", 'tenant_a');
+@events = stop_listening($listener);
+is( summary(@events),
+	'watched-sem granted p-1, watched-sem expired p-1, watched-sem granted p-2, '
+	  . 'watched-sem released p-2, watched-sem granted p-3',
+	'a permit\'s grant, expiry and release are announced, in order; nothing for a refused acquire or a release rolled back'
+);
+is_deeply([ map { $_->{token} } @events ], [ $p1, $p1, $p2, $p2, $p3 ],
+	'each with its permit\'s token');
+is( sql("SELECT grants, releases, expiries FROM fencing_lock_stats WHERE lock_name = 'watched-sem'"),
+	'3|1|1', 'and counted in fencing_lock_stats');
+
 # ---- Who sees what -------------------------------------------------------------
 
 is( sql("SELECT string_agg(lock_name, ',' ORDER BY lock_name) FROM fencing_lock_stats", 'tenant_b'),
@@ -273,7 +299,7 @@ is( sql(
 is( sql("SELECT count(*) FROM fencing_lock_stats", 'monitor')
 	  . ' '
 	  . sql("SELECT count(*) FROM fencing_rejections WHERE role IS NOT NULL", 'monitor'),
-	'3 4', 'pg_monitor (pg_read_all_stats) sees every lock and every refused write in full');
+	'4 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, quiet, b-lock, watched-sem) and every refused write in full');
 like(sql_error('SELECT fencing_stats_reset()', 'tenant_a'),
 	qr/permission denied/, 'only a superuser resets the statistics');
 
