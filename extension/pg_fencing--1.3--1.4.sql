@@ -395,11 +395,11 @@ CREATE FUNCTION @extschema@.fencing_try_waiting_room(lock_id bigint) RETURNS boo
 REVOKE ALL ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) IS
   'takes a lock''s waiting room until the end of the transaction if nobody is in it; internal';
-CREATE FUNCTION @extschema@.fencing_leave_waiting_room(lock_id bigint) RETURNS void
+CREATE FUNCTION @extschema@.fencing_leave_waiting_room(lock_id bigint, queued boolean) RETURNS void
   AS 'MODULE_PATHNAME', 'fencing_leave_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint) IS
-  'gives back the waiting room an attempt took with fencing_try_waiting_room() and granted nothing in; internal';
+REVOKE ALL ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint, boolean) IS
+  'gives back the waiting room an attempt took and granted nothing in (queued: that a waiting acquire queued for); internal';
 
 -- A free slot's gate without waiting: a grant prefers a slot whose old
 -- holder has no write in flight.
@@ -501,6 +501,9 @@ BEGIN
       CASE WHEN exclusive THEN @extschema@.fencing_available_at(lock_name)
            ELSE @extschema@.fencing_permit_available_at(lock_id) END));
   END LOOP;
+  -- Nothing granted: the next in line may try, even while the caller
+  -- stays in its transaction.
+  PERFORM @extschema@.fencing_leave_waiting_room(lock_id, true);
   RETURN NULL;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, integer, interval, interval, jsonb, boolean) FROM PUBLIC;
@@ -602,7 +605,7 @@ BEGIN
       RAISE EXCEPTION 'fencing lock "%" cannot be taken shared: its mark is above its last grant', l.lock_name
         USING ERRCODE = '55000',
               DETAIL = pg_catalog.format('The mark, %s, was raised by a revoke or by writes under tokens its leases did not grant (an outside lock service''s, say); under a shared lock writes no longer raise it.', mark),
-              HINT = 'Take it with fencing_acquire() first, or use another lock name.';
+              HINT = 'Use another lock name for the shared leases.';
     END IF;
     IF convert THEN
       UPDATE @extschema@.fencing_lock k SET kind = want, permits = p_permits
@@ -773,7 +776,7 @@ BEGIN
     END IF;
     PERFORM @extschema@.fencing_lease_event(l.lock_name, 'granted', p_holder, granted);
   EXCEPTION WHEN SQLSTATE 'PFBSY' OR lock_not_available THEN
-    PERFORM @extschema@.fencing_leave_waiting_room(p_lock_id);
+    PERFORM @extschema@.fencing_leave_waiting_room(p_lock_id, false);
     RETURN NULL;
   END;
   PERFORM @extschema@.fencing_forget_fence(l.lock_name);
@@ -820,6 +823,17 @@ BEGIN
   lock_id := @extschema@.fencing_lock_authorize(lock_name, caller, true);
   PERFORM @extschema@.fencing_lock_of_kind(
     lock_id, CASE WHEN permits IS NULL THEN 'shared' ELSE 'semaphore' END, permits, false);
+  -- Making an exclusive lock a semaphore or a shared lock changes how every
+  -- table under it is fenced: the lock's owner decides it, not its users.
+  IF EXISTS (SELECT FROM @extschema@.fencing_lock k
+              WHERE k.lock_name = fencing_acquire_permits_as.lock_name AND k.kind = 'exclusive'
+                AND NOT pg_catalog.pg_has_role(caller, k.owner::oid, 'USAGE')) THEN
+    RAISE EXCEPTION 'only the owner of fencing lock "%" may make it %', lock_name,
+      CASE WHEN permits IS NULL THEN 'a shared lock' ELSE 'a semaphore' END
+      USING ERRCODE = '42501',
+            DETAIL = 'The lock is exclusive; its first permit or shared lease decides its kind for good.',
+            HINT = 'The lock''s owner takes the first one.';
+  END IF;
   IF wait IS NULL THEN
     RETURN @extschema@.fencing_try_permit(lock_id, holder, permits, ttl);
   END IF;
@@ -1003,9 +1017,12 @@ BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_policy p
                 WHERE p.polrelid OPERATOR(pg_catalog.=) part
                   AND p.polname OPERATOR(pg_catalog.=) 'fencing_read_fence') THEN
-      -- Protected again: the lock may have changed; what was changed for
-      -- the fence stays recorded as it was.
+      -- Protected again: the lock may have changed, and row-level security
+      -- may have been turned off by hand; what was changed for the fence
+      -- stays recorded as it was.
       EXECUTE pg_catalog.format('ALTER POLICY fencing_read_fence ON %s USING %s', part, fence);
+      EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', part);
+      EXECUTE pg_catalog.format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', part);
       CONTINUE;
     END IF;
     EXECUTE pg_catalog.format(
@@ -1052,6 +1069,10 @@ DECLARE
 BEGIN
   IF tbl IS NULL THEN
     RAISE EXCEPTION 'table must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_class c
+                  WHERE c.oid OPERATOR(pg_catalog.=) tbl AND c.relkind IN ('r', 'p')) THEN
+    RAISE EXCEPTION 'relation with OID % is not a table', tbl::oid USING ERRCODE = '42809';
   END IF;
   FOR part, note IN
     SELECT t.relid, pg_catalog.obj_description(p.oid, 'pg_policy')
@@ -1254,13 +1275,18 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
             OR NOT @extschema@.fencing_role_may_use(r.relowner, k.owner, k.users))
     UNION ALL
     SELECT r.tbl, r.lock_name, 'critical',
-           'the read fence''s policy fencing_read_fence is missing: every transaction reads the table',
+           'the read fence''s policy fencing_read_fence is missing or changed: transactions that presented no current token read the table',
            pg_catalog.format('SELECT fencing_protect(%L, lock_name => %L, options => ARRAY[''fence_reads'']);',
-                             r.tbl::text, r.lock_name)
+                             pg_catalog.pg_partition_root(r.tbl)::text, r.lock_name)
       FROM row_guards r
      WHERE 'fence_reads' = ANY (r.args)
+       -- Restrictive, for SELECT, for every role, over the lock's fencing_reads_allowed().
        AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy p
-                        WHERE p.polrelid = r.tbl AND p.polname = 'fencing_read_fence')
+                        WHERE p.polrelid = r.tbl AND p.polname = 'fencing_read_fence'
+                          AND NOT p.polpermissive AND p.polcmd = 'r' AND p.polroles = '{0}'
+                          AND pg_catalog.regexp_replace(pg_catalog.pg_get_expr(p.polqual, p.polrelid), '\s', '', 'g')
+                              = pg_catalog.format('(SELECT%s.fencing_reads_allowed(%s::text)ASfencing_reads_allowed)',
+                                                  '@extschema@', pg_catalog.regexp_replace(pg_catalog.quote_literal(r.lock_name), '\s', '', 'g')))
     UNION ALL
     SELECT r.tbl, r.lock_name, 'critical',
            'row level security is disabled: the read fence does not apply',

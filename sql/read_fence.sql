@@ -162,6 +162,34 @@ SELECT id, state FROM tasks ORDER BY id;
 SELECT id, state FROM tasks_high;
 SELECT id, body FROM notes;
 COMMIT;
+-- A read that the planner makes parallel: the policy's sub-select runs in
+-- the leader, in parallel mode, and still answers.
+BEGIN;
+SET LOCAL parallel_setup_cost = 0;
+SET LOCAL parallel_tuple_cost = 0;
+SET LOCAL min_parallel_table_scan_size = 0;
+SET LOCAL max_parallel_workers_per_gather = 2;
+SELECT fencing_present('rf-lock', :'t2');
+CREATE FUNCTION pg_temp.plan_has(statement text, node text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE line text;
+BEGIN
+  FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || statement LOOP
+    IF line LIKE '%' || node || '%' THEN RETURN true; END IF;
+  END LOOP;
+  RETURN false;
+END $$;
+SELECT pg_temp.plan_has('SELECT count(*) FROM tasks_low', 'Gather') AS parallel_plan;
+SELECT count(*) FROM tasks_low;
+COMMIT;
+-- A transaction's own revoke ends its presentation too.
+RESET ROLE;
+BEGIN;
+SELECT fencing_present('rf-lock', :'t2');
+SELECT fencing_reads_allowed('rf-lock') AS before_revoke;
+SELECT fencing_revoke('rf-lock', 'drill') IS NOT NULL AS revoked;
+SELECT fencing_reads_allowed('rf-lock') AS after_revoke;
+ROLLBACK;
+SET ROLE rf_app;
 -- Not presented, or presented by a deposed holder: the owner reads nothing,
 -- through the parent or a partition (FORCE).
 SELECT (SELECT count(*) FROM tasks) AS tasks, (SELECT count(*) FROM tasks_low) AS tasks_low,
@@ -185,6 +213,8 @@ SELECT pg_temp.outcome('SELECT fencing_protect(''tasks_plain'', lock_name => ''r
 SELECT pg_temp.outcome('SELECT fencing_protect(''notes'', lock_name => ''rf-lock'')');
 SELECT pg_temp.outcome('SELECT fencing_remove_read_fence(''notes'')');
 SELECT pg_temp.outcome('SELECT fencing_set_read_fence(''tasks_plain'', ''rf-lock'')');
+SELECT pg_temp.outcome('SELECT fencing_remove_read_fence(''pg_class'')');
+SELECT pg_temp.outcome('SELECT fencing_remove_read_fence(0)');
 RESET ROLE;
 SELECT t, pg_temp.rls_state(t) FROM unnest('{tasks_plain,notes}'::regclass[]) t;
 SET ROLE rf_app;
@@ -196,7 +226,11 @@ SELECT table_name, severity, problem, fix FROM fencing_audit()
 ALTER TABLE tasks_low FORCE ROW LEVEL SECURITY;
 ALTER TABLE tasks_high ENABLE ROW LEVEL SECURITY;
 DROP POLICY fencing_read_fence ON tasks_high;
-SELECT table_name, severity, problem FROM fencing_audit() WHERE table_name::text LIKE 'tasks%';
+ALTER POLICY fencing_read_fence ON tasks_low USING (true);
+SELECT table_name, severity, problem, fix FROM fencing_audit()
+ WHERE table_name::text LIKE 'tasks%' ORDER BY 1;
+-- Protecting again repairs the fence, row-level security turned off included.
+ALTER TABLE tasks DISABLE ROW LEVEL SECURITY;
 SELECT fencing_protect('tasks', lock_name => 'rf-lock', options => ARRAY['fence_reads']);
 SELECT count(*) AS findings FROM fencing_audit() WHERE table_name::text LIKE 'tasks%';
 -- The option needs a lock.

@@ -40,6 +40,14 @@ SELECT slot, holder, state FROM fencing_permits WHERE lock_name = 'pool' ORDER B
 -- With a wait, when every permit stays taken: NULL once the wait is over.
 SELECT fencing_acquire_permit('pool', 'w4', 3, '1 hour', wait => '150 ms') IS NULL
   AS none_after_wait;
+-- Nor does it keep the lock's waiting room for the rest of its transaction.
+BEGIN;
+SELECT fencing_acquire_permit('pool', 'w4', 3, '1 hour', wait => '150 ms') IS NULL
+  AS none_after_wait;
+SELECT fencing_acquire_permit('pool', 'w4', 3, '1 hour') IS NULL AS none_without_wait;
+SELECT count(*) AS rooms_held FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 3 AND pid = pg_backend_pid();
+COMMIT;
 
 -- Every live permit writes, to the same row, in any order: a row's token
 -- says nothing about its writer under a semaphore.
@@ -98,6 +106,20 @@ SELECT fencing_acquire('exclusive-lock', 'x', '1 hour') AS other_lock_token \gse
 -- Another lock's token is no permit of this one.
 SELECT pg_temp.outcome(format('UPDATE counters SET tok = %s WHERE id = 1', :'other_lock_token'));
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''exclusive-lock'', ''x'', 2, ''1 hour'')');
+-- Only the lock's owner decides that an exclusive lock becomes a semaphore:
+-- a role it granted the lock's use to may not.
+RESET ROLE;
+CREATE ROLE sem_user;
+SET ROLE sem_app;
+SELECT fencing_create_lock('owned-lock', 'sem_app');
+SELECT fencing_grant_lock('owned-lock', 'sem_user');
+SET ROLE sem_user;
+SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''owned-lock'', ''u'', 2, ''1 hour'')');
+SET ROLE sem_app;
+SELECT fencing_acquire_permit('owned-lock', 'o', 2, '1 hour') IS NOT NULL AS owner_made_it;
+SET ROLE sem_user;
+SELECT fencing_acquire_permit('owned-lock', 'u', 2, '1 hour') IS NOT NULL AS user_takes_a_permit;
+SET ROLE sem_app;
 -- A lock that tokens were written under (from an outside lock service,
 -- say) stays exclusive: as a semaphore, every one of them would be refused.
 CREATE TABLE outside (id int PRIMARY KEY, tok fencing_token);
@@ -151,4 +173,4 @@ SELECT holder, state FROM fencing_permits WHERE token = :'p6';
 
 \c contrib_regression
 DROP DATABASE fencing_semaphore_probe;
-DROP ROLE sem_app, sem_intruder;
+DROP ROLE sem_app, sem_intruder, sem_user;

@@ -264,7 +264,12 @@ bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, T
 }  // namespace
 
 void ForgetLockFence(const char *lock_name) {
-  if (LockFence *fence = FindTransactionFence(lock_name)) fence->locked = false;
+  if (LockFence *fence = FindTransactionFence(lock_name)) {
+    fence->locked = false;
+    // A presentation was judged against the old mark: present again.
+    fence->presentation_depth = 0;
+    fence->presented = false;
+  }
 }
 
 void TakeFenceGateExclusively(Oid schema, int64 lock_id) {

@@ -34,7 +34,8 @@ bool CheckLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const ch
 
 // Makes the current transaction judge its next write under the lock against
 // the mark as it stands, not its cached copy: for a grant or a revoke made
-// by the transaction itself.  The gates it holds stay held.
+// by the transaction itself.  Its presentations are forgotten too (they
+// were judged against the old mark).  The gates it holds stay held.
 void ForgetLockFence(const char *lock_name);
 
 // Takes the lock's fence gate exclusively until the transaction ends, before

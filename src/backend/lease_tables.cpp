@@ -314,7 +314,11 @@ LockKind LockKindOfRow(Relation lock, HeapTuple row) {
 
 HeapTuple FetchRowCommittedNow(Relation table, Relation index, Oid collation,
                                const char *lock_name) {
-  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+  // In parallel mode (a read-fence policy's initplan under a Gather, say)
+  // no new snapshot may be taken: the statement's is the latest there is
+  // for it, and only what a read judges runs there.
+  Snapshot snapshot =
+      RegisterSnapshot(IsInParallelMode() ? GetActiveSnapshot() : GetLatestSnapshot());
   HeapTuple row = FetchRow(table, index, collation, CStringGetTextDatum(lock_name), snapshot);
   UnregisterSnapshot(snapshot);
   return row;

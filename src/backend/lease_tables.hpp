@@ -49,7 +49,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema);
 HeapTuple FetchRow(Relation table, Relation index, Oid collation, Datum name, Snapshot snapshot);
 
 // FetchRow() as committed now (the latest snapshot, whatever the isolation
-// level), for a row judged as it stands, as a row lock would judge it.
+// level), for a row judged as it stands, as a row lock would judge it; in
+// parallel mode, as the statement's snapshot sees it.
 HeapTuple FetchRowCommittedNow(Relation table, Relation index, Oid collation,
                                const char *lock_name);
 

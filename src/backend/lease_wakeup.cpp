@@ -31,6 +31,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 }
@@ -188,16 +189,28 @@ Datum fencing_try_waiting_room(PG_FUNCTION_ARGS) {
   PG_RETURN_BOOL(LockAcquire(&room, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
 }
 
-// fencing_leave_waiting_room(lock_id bigint) RETURNS void: gives back one
-// fencing_try_waiting_room() of an attempt that granted nothing, so that a
-// caller that stays in its transaction holds up no other acquire.  A room
-// the transaction also entered to wait in (fencing_enter_waiting_room)
-// stays held: the lock manager counts each acquisition.  PUBLIC may not
+// fencing_leave_waiting_room(lock_id bigint, queued boolean) RETURNS void:
+// gives back one acquisition of the lock's waiting room, so that a caller
+// that stays in its transaction holds up no other acquire: that of an
+// attempt that granted nothing (fencing_try_waiting_room, made by the
+// current resource owner), or with queued, that of a waiting acquire that
+// answered NULL (fencing_enter_waiting_room, made in the subtransaction
+// that caught its lock_timeout, whose locks went to the current
+// (sub)transaction when it committed).  The lock manager counts each
+// acquisition: the room stays held while others remain.  PUBLIC may not
 // call it.
 PG_FUNCTION_INFO_V1(fencing_leave_waiting_room);
 Datum fencing_leave_waiting_room(PG_FUNCTION_ARGS) {
   LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
-  (void)LockRelease(&room, ExclusiveLock, false);
+  if (PG_GETARG_BOOL(1)) {
+    ResourceOwner saved = CurrentResourceOwner;
+    CurrentResourceOwner = CurTransactionResourceOwner;
+    const bool released = LockRelease(&room, ExclusiveLock, false);
+    CurrentResourceOwner = saved;
+    (void)released;
+  } else {
+    (void)LockRelease(&room, ExclusiveLock, false);
+  }
   PG_RETURN_VOID();
 }
 
