@@ -16,22 +16,13 @@ out=$1
 rounds=${BENCH_ROUNDS:-3} seconds=${BENCH_SECONDS:-5} clients_list=${BENCH_CLIENTS:-1 2 8}
 here=$(cd "$(dirname "$0")" && pwd)
 record() { echo "$1,$2,$3,$4,$5,$6" >>"$out"; }
-psql -X -q -v ON_ERROR_STOP=1 <<'SQL'
-CREATE EXTENSION IF NOT EXISTS pg_fencing;
-DROP TABLE IF EXISTS bench_lease_bare;
-CREATE TABLE bench_lease_bare (id int PRIMARY KEY, val bigint NOT NULL);
-INSERT INTO bench_lease_bare SELECT g, 0 FROM generate_series(1, 200) g;
-VACUUM ANALYZE bench_lease_bare;
-SQL
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-echo "UPDATE bench_lease_bare SET val = val + 1 WHERE id = :client_id + 1;" >"$work/bare.sql"
+psql -X -q -v ON_ERROR_STOP=1 -f "$here/pgbench/bare_update_setup.sql"
 tps() { pgbench -n "$@" 2>/dev/null | awk '/^tps/ {print $3}'; }
 for clients in $clients_list; do
   for round in $(seq 1 "$rounds"); do
     common=(-c "$clients" -j "$clients" -T "$seconds")
     record lease_cycle_tps acquire_release "$clients" "$round" "$(tps -f "$here/pgbench/acquire_release.pgb" "${common[@]}")" tps
-    record lease_cycle_tps bare_update "$clients" "$round" "$(tps -f "$work/bare.sql" "${common[@]}")" tps
+    record lease_cycle_tps bare_update "$clients" "$round" "$(tps -f "$here/pgbench/bare_update.pgb" "${common[@]}")" tps
     record lease_renew_tps renew "$clients" "$round" "$(tps -D have_token=0 -f "$here/pgbench/renew.pgb" "${common[@]}")" tps
   done
 done
