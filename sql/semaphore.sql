@@ -167,6 +167,13 @@ SELECT pg_temp.outcome('SELECT fencing_lock_permit_gate(1, 1)');
 SELECT pg_temp.outcome('SELECT fencing_try_waiting_room(1)');
 SELECT pg_temp.outcome(format('SELECT fencing_move_permit_end(1, %L, %L, NULL)', :'p6', '1 hour'));
 SELECT pg_temp.outcome('SELECT fencing_end_shared_holders(1, ''0'')');
+SELECT pg_temp.outcome('SELECT fencing_try_permit_gate(1, 1)');
+SELECT pg_temp.outcome('SELECT fencing_share_fence_gate(1)');
+SELECT pg_temp.outcome('SELECT fencing_leave_waiting_room(1, true)');
+SELECT pg_temp.outcome('SELECT fencing_forget_fence(''pool'')');
+SELECT pg_temp.outcome('SELECT fencing_lock_of_kind(1, ''semaphore'', 3, true)');
+SELECT pg_temp.outcome('SELECT fencing_wait_to_acquire(''pool'', 1, ''evil'', 3, ''1 hour'', ''1 s'', NULL, false)');
+SELECT pg_temp.outcome('SELECT fencing_permit_available_at(1)');
 RESET ROLE;
 -- The holder's permit is as it was.
 SELECT holder, state FROM fencing_permits WHERE token = :'p6';
