@@ -58,7 +58,13 @@ SELECT fencing_acquire('moving-lock', 'b', '1 minute') AS b_token \gset
 UPDATE moving SET k = 2, tok = :'b_token', v = 'moved by b' WHERE id = 1;
 SELECT tableoid::regclass, id, tok = :'b_token' AS by_b, v FROM moving;
 -- The old holder's move: stale.
+-- Granted tokens are microseconds since 1970, different in every run: an
+-- error that names one is shown by its SQLSTATE, then its message with the
+-- token's name in place of the number.
+\set VERBOSITY sqlstate
 UPDATE moving SET k = 1, tok = :'a_token', v = 'moved by a' WHERE id = 1;
+SELECT replace(replace(:'LAST_ERROR_MESSAGE', :'b_token', ':b_token'), :'a_token', ':a_token') AS error;
+\set VERBOSITY default
 -- A move that sets no token, with none presented: missing.
 UPDATE moving SET k = 1, v = 'moved without a token' WHERE id = 1;
 -- A plain DELETE still needs a presented token.
@@ -71,10 +77,14 @@ UPDATE moving SET k = 1, v = 'moved back, token presented' WHERE id = 1;
 COMMIT;
 SELECT tableoid::regclass, id, tok = :'b_token' AS by_b, v FROM moving;
 
--- COPY fires the row triggers of INSERT: judged like INSERT.
+-- COPY fires the row triggers of INSERT: judged like INSERT (the message,
+-- which names the mark, is the INSERT's; psql keeps no LAST_ERROR_MESSAGE
+-- for COPY, so only the SQLSTATE is shown).
+\set VERBOSITY sqlstate
 COPY moving (id, k, tok, v) FROM stdin;
 2	2	1	stale copy
 \.
+\set VERBOSITY default
 SELECT count(*) AS rows_after_stale_copy FROM moving;
 
 -- INSERT ... ON CONFLICT DO UPDATE: the UPDATE half is judged too.

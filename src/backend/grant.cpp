@@ -32,9 +32,21 @@
 // counter per database, under a spinlock); a restart skips what was left of
 // a range.  One flush per kReservation grants instead of one per 32 (the
 // sequence's own log-ahead): nextval()'s speed, durable.
+//
+// Anchored to the clock (1.5, issue 23): the sequence goes back with the
+// data when a base backup is restored, a standby that was behind is
+// promoted or an older dump is restored, and would hand out again the
+// tokens granted since.  So every reserved range, and without ranges every
+// backend's first grant, starts at least at the clock's microseconds since
+// 1970 (src/core/token_clock.hpp has the rule and what it rests on).  An
+// anchor moves the sequence with setval(), which would undo a nextval()
+// another backend ran in between: ranges are reserved under the refill
+// lock, and grants from the sequence hold its token gate shared around
+// their nextval() while an anchor holds it exclusively.
 #include "grant.hpp"
 
 #include "extension_objects.hpp"
+#include "token_clock.hpp"
 
 extern "C" {
 #include "access/relation.h"
@@ -47,6 +59,7 @@ extern "C" {
 #include "replication/walsender_private.h"
 #include "storage/bufmgr.h"
 #include "storage/ipc.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -55,6 +68,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 }
 
 #include "pg_compat.hpp"
@@ -139,6 +153,69 @@ void WaitForSynchronousStandbys(XLogRecPtr lsn) {
   CHECK_FOR_INTERRUPTS();  // anything else that arrived while they were held
 }
 
+// ---- Anchored to the clock (1.5) ----------------------------------------------
+
+// The clock an anchor starts at: now, in microseconds since 1970.
+int64 ClockNow() {
+  const TimestampTz now = GetCurrentTimestamp();
+  return PGF_CORE(UnixMicros(now));
+}
+
+// Sets the sequence's last value.  setval() checks UPDATE on the sequence,
+// which only the extension's owner has: as that role (the abort of an
+// error puts the user back).
+void SetSequence(Oid schema, Oid seq, int64 last_value) {
+  Oid saved_user = InvalidOid;
+  int saved_context = 0;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  (void)DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum(last_value));
+  SetUserIdAndSecContext(saved_user, saved_context);
+}
+
+// The token gate of a sequence: grants from it hold it shared around their
+// nextval(), an anchor or a bump exclusively around its nextval() and
+// setval().  An advisory lock's tag in a field SQL's advisory locks cannot
+// set (pg_locks.objsubid 3, as the fence gates), so no role can hold it.
+LOCKTAG TokenGateTag(Oid seq) {
+  LOCKTAG tag;
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, kTokenGateTag, seq, 3);
+  return tag;
+}
+
+// Without a reserved range: the sequence this backend has anchored its
+// grants at, and the last token it handed out from it.
+Oid anchored_sequence = InvalidOid;
+int64 last_token_from_sequence = 0;
+
+// A token from the sequence, anchored to the clock when this backend has
+// not anchored there yet, or when the sequence went back under it (a
+// restore into the live database, a superuser's setval()).  Returns the
+// LSN that covers it, not yet flushed.
+int64 GrantFromSequence(Oid schema, Oid seq, XLogRecPtr *lsn) {
+  LOCKTAG gate = TokenGateTag(seq);
+  LOCKMODE mode = anchored_sequence == seq ? ShareLock : ExclusiveLock;
+  (void)LockAcquire(&gate, mode, false, false);
+  int64 token = nextval_internal(seq, false);
+  if (mode == ShareLock && token <= last_token_from_sequence) {
+    LockRelease(&gate, mode, false);
+    mode = ExclusiveLock;
+    (void)LockAcquire(&gate, mode, false, false);
+    token = nextval_internal(seq, false);
+  }
+  if (mode == ExclusiveLock) {
+    const int64 clock = ClockNow();
+    const int64 first = PGF_CORE(AnchoredFirstToken(token, clock));
+    if (first > token) SetSequence(schema, seq, first);
+    token = first;
+  }
+  *lsn = SequencePageLsn(seq);
+  LockRelease(&gate, mode, false);
+  anchored_sequence = seq;
+  last_token_from_sequence = token;
+  return token;
+}
+
 // ---- Reserved ranges (preloaded) ----------------------------------------------
 
 // pg_fencing.reserve_tokens.
@@ -220,19 +297,14 @@ Taken TakeReserved(Oid seq, int64 *token, XLogRecPtr *lsn) {
   return taken;
 }
 
-// Reserves the next range: returns its first token (this caller's) and the
-// LSN of the record that covers the range, flushed here.
+// Reserves the next range, anchored to the clock: returns its first token
+// (this caller's) and the LSN of the record that covers the range, flushed
+// here.  Under the refill lock, so no other grant runs nextval() meanwhile.
 int64 Reserve(Oid schema, Oid seq, XLogRecPtr *lsn) {
-  const int64 first = nextval_internal(seq, false);
-  // setval() checks UPDATE on the sequence, which only the extension's
-  // owner has: as that role (the abort of an error puts the user back).
-  Oid saved_user = InvalidOid;
-  int saved_context = 0;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  (void)DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq),
-                            Int64GetDatum(first + kReservation - 1));
-  SetUserIdAndSecContext(saved_user, saved_context);
+  const int64 next = nextval_internal(seq, false);
+  const int64 clock = ClockNow();
+  const int64 first = PGF_CORE(AnchoredFirstToken(next, clock));
+  SetSequence(schema, seq, first + kReservation - 1);
   *lsn = SequencePageLsn(seq);
   XLogFlush(*lsn);
   SpinLockAcquire(&reserved->mutex);
@@ -262,6 +334,66 @@ bool GrantReserved(Oid schema, Oid seq, int64 *token, XLogRecPtr *lsn) {
   return true;
 }
 
+// Empties this database's reserved range of seq, under the refill lock, so
+// that the next grant reserves a new one from the sequence.
+void DiscardReserved(Oid seq) {
+  SpinLockAcquire(&reserved->mutex);
+  for (TokenRange &range : reserved->ranges) {
+    if (range.database == MyDatabaseId && range.sequence == seq) range.next = range.limit;
+  }
+  SpinLockRelease(&reserved->mutex);
+}
+
+// The highest token the sequence has reserved (its last value), read as
+// the extension's owner; 0 when it has handed out none.
+int64 HighestReserved(Oid schema, Oid seq) {
+  Oid saved_user = InvalidOid;
+  int saved_context = 0;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  LOCAL_FCINFO(call, 1);
+  InitFunctionCallInfoData(*call, nullptr, 1, InvalidOid, nullptr, nullptr);
+  call->args[0].value = ObjectIdGetDatum(seq);
+  call->args[0].isnull = false;
+  const Datum last = pg_sequence_last_value(call);
+  SetUserIdAndSecContext(saved_user, saved_context);
+  return call->isnull ? 0 : DatumGetInt64(last);
+}
+
+// fencing_bump_tokens(by): moves the sequence on to by above the highest
+// token reserved, with every grant path held off meanwhile (the refill
+// lock, and the token gate of grants from the sequence), and returns that
+// floor, durable and replicated like a grant.
+int64 BumpTokens(Oid schema, int64 by) {
+  const Oid seq = TokenSequenceOid(schema);
+  if (reserved != nullptr) LWLockAcquire(reserved->refill, LW_EXCLUSIVE);
+  LOCKTAG gate = TokenGateTag(seq);
+  (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  // Every token handed out, from a range or from the sequence, is at most
+  // the sequence's last value, and none moves it while both are held.
+  const int64 highest = HighestReserved(schema, seq);
+  int64 floor = 0;
+  const BumpStatus status = PGF_CORE(BumpedFloor(highest, by, &floor));
+  if (status == BumpStatus::kOk) {
+    if (reserved != nullptr) DiscardReserved(seq);
+    SetSequence(schema, seq, floor);
+  }
+  const XLogRecPtr lsn = SequencePageLsn(seq);
+  LockRelease(&gate, ExclusiveLock, false);
+  if (reserved != nullptr) LWLockRelease(reserved->refill);
+  if (status == BumpStatus::kOutOfRange) {
+    ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+                    errmsg("fencing_bump_tokens(%lld) would move tokens past the largest one",
+                           static_cast<long long>(by)),
+                    errdetail("The highest token reserved is %lld; tokens end at %lld.",
+                              static_cast<long long>(highest),
+                              static_cast<long long>(PG_INT64_MAX))));
+  }
+  XLogFlush(lsn);
+  WaitForSynchronousStandbys(lsn);
+  return floor;
+}
+
 }  // namespace
 
 void RegisterGrantReservations() {
@@ -289,8 +421,7 @@ int64 GrantToken(Oid schema) {
   if (reserved == nullptr || !GrantReserved(schema, seq, &token, &lsn)) {
     // Callers need EXECUTE on fencing_grant (or a lease function), not
     // USAGE on the sequence, which stays private to the extension.
-    token = nextval_internal(seq, false);
-    lsn = SequencePageLsn(seq);
+    token = GrantFromSequence(schema, seq, &lsn);
     XLogFlush(lsn);
   }
   WaitForSynchronousStandbys(lsn);
@@ -302,6 +433,39 @@ int64 GrantToken(Oid schema) {
 using namespace pg_fencing;
 
 extern "C" {
+
+PG_FUNCTION_INFO_V1(fencing_bump_tokens);
+Datum fencing_bump_tokens(PG_FUNCTION_ARGS) {
+  // PUBLIC may not execute it; a GRANT of EXECUTE by mistake still does not
+  // let a role move every lock's tokens.
+  if (!superuser()) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("permission denied to bump fencing tokens"),
+                    errdetail("Only a superuser may call fencing_bump_tokens().")));
+  }
+  PreventCommandIfReadOnly("fencing_bump_tokens()");
+  const int64 by = PG_GETARG_INT64(0);
+  if (by <= 0) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("fencing_bump_tokens() needs a positive number of tokens, not %lld",
+                           static_cast<long long>(by))));
+  }
+  PG_RETURN_INT64(BumpTokens(ExtensionSchema(fcinfo), by));
+}
+
+// How far the highest token reserved runs ahead of the server's clock
+// (NULL when no token was ever granted): fencing_audit() reports a lead.
+PG_FUNCTION_INFO_V1(fencing_lead_over_clock);
+Datum fencing_lead_over_clock(PG_FUNCTION_ARGS) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  const int64 highest = HighestReserved(schema, TokenSequenceOid(schema));
+  if (highest == 0) PG_RETURN_NULL();
+  const int64 clock = ClockNow();
+  const int64 lead = PGF_CORE(LeadOverClock(highest, clock));
+  Interval *result = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  result->time = lead;
+  PG_RETURN_INTERVAL_P(result);
+}
 
 PG_FUNCTION_INFO_V1(fencing_grant);
 Datum fencing_grant(PG_FUNCTION_ARGS) {

@@ -4,6 +4,7 @@
 #include "lease_decision.hpp"
 #include "lease_wait.hpp"
 #include "pg_fencing/token.hpp"
+#include "token_clock.hpp"
 #include "transaction_fences.hpp"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <set>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -1176,6 +1179,214 @@ TEST(EarlierEndTest, ZeroMeansNone) {
   EXPECT_EQ(EarlierEnd(7, 0), 7);
   EXPECT_EQ(EarlierEnd(7, 5), 5);
   EXPECT_EQ(EarlierEnd(5, 7), 5);
+}
+
+// ---- Tokens anchored to the clock (src/core/token_clock.hpp) ------------------
+
+// A database's token sequence as src/backend/grant.cpp runs it without
+// reserved ranges, on an injected clock (microseconds since 1970): each
+// backend anchors its first grant at the clock; a database that goes back
+// in time gets its sequence back from a snapshot and starts every backend
+// afresh, as a restore or a promotion does.  Every token it hands out is
+// remembered, so that a repeat is seen.
+class SimulatedDatabase {
+ public:
+  explicit SimulatedDatabase(std::int64_t clock, bool anchored = true)
+      : clock_(clock), anchored_(anchored) {}
+  void Advance(std::int64_t micros) { clock_ += micros; }
+  void SetClock(std::int64_t clock) { clock_ = clock; }
+  std::int64_t clock() const { return clock_; }
+
+  std::int64_t Grant(int backend) {
+    std::int64_t token = sequence_ + 1;
+    if (anchored_ && started_.insert(backend).second) token = AnchoredFirstToken(token, clock_);
+    sequence_ = token;
+    if (!handed_out_.insert(token).second) ++repeats_;
+    return token;
+  }
+  // Grants `count` tokens spread over `micros` of the clock, round-robin
+  // over `backends` backends.
+  void GrantOver(int count, std::int64_t micros, int backends) {
+    for (int i = 0; i < count; ++i) {
+      Advance(micros / count);
+      Grant(i % backends);
+    }
+  }
+  std::int64_t Snapshot() const { return sequence_; }
+  void GoBackTo(std::int64_t snapshot) {
+    sequence_ = snapshot;
+    started_.clear();
+  }
+  void Bump(std::int64_t by) {
+    std::int64_t floor = 0;
+    ASSERT_EQ(BumpedFloor(sequence_, by, &floor), BumpStatus::kOk);
+    sequence_ = floor;
+  }
+  std::int64_t Lead() const { return LeadOverClock(sequence_, clock_); }
+  int repeats() const { return repeats_; }
+
+ private:
+  std::int64_t clock_;
+  bool anchored_;
+  std::int64_t sequence_ = 0;
+  std::set<int> started_;
+  std::set<std::int64_t> handed_out_;
+  int repeats_ = 0;
+};
+
+constexpr std::int64_t kSecond = 1'000'000;
+constexpr std::int64_t kDec2026 = 1'796'169'600LL * kSecond;  // 2026-12-02 00:00 UTC
+
+TEST(TokenClock, UnixMicrosShiftsPostgresEpoch) {
+  EXPECT_EQ(UnixMicros(0), kPostgresEpochInUnixMicros);
+  EXPECT_EQ(UnixMicros(-kPostgresEpochInUnixMicros), 0);
+  EXPECT_EQ(UnixMicros(std::numeric_limits<std::int64_t>::min()), 0);
+  EXPECT_EQ(UnixMicros(std::numeric_limits<std::int64_t>::max()),
+            std::numeric_limits<std::int64_t>::max());
+  // 2026-12-02 00:00 UTC on PostgreSQL's clock.
+  EXPECT_EQ(UnixMicros(kDec2026 - kPostgresEpochInUnixMicros), kDec2026);
+}
+
+TEST(TokenClock, AnchorIsTheHigherOfSequenceAndClock) {
+  EXPECT_EQ(AnchoredFirstToken(102, kDec2026), kDec2026);
+  EXPECT_EQ(AnchoredFirstToken(kDec2026 + 5, kDec2026), kDec2026 + 5);
+  EXPECT_EQ(AnchoredFirstToken(kDec2026, kDec2026), kDec2026);
+}
+
+TEST(TokenClock, LeadOverClock) {
+  EXPECT_EQ(LeadOverClock(kDec2026 - 1, kDec2026), 0);
+  EXPECT_EQ(LeadOverClock(kDec2026, kDec2026), 0);
+  EXPECT_EQ(LeadOverClock(kDec2026 + 3 * kSecond, kDec2026), 3 * kSecond);
+}
+
+TEST(TokenClock, BumpedFloor) {
+  std::int64_t floor = -1;
+  EXPECT_EQ(BumpedFloor(206, 1'000'000'000, &floor), BumpStatus::kOk);
+  EXPECT_EQ(floor, 1'000'000'206);
+  floor = -1;
+  EXPECT_EQ(BumpedFloor(206, 0, &floor), BumpStatus::kNotPositive);
+  EXPECT_EQ(BumpedFloor(206, -1, &floor), BumpStatus::kNotPositive);
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(BumpedFloor(max - 10, 10, &floor), BumpStatus::kOutOfRange);  // no room for a grant
+  EXPECT_EQ(BumpedFloor(max - 10, max, &floor), BumpStatus::kOutOfRange);
+  EXPECT_EQ(floor, -1);  // untouched
+  EXPECT_EQ(BumpedFloor(max - 10, 9, &floor), BumpStatus::kOk);
+  EXPECT_EQ(floor, max - 1);
+}
+
+// The table: grants, a snapshot, more grants (a zombie's among
+// them), then the database goes back to the snapshot.  Whatever the point
+// it goes back to, the first grant afterwards is above every token.
+TEST(TokenClock, GoingBackToAnyPointGrantsAboveEverything) {
+  for (int snapshot_after = 0; snapshot_after <= 200; snapshot_after += 25) {
+    SimulatedDatabase db(kDec2026);
+    db.GrantOver(snapshot_after, 10 * kSecond, 4);
+    const std::int64_t snapshot = db.Snapshot();
+    db.GrantOver(200 - snapshot_after + 1, 10 * kSecond, 4);
+    const std::int64_t highest = db.Snapshot();
+    db.Advance(kSecond / 10);  // a promotion 100 ms after the last grant
+    db.GoBackTo(snapshot);
+    EXPECT_GT(db.Grant(7), highest) << "went back after " << snapshot_after << " grants";
+    for (int backend = 0; backend < 4; ++backend) db.Grant(backend);
+    EXPECT_EQ(db.repeats(), 0) << "went back after " << snapshot_after << " grants";
+  }
+}
+
+// The same history without the anchor is release 1.4: the first grant
+// after going back repeats a token (the test above can fail).
+TEST(TokenClock, WithoutTheAnchorGoingBackRepeatsTokens) {
+  SimulatedDatabase db(kDec2026, /*anchored=*/false);
+  db.GrantOver(100, kSecond, 2);
+  const std::int64_t snapshot = db.Snapshot();
+  db.GrantOver(106, kSecond, 2);
+  db.Advance(kSecond);
+  db.GoBackTo(snapshot);
+  EXPECT_EQ(db.Grant(0), 101);
+  EXPECT_GT(db.repeats(), 0);
+}
+
+// A long-lived backend's grants fall behind the clock (one per grant, a
+// million a second): harmless, and each new backend jumps to the clock.
+TEST(TokenClock, TokensStayStrictlyIncreasingAcrossAnchors) {
+  SimulatedDatabase db(kDec2026);
+  std::int64_t last = 0;
+  for (int i = 0; i < 1000; ++i) {
+    db.Advance(i % 7 == 0 ? kSecond : 3);
+    const std::int64_t token = db.Grant(i % 13);
+    EXPECT_GT(token, last);
+    EXPECT_LE(token, db.clock());  // never ahead of the clock at this rate
+    last = token;
+  }
+  EXPECT_EQ(db.Lead(), 0);
+}
+
+// The clock set back by more than the time between the last grant and the
+// event: the first grants afterwards repeat tokens of that span.  It is
+// seen before the event (the sequence leads the clock), and a bump by the
+// lead covers it.
+TEST(TokenClock, ClockSetBackFurtherThanTheGapRepeatsAndIsDetectable) {
+  SimulatedDatabase db(kDec2026);
+  db.GrantOver(50, kSecond, 2);
+  const std::int64_t snapshot = db.Snapshot();
+  db.GrantOver(50, kSecond, 2);
+  const std::int64_t highest = db.Snapshot();
+  db.SetClock(db.clock() - 5 * kSecond);  // set back 5 s ...
+  db.Advance(kSecond);                     // ... and the restore 1 s later
+  const std::int64_t lead = db.Lead();
+  EXPECT_GT(lead, kSecond);  // fencing_audit() reports it
+
+  // The runbook's answer: after the restore, bump by the lead seen.
+  SimulatedDatabase bumped = db;
+  bumped.GoBackTo(snapshot);
+  bumped.Bump(lead + kSecond);
+  bumped.Grant(0);
+  bumped.Grant(1);
+  EXPECT_EQ(bumped.repeats(), 0);
+
+  db.GoBackTo(snapshot);
+  EXPECT_LE(db.Grant(0), highest);  // a repeat: what the clock cannot cover
+  EXPECT_GT(db.repeats(), 0);
+}
+
+// The clock set back by less than the time since the last grant: still
+// above everything.
+TEST(TokenClock, ClockSetBackWithinTheGapStillGrantsAbove) {
+  SimulatedDatabase db(kDec2026);
+  db.GrantOver(100, kSecond, 3);
+  const std::int64_t snapshot = db.Snapshot();
+  db.GrantOver(100, kSecond, 3);
+  const std::int64_t highest = db.Snapshot();
+  db.Advance(10 * kSecond);               // the restore 10 s after the last grant,
+  db.SetClock(db.clock() - 2 * kSecond);  // on a clock 2 s behind
+  db.GoBackTo(snapshot);
+  EXPECT_GT(db.Grant(0), highest);
+  EXPECT_EQ(db.repeats(), 0);
+}
+
+// More than a million grants a second: the sequence runs ahead of the
+// clock (seen as a lead), and a database that goes back before the clock
+// has caught up repeats tokens; once it has, going back is safe again.
+TEST(TokenClock, GrantRateAboveTheClockLeadsItUntilItCatchesUp) {
+  SimulatedDatabase db(kDec2026);
+  db.Grant(0);
+  const std::int64_t snapshot = db.Snapshot();
+  for (int i = 0; i < 300'000; ++i) {  // three million grants a second, for 0.1 s
+    if (i % 3 == 0) db.Advance(1);
+    db.Grant(1);
+  }
+  const std::int64_t highest = db.Snapshot();
+  EXPECT_GT(db.Lead(), kSecond / 10);
+
+  SimulatedDatabase early = db;
+  early.GoBackTo(snapshot);
+  EXPECT_LE(early.Grant(2), highest);
+  EXPECT_GT(early.repeats(), 0);
+
+  db.Advance(kSecond);  // the clock passes the lead
+  EXPECT_EQ(db.Lead(), 0);
+  db.GoBackTo(snapshot);
+  EXPECT_GT(db.Grant(2), highest);
+  EXPECT_EQ(db.repeats(), 0);
 }
 
 }  // namespace pg_fencing
