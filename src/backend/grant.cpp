@@ -68,6 +68,7 @@ extern "C" {
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -161,16 +162,44 @@ int64 ClockNow() {
   return PGF_CORE(UnixMicros(now));
 }
 
-// Sets the sequence's last value.  setval() checks UPDATE on the sequence,
-// which only the extension's owner has: as that role (the abort of an
-// error puts the user back).
-void SetSequence(Oid schema, Oid seq, int64 last_value) {
+// Calls a function of the sequence's (setval(), pg_sequence_last_value())
+// as the sequence's owner: they check privileges on it that only its owner
+// has, and PUBLIC none (the abort of an error puts the user back).  The
+// owner is the role that created the extension; 1.0 databases have no
+// other extension table to ask.
+Datum CallAsSequenceOwner(PGFunction fn, Oid seq, int64 value, bool *is_null) {
+  HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(seq));
+  if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for relation %u", seq);
+  const Oid owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple))->relowner;
+  ReleaseSysCache(tuple);
   Oid saved_user = InvalidOid;
   int saved_context = 0;
   GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  (void)DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seq), Int64GetDatum(last_value));
+  SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  LOCAL_FCINFO(call, 2);
+  InitFunctionCallInfoData(*call, nullptr, 2, InvalidOid, nullptr, nullptr);
+  call->args[0].value = ObjectIdGetDatum(seq);
+  call->args[0].isnull = false;
+  call->args[1].value = Int64GetDatum(value);
+  call->args[1].isnull = false;
+  const Datum result = fn(call);
   SetUserIdAndSecContext(saved_user, saved_context);
+  *is_null = call->isnull;
+  return result;
+}
+
+// Sets the sequence's last value (setval(), one WAL record).
+void SetSequence(Oid seq, int64 last_value) {
+  bool is_null = false;
+  (void)CallAsSequenceOwner(setval_oid, seq, last_value, &is_null);
+}
+
+// The highest token the sequence has reserved (its last value); 0 when it
+// has handed out none.
+int64 HighestReserved(Oid seq) {
+  bool is_null = false;
+  const Datum last = CallAsSequenceOwner(pg_sequence_last_value, seq, 0, &is_null);
+  return is_null ? 0 : DatumGetInt64(last);
 }
 
 // The token gate of a sequence: grants from it hold it shared around their
@@ -206,7 +235,7 @@ int64 GrantFromSequence(Oid schema, Oid seq, XLogRecPtr *lsn) {
   if (mode == ExclusiveLock) {
     const int64 clock = ClockNow();
     const int64 first = PGF_CORE(AnchoredFirstToken(token, clock));
-    if (first > token) SetSequence(schema, seq, first);
+    if (first > token) SetSequence(seq, first);
     token = first;
   }
   *lsn = SequencePageLsn(seq);
@@ -304,7 +333,7 @@ int64 Reserve(Oid schema, Oid seq, XLogRecPtr *lsn) {
   const int64 next = nextval_internal(seq, false);
   const int64 clock = ClockNow();
   const int64 first = PGF_CORE(AnchoredFirstToken(next, clock));
-  SetSequence(schema, seq, first + kReservation - 1);
+  SetSequence(seq, first + kReservation - 1);
   *lsn = SequencePageLsn(seq);
   XLogFlush(*lsn);
   SpinLockAcquire(&reserved->mutex);
@@ -344,22 +373,6 @@ void DiscardReserved(Oid seq) {
   SpinLockRelease(&reserved->mutex);
 }
 
-// The highest token the sequence has reserved (its last value), read as
-// the extension's owner; 0 when it has handed out none.
-int64 HighestReserved(Oid schema, Oid seq) {
-  Oid saved_user = InvalidOid;
-  int saved_context = 0;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  LOCAL_FCINFO(call, 1);
-  InitFunctionCallInfoData(*call, nullptr, 1, InvalidOid, nullptr, nullptr);
-  call->args[0].value = ObjectIdGetDatum(seq);
-  call->args[0].isnull = false;
-  const Datum last = pg_sequence_last_value(call);
-  SetUserIdAndSecContext(saved_user, saved_context);
-  return call->isnull ? 0 : DatumGetInt64(last);
-}
-
 // fencing_bump_tokens(by): moves the sequence on to by above the highest
 // token reserved, with every grant path held off meanwhile (the refill
 // lock, and the token gate of grants from the sequence), and returns that
@@ -371,12 +384,12 @@ int64 BumpTokens(Oid schema, int64 by) {
   (void)LockAcquire(&gate, ExclusiveLock, false, false);
   // Every token handed out, from a range or from the sequence, is at most
   // the sequence's last value, and none moves it while both are held.
-  const int64 highest = HighestReserved(schema, seq);
+  const int64 highest = HighestReserved(seq);
   int64 floor = 0;
   const BumpStatus status = PGF_CORE(BumpedFloor(highest, by, &floor));
   if (status == BumpStatus::kOk) {
     if (reserved != nullptr) DiscardReserved(seq);
-    SetSequence(schema, seq, floor);
+    SetSequence(seq, floor);
   }
   const XLogRecPtr lsn = SequencePageLsn(seq);
   LockRelease(&gate, ExclusiveLock, false);
@@ -458,7 +471,7 @@ Datum fencing_bump_tokens(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_lead_over_clock);
 Datum fencing_lead_over_clock(PG_FUNCTION_ARGS) {
   const Oid schema = ExtensionSchema(fcinfo);
-  const int64 highest = HighestReserved(schema, TokenSequenceOid(schema));
+  const int64 highest = HighestReserved(TokenSequenceOid(schema));
   if (highest == 0) PG_RETURN_NULL();
   const int64 clock = ClockNow();
   const int64 lead = PGF_CORE(LeadOverClock(highest, clock));
