@@ -30,7 +30,7 @@ SELECT pg_temp.outcome($$SELECT fencing_protect(424242)$$) AS protect_missing_ta
 SELECT pg_temp.outcome($$SELECT fencing_protect('pg_class')$$) AS protect_catalog;
 SELECT pg_temp.outcome($$SELECT fencing_unprotect(424242)$$) AS unprotect_missing_table;
 SELECT pg_temp.outcome($$SELECT fencing_protect('pg_class', 'relname')$$) AS protect_wrong_type;
-SELECT pg_temp.outcome($$SELECT fencing_present(repeat('x', 10000), '1')$$) AS long_lock_name;
+SELECT pg_temp.outcome($$SELECT fencing_present(repeat('x', 10000), fencing_grant())$$) AS long_lock_name;
 SELECT pg_temp.outcome($$SELECT fencing_present(string_agg(md5(g::text), ''), '1') FROM generate_series(1, 300) g$$) AS incompressible_long_lock_name;
 SELECT pg_temp.outcome($$SELECT fencing_present('x', '-1')$$) AS negative_token;
 SELECT pg_temp.outcome($$SELECT fencing_waiting_room(-1)$$) AS negative_lock_id;

@@ -5,6 +5,10 @@
 CREATE DATABASE fencing_fast_update_probe;
 \c fencing_fast_update_probe
 CREATE EXTENSION pg_fencing;
+-- The hand-written tokens below stand for grants: one grant first, so that
+-- they are below the highest token the database has granted (a token
+-- above it is refused, sql/never_granted.sql).
+SELECT fencing_grant() IS NOT NULL AS granted_once;
 \set SHOW_CONTEXT never
 \set VERBOSITY default
 SET track_functions = 'all';

@@ -9,6 +9,11 @@ CREATE TABLE ledger (id int PRIMARY KEY, token fencing_token, entry text);
 INSERT INTO accounts SELECT g, NULL, 100 FROM generate_series(1, 4) g;
 SELECT fencing_protect('accounts', lock_name => 'tenant-7');
 SELECT fencing_protect('ledger', lock_name => 'tenant-7');
+-- Tokens of another lock service and this database's leases side by side:
+-- the lock says its tokens come from elsewhere (1.5), so any token may
+-- raise its mark, as every lock's could before.  sql/never_granted.sql
+-- shows a lock whose tokens are this database's grants.
+SELECT fencing_set_token_source('tenant-7', 'external');
 SELECT tgname, tgtype, encode(tgargs, 'escape') AS args
 FROM pg_trigger WHERE tgrelid = 'accounts'::regclass ORDER BY tgname;
 

@@ -68,7 +68,7 @@ SELECT fencing_grant() > :'anchored'::fencing_token AS new_backend_above_after_g
 -- The lead of the tokens over the clock, which fencing_audit() watches:
 -- none on a running database.
 SELECT fencing_lead_over_clock() < interval '1 second' AS no_lead_over_clock;
-SELECT count(*) AS audit_rows_about_tokens FROM fencing_audit() WHERE table_name IS NULL;
+SELECT count(*) AS audit_rows_about_tokens FROM fencing_audit() WHERE table_name IS NULL AND lock_name IS NULL;
 
 -- fencing_bump_tokens(by), in a database of its own (its floor runs ahead
 -- of the clock, which fencing_audit() reports).
@@ -83,7 +83,7 @@ SELECT fencing_grant() > :'floor'::fencing_token AS next_grant_above_floor;
 SELECT fencing_bump_tokens(by => 1) > :'floor'::fencing_token AS bumped_again;
 SELECT severity, problem LIKE 'tokens run % ahead of the server''s clock: %' AS names_the_lead,
        fix LIKE 'Check the server''s clock. After restoring a backup or promoting a standby before %: SELECT fencing_bump_tokens(%);' AS says_what_to_do
-FROM fencing_audit() WHERE table_name IS NULL;
+FROM fencing_audit() WHERE table_name IS NULL AND lock_name IS NULL;
 -- Bad values: a clear error, nothing moved (the next grant follows the
 -- one before it).  The out-of-range error's detail names the highest token,
 -- different in every run: terse.

@@ -27,6 +27,8 @@ namespace pg_fencing {
 // SQLSTATE class 55 (object not in prerequisite state), our own subclass.
 #define PGF_ERRCODE_STALE_TOKEN MAKE_SQLSTATE('5', '5', 'Z', '0', '1')
 #define PGF_ERRCODE_MISSING_TOKEN MAKE_SQLSTATE('5', '5', 'Z', '0', '2')
+// A token this database never granted, where its tokens are its grants (1.5).
+#define PGF_ERRCODE_NEVER_GRANTED_TOKEN MAKE_SQLSTATE('5', '5', 'Z', '0', '3')
 
 // Calls into the core: PGF_CORE(DecideGuard(in, options)).  A macro, so
 // that the static_assert sees the very expression that is called.

@@ -30,6 +30,7 @@ extern "C" {
 
 #include "durable_commit.hpp"
 #include "extension_objects.hpp"
+#include "grant.hpp"
 #include "lease_tables.hpp"
 #include "locks.hpp"
 #include "shared_stats.hpp"
@@ -187,9 +188,50 @@ bool HoldFenceShared(Oid schema, int64 lock_id, const char *lock_name, Token tok
 // is off for the session.
 LOCKMODE WriterGateMode() { return shared_fence ? ShareLock : ExclusiveLock; }
 
+// Whether the lock has a lease row: its tokens come from its grants, each of
+// which raised its mark first (as committed now).
+bool LockHasLease(Oid schema, const char *lock_name) {
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  Relation lease = table_open(ids.lease, AccessShareLock);
+  Relation probe = index_open(ids.lease_probe, AccessShareLock);
+  const bool found = FetchRowCommittedNow(lease, probe, ids.name_collation, lock_name) != nullptr;
+  index_close(probe, NoLock);
+  table_close(lease, NoLock);
+  return found;
+}
+
+bool CurrentPermitSlot(Oid schema, int64 lock_id, Token token, int32 *slot);
+
+// A token new to an exclusive or shared lock's fence (above its mark, or
+// the lock's first): whether it may be accepted, by where the lock's tokens
+// come from.  Looks only when the lock's are this database's grants.
+FenceVerdict JudgeNewToken(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
+                           const char *lock_name, Token token, Token *highest) {
+  *highest = 0;
+  if (source != TokenSource::kGranted) return FenceVerdict::kAccept;
+  // Under a shared lock a shared holder's token is above the mark: one of
+  // its permits' latest grants.
+  int32 slot = 0;
+  if (kind == LockKind::kShared && CurrentPermitSlot(schema, lock_id, token, &slot)) {
+    return FenceVerdict::kAccept;
+  }
+  const bool leased = kind == LockKind::kShared || LockHasLease(schema, lock_name);
+  if (!leased) *highest = HighestGrantedFor(schema, token);
+  switch (PGF_CORE(JudgeTokenOrigin(source, leased, token, *highest))) {
+    case OriginVerdict::kAccept:
+      return FenceVerdict::kAccept;
+    case OriginVerdict::kAboveAllGrants:
+      return FenceVerdict::kAboveAllGrants;
+    case OriginVerdict::kAboveLeasedMark:
+      return FenceVerdict::kAboveLeasedMark;
+  }
+  pg_unreachable();
+}
+
 // Under a shared lock: the gate (shared), then the mark as it stands, which
 // no write moves; a grant that raises it waits for the gate.
-bool HoldSharedMark(Oid schema, int64 lock_id, const char *lock_name, Token token, Token *mark) {
+FenceVerdict HoldSharedMark(Oid schema, int64 lock_id, TokenSource source, const char *lock_name,
+                            Token token, Token *mark, Token *highest) {
   LockFence *fence = &FenceFor(lock_name);
   if (!fence->locked) {
     LOCKTAG gate = GateTag(lock_id);
@@ -202,8 +244,13 @@ bool HoldSharedMark(Oid schema, int64 lock_id, const char *lock_name, Token toke
     PGF_CORE(fences.Lock(*fence, known, seen, subxact, true));
   }
   *mark = fence->mark;
-  return PGF_CORE(JudgeAgainstSharedMark(token, fence->mark_known, fence->mark)) ==
-         HighWaterVerdict::kAccept;
+  if (PGF_CORE(JudgeAgainstSharedMark(token, fence->mark_known, fence->mark)) !=
+      HighWaterVerdict::kAccept) {
+    return FenceVerdict::kStale;
+  }
+  const bool is_new = !fence->mark_known || token > fence->mark;
+  if (!is_new) return FenceVerdict::kAccept;
+  return JudgeNewToken(schema, lock_id, LockKind::kShared, source, lock_name, token, highest);
 }
 
 // A permit's gate: an advisory tag with the slot and the lock's id, in a
@@ -294,10 +341,16 @@ LockFence *FindTransactionFence(const char *lock_name) {
   return fences_in_use ? PGF_CORE(backend_fences.Find(lock_name)) : nullptr;
 }
 
-bool AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock_name, Token token,
-                      Token *mark) {
-  if (kind == LockKind::kSemaphore) return HoldPermit(schema, lock_id, lock_name, token, mark);
-  if (kind == LockKind::kShared) return HoldSharedMark(schema, lock_id, lock_name, token, mark);
+FenceVerdict AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
+                              const char *lock_name, Token token, Token *mark, Token *highest) {
+  *highest = 0;
+  if (kind == LockKind::kSemaphore) {
+    return HoldPermit(schema, lock_id, lock_name, token, mark) ? FenceVerdict::kAccept
+                                                               : FenceVerdict::kStale;
+  }
+  if (kind == LockKind::kShared) {
+    return HoldSharedMark(schema, lock_id, source, lock_name, token, mark, highest);
+  }
   LockFence &fence = FenceFor(lock_name);
   // The common case -- the transaction already holds the fence and writes
   // under its mark -- returns before asking whether the gate is in use.
@@ -305,10 +358,10 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock
     switch (PGF_CORE(JudgeAgainstHighWater(token, fence.mark_known, fence.mark))) {
       case HighWaterVerdict::kAccept:
         *mark = fence.mark;
-        return true;
+        return FenceVerdict::kAccept;
       case HighWaterVerdict::kStale:
         *mark = fence.mark;
-        return false;
+        return FenceVerdict::kStale;
       case HighWaterVerdict::kRaise:
         // Held shared: the raise needs the gate exclusively (it waits for
         // the others sharing it; two that both do are a deadlock, which
@@ -320,7 +373,7 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock
     if (!shared_fence) {
       TakeFenceGateExclusively(schema, lock_id);
     } else if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) {
-      return token >= *mark;
+      return token >= *mark ? FenceVerdict::kAccept : FenceVerdict::kStale;
     }
   }
   Token previous = 0;
@@ -332,7 +385,16 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock
     TransactionFences &fences = Fences();
     PGF_CORE(fences.Lock(locked, true, previous, subxact));
     *mark = previous;
-    return false;
+    return FenceVerdict::kStale;
+  }
+  // A raise (or the lock's first mark): the token is new to the lock.  When
+  // it was never granted, the caller's error undoes the raise.
+  if (!had_mark || token > previous) {
+    const FenceVerdict origin = JudgeNewToken(schema, lock_id, kind, source, lock_name, token, highest);
+    if (origin != FenceVerdict::kAccept) {
+      *mark = had_mark ? previous : 0;
+      return origin;
+    }
   }
   const SubxactId subxact = GetCurrentSubTransactionId();
   TransactionFences &fences = Fences();
@@ -340,13 +402,19 @@ bool AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock
   // The mark was raised (or made): that must survive a crash with the commit.
   if (!had_mark || token > previous) RequireDurableCommit();
   *mark = token;
-  return true;
+  return FenceVerdict::kAccept;
 }
 
-bool CheckLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock_name, Token token,
-                    Token *mark) {
-  if (kind == LockKind::kSemaphore) return HoldPermit(schema, lock_id, lock_name, token, mark);
-  if (kind == LockKind::kShared) return HoldSharedMark(schema, lock_id, lock_name, token, mark);
+FenceVerdict CheckLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
+                            const char *lock_name, Token token, Token *mark, Token *highest) {
+  *highest = 0;
+  if (kind == LockKind::kSemaphore) {
+    return HoldPermit(schema, lock_id, lock_name, token, mark) ? FenceVerdict::kAccept
+                                                               : FenceVerdict::kStale;
+  }
+  if (kind == LockKind::kShared) {
+    return HoldSharedMark(schema, lock_id, source, lock_name, token, mark, highest);
+  }
   LockFence *fence = &FenceFor(lock_name);
   if (!fence->locked && lock_id != 0 && GateInUse(schema)) {
     // A presentation of the mark shares the gate; of a higher token, takes
@@ -354,7 +422,7 @@ bool CheckLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock_n
     if (!shared_fence) {
       TakeFenceGateExclusively(schema, lock_id);
     } else if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) {
-      return token >= *mark;
+      return token >= *mark ? FenceVerdict::kAccept : FenceVerdict::kStale;
     }
     fence = &FenceFor(lock_name);
   }
@@ -366,8 +434,17 @@ bool CheckLockFence(Oid schema, int64 lock_id, LockKind kind, const char *lock_n
     PGF_CORE(fences.Lock(*fence, true, locked_mark, subxact));
   }
   *mark = fence->mark;
-  return PGF_CORE(JudgeAgainstHighWater(token, fence->mark_known, fence->mark)) !=
-         HighWaterVerdict::kStale;
+  switch (PGF_CORE(JudgeAgainstHighWater(token, fence->mark_known, fence->mark))) {
+    case HighWaterVerdict::kAccept:
+      return FenceVerdict::kAccept;
+    case HighWaterVerdict::kStale:
+      return FenceVerdict::kStale;
+    case HighWaterVerdict::kRaise:
+      break;
+  }
+  // A presentation above the mark: the write that follows would raise it.
+  if (!fence->mark_known) *mark = 0;
+  return JudgeNewToken(schema, lock_id, kind, source, lock_name, token, highest);
 }
 
 }  // namespace pg_fencing
@@ -429,11 +506,12 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   // such a role's refusals are recorded: the record is bounded, and no
   // other role may fill it.)
   int64 lock_id = 0;
-  LockKind kind = LockKind::kExclusive;
-  if (!LockUsableBy(schema, lock_name, GetUserId(), &lock_id, &kind)) {
+  LockTraits traits;
+  if (!LockUsableBy(schema, lock_name, GetUserId(), &lock_id, &traits)) {
     lock_id = AuthorizeLock(schema, lock_name, GetUserId(), true, InvalidOid);
-    kind = LockKindOf(schema, lock_name);
+    traits = LockTraitsOf(schema, lock_name);
   }
+  const LockKind kind = traits.kind;
   if (PG_ARGISNULL(1)) {
     RecordRefusedWrite({InvalidOid, lock_name, 0, false, 0, false, PGF_ERRCODE_MISSING_TOKEN});
     ereport(ERROR,
@@ -443,7 +521,34 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   }
   const Token token = PG_GETARG_INT64(1);
   Token mark = 0;
-  if (!CheckLockFence(schema, lock_id, kind, lock_name, token, &mark)) {
+  Token highest = 0;
+  const FenceVerdict verdict =
+      CheckLockFence(schema, lock_id, kind, traits.source, lock_name, token, &mark, &highest);
+  if (verdict == FenceVerdict::kAboveAllGrants || verdict == FenceVerdict::kAboveLeasedMark) {
+    RecordRefusedWrite(
+        {InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_NEVER_GRANTED_TOKEN});
+    if (verdict == FenceVerdict::kAboveLeasedMark) {
+      ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+                      errmsg("fencing token " INT64_FORMAT " for lock \"%s\" was never granted: "
+                             "the lock's current token is " INT64_FORMAT,
+                             token, lock_name, mark),
+                      errdetail("Every grant of a lock whose leases this database grants raises "
+                                "its mark first, so no holder was ever given a token above it."),
+                      errhint("If the lock's tokens come from another service: "
+                              "fencing_set_token_source('%s', 'external').",
+                              lock_name)));
+    }
+    ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+                    errmsg("fencing token " INT64_FORMAT " for lock \"%s\" was never granted: the "
+                           "highest token this database has granted is " INT64_FORMAT,
+                           token, lock_name, highest),
+                    errdetail("A token above every grant is a mistake: a typo, a token of another "
+                              "database or lock service, or made up."),
+                    errhint("If the lock's tokens come from another service: "
+                            "fencing_set_token_source('%s', 'external').",
+                            lock_name)));
+  }
+  if (verdict == FenceVerdict::kStale) {
     RecordRefusedWrite({InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_STALE_TOKEN});
     if (kind == LockKind::kSemaphore) {
       ereport(ERROR, (errcode(PGF_ERRCODE_STALE_TOKEN),

@@ -14,10 +14,22 @@ void RegisterFenceCallbacks();
 // The current transaction's entry for a lock, or nullptr if it has none.
 LockFence *FindTransactionFence(const char *lock_name);
 
+// How a lock-wide fence judged a token.
+enum class FenceVerdict {
+  kAccept,
+  kStale,         // below the mark (55Z01); *mark holds it
+  // New to the fence and never granted (55Z03, 1.5); *mark holds the mark
+  // (0 without one):
+  kAboveAllGrants,   // above *highest, the highest token the database granted
+  kAboveLeasedMark,  // above the mark of a lock whose leases it grants
+};
+
 // Makes sure the lock's high-water mark is locked by this transaction and
-// is not above token, moving it up to token if token is higher.  Returns
-// false, leaving the mark as it was, when token is below it; *mark then
-// holds the mark.  extension_schema is where fencing_fence lives.
+// is not above token, moving it up to token if token is higher.  kStale,
+// leaving the mark as it was, when token is below it; *mark then holds the
+// mark.  kAboveAllGrants or kAboveLeasedMark when token would raise the mark
+// of a lock whose tokens are this database's grants (source kGranted) but
+// was never granted: the caller must raise its error, which undoes the raise.  extension_schema is where fencing_fence lives.
 // lock_id: the lock's (fencing_lock.lock_id), for its fence gate; 0 for
 // none (a database before 1.2): the mark's row is locked for every write.
 //
@@ -25,12 +37,13 @@ LockFence *FindTransactionFence(const char *lock_name);
 // the mark is never moved by a write; under a semaphore a token is accepted
 // while it is the latest grant of its permit, whose gate is then held
 // shared until the transaction ends, and *mark is 0 when it is refused.
-bool AdvanceLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const char *lock_name,
-                      Token token, Token *mark);
+FenceVerdict AdvanceLockFence(Oid extension_schema, int64 lock_id, LockKind kind,
+                              TokenSource source, const char *lock_name, Token token, Token *mark,
+                              Token *highest);
 
 // The same check, without moving the mark (fencing_present).
-bool CheckLockFence(Oid extension_schema, int64 lock_id, LockKind kind, const char *lock_name,
-                    Token token, Token *mark);
+FenceVerdict CheckLockFence(Oid extension_schema, int64 lock_id, LockKind kind, TokenSource source,
+                            const char *lock_name, Token token, Token *mark, Token *highest);
 
 // Makes the current transaction judge its next write under the lock against
 // the mark as it stands, not its cached copy: for a grant or a revoke made

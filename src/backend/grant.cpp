@@ -407,7 +407,27 @@ int64 BumpTokens(Oid schema, int64 by) {
   return floor;
 }
 
+// The highest token reserved as this backend last read it (or granted it),
+// for the database's extension in highest_known_schema.  It only goes up
+// on a running database; a database that went back starts new backends.
+int64 highest_known = 0;
+Oid highest_known_schema = InvalidOid;
+
+void NoteGranted(Oid schema, int64 token) {
+  if (highest_known_schema != schema) {
+    highest_known_schema = schema;
+    highest_known = 0;
+  }
+  if (token > highest_known) highest_known = token;
+}
+
 }  // namespace
+
+int64 HighestGrantedFor(Oid schema, int64 token) {
+  if (highest_known_schema == schema && token <= highest_known) return highest_known;
+  NoteGranted(schema, HighestReserved(TokenSequenceOid(schema)));
+  return highest_known;
+}
 
 void RegisterGrantReservations() {
   if (!process_shared_preload_libraries_in_progress) return;
@@ -438,6 +458,7 @@ int64 GrantToken(Oid schema) {
     XLogFlush(lsn);
   }
   WaitForSynchronousStandbys(lsn);
+  NoteGranted(schema, token);
   return token;
 }
 

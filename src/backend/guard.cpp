@@ -30,6 +30,7 @@ extern "C" {
 
 #include "extension_objects.hpp"
 #include "fences.hpp"
+#include "grant.hpp"
 #include "guard.hpp"
 #include "locks.hpp"
 #include "merge_actions.hpp"
@@ -38,7 +39,8 @@ extern "C" {
 namespace pg_fencing {
 namespace {
 
-constexpr const char *kKnownOptions = "allow_unset, skip, fence_reads, lock=NAME";
+constexpr const char *kKnownOptions =
+    "allow_unset, skip, fence_reads, granted_tokens, external_tokens, lock=NAME";
 
 // A column holds tokens when its type is fencing_token or a domain over it.
 bool IsTokenColumn(Form_pg_attribute att, Oid token_type) {
@@ -157,6 +159,19 @@ void ReportOptionError(OptionStatus status, const char *word, const char *where)
                       errhint("Reads are fenced under a lock-wide fence: give the lock's name "
                               "(lock_name => ...).")));
       break;
+    case OptionStatus::kConflictingSources:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("fencing_guard options \"granted_tokens\" and \"external_tokens\" "
+                             "contradict each other in %s",
+                             where)));
+      break;
+    case OptionStatus::kSourceUnderLock:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("fencing_guard option \"%s\" cannot be combined with a lock in %s",
+                             word, where),
+                      errhint("Under a lock-wide fence the lock says where its tokens come from: "
+                              "fencing_set_token_source(lock_name, 'external').")));
+      break;
   }
 }
 
@@ -185,6 +200,7 @@ struct GuardCache {
   Oid authorized_user;
   int64 lock_id;       // the lock's, once authorized (its fence gate); 0 before 1.2
   LockKind lock_kind;  // how the lock is leased, read with lock_id
+  TokenSource lock_source;  // where the lock's tokens come from, read with lock_id
 };
 
 // How errors name a trigger: formatted only when one is raised.
@@ -246,6 +262,7 @@ GuardCache ReadGuardTrigger(const Trigger *trigger, Relation rel, Oid extension_
   fresh.authorized_user = InvalidOid;
   fresh.lock_id = 0;
   fresh.lock_kind = LockKind::kExclusive;
+  fresh.lock_source = TokenSource::kUnknown;
   fresh.attnum = ResolveNamedColumn(rel, trigger->tgargs[0], TokenTypeOid(extension_schema));
   const char *word = nullptr;
   const OptionStatus status =
@@ -334,6 +351,59 @@ void RecordMissing(Oid relid, const char *lock_name) {
                   errdetail("A newer holder of the lock has been granted or has written under it; "
                             "the lock you held has moved on."),
                   errtablecol(rel, guard.attnum)));
+  pg_unreachable();
+}
+
+// A token above every token the database has granted, on a per-row fence
+// whose tokens are its grants (1.5).
+[[noreturn]] void ReportNeverGrantedForRow(Relation rel, AttrNumber attnum, Token token,
+                                           Token highest) {
+  RecordRefusedWrite({RelationGetRelid(rel), nullptr, token, true, highest, true,
+                      PGF_ERRCODE_NEVER_GRANTED_TOKEN});
+  ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+                  errmsg("fencing token " INT64_FORMAT " for table \"%s\" was never granted: the "
+                         "highest token this database has granted is " INT64_FORMAT,
+                         token, RelationGetRelationName(rel), highest),
+                  errdetail("A token above every grant is a mistake: a typo, a token of another "
+                            "database or lock service, or made up."),
+                  errhint("If the table's tokens come from another service, protect it with "
+                          "option 'external_tokens'."),
+                  errtablecol(rel, attnum)));
+  pg_unreachable();
+}
+
+// A token new to a lock whose tokens are this database's grants, never
+// granted (1.5): above the mark of a lock whose leases the database grants,
+// or above every grant (highest).
+[[noreturn]] void ReportNeverGrantedForLock(Relation rel, const GuardCache &guard,
+                                            FenceVerdict verdict, Token token, Token mark,
+                                            Token highest) {
+  RecordRefusedWrite({RelationGetRelid(rel), guard.lock_name, token, true, mark, true,
+                      PGF_ERRCODE_NEVER_GRANTED_TOKEN});
+  if (verdict == FenceVerdict::kAboveLeasedMark) {
+    ereport(ERROR,
+            (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+             errmsg("fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\" was never "
+                    "granted: the lock's current token is " INT64_FORMAT,
+                    token, RelationGetRelationName(rel), guard.lock_name, mark),
+             errdetail("Every grant of a lock whose leases this database grants raises its mark "
+                       "first, so no holder was ever given a token above it."),
+             errhint("If the lock's tokens come from another service: "
+                     "fencing_set_token_source('%s', 'external').",
+                     guard.lock_name),
+             errtablecol(rel, guard.attnum)));
+  }
+  ereport(ERROR,
+          (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+           errmsg("fencing token " INT64_FORMAT " for table \"%s\" under lock \"%s\" was never "
+                  "granted: the highest token this database has granted is " INT64_FORMAT,
+                  token, RelationGetRelationName(rel), guard.lock_name, highest),
+           errdetail("A token above every grant is a mistake: a typo, a token of another "
+                     "database or lock service, or made up."),
+           errhint("If the lock's tokens come from another service: "
+                   "fencing_set_token_source('%s', 'external').",
+                   guard.lock_name),
+           errtablecol(rel, guard.attnum)));
   pg_unreachable();
 }
 
@@ -455,6 +525,16 @@ Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
   in.column_assigned = row.column_assigned;
   switch (PGF_CORE(DecideGuard(in, guard.options))) {
     case GuardVerdict::kAccept:
+      // A token new to the row (1.5): one the database granted, where that
+      // is where the table's tokens come from.  One comparison otherwise.
+      if (guard.options.token_source == TokenSource::kGranted && !in.new_is_null &&
+          (in.old_is_null || in.new_token > in.old_token)) {
+        const Token highest = HighestGrantedFor(guard.extension_schema, in.new_token);
+        if (PGF_CORE(JudgeTokenOrigin(TokenSource::kGranted, false, in.new_token, highest)) !=
+            OriginVerdict::kAccept) {
+          ReportNeverGrantedForRow(RelationToReport(row), guard.attnum, in.new_token, highest);
+        }
+      }
       return {};
     case GuardVerdict::kSkip:
       RecordStale(row.relid, nullptr, in.new_token, in.old_token, false);
@@ -477,21 +557,22 @@ void AuthorizeWritesUnderLock(Oid relid, Oid owner, GuardCache &guard) {
   const Oid writer = GetUserId();
   if (guard.authorized_user == writer) return;
   int64 lock_id = 0;
-  LockKind kind = LockKind::kExclusive;
+  LockTraits traits;
   // The common case in C; a lock to create, or a role to refuse, goes to
   // the lock model's SQL (fencing_lock_authorize), which raises 42501.
   const bool usable =
-      LockUsableBy(guard.extension_schema, guard.lock_name, writer, &lock_id, &kind) &&
+      LockUsableBy(guard.extension_schema, guard.lock_name, writer, &lock_id, &traits) &&
       (owner == writer || LockUsableBy(guard.extension_schema, guard.lock_name, owner, &lock_id));
   if (!usable) {
     lock_id = AuthorizeLock(guard.extension_schema, guard.lock_name, writer, true, InvalidOid);
     if (owner != writer) {
       AuthorizeLock(guard.extension_schema, guard.lock_name, owner, false, relid);
     }
-    kind = LockKindOf(guard.extension_schema, guard.lock_name);
+    traits = LockTraitsOf(guard.extension_schema, guard.lock_name);
   }
   guard.lock_id = lock_id;
-  guard.lock_kind = kind;
+  guard.lock_kind = traits.kind;
+  guard.lock_source = traits.source;
   guard.authorized_user = writer;
 }
 
@@ -536,13 +617,23 @@ Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
   }
 
   Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_name,
-                        decision.write_token, &mark)) {
-    if (guard.options.skip) {
-      RecordStale(row.relid, guard.lock_name, decision.write_token, mark, false);
-      return {true, false, 0};
-    }
-    ReportStaleForLock(RelationToReport(row), guard, decision.write_token, mark);
+  Token highest = 0;
+  const FenceVerdict verdict =
+      AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_source,
+                       guard.lock_name, decision.write_token, &mark, &highest);
+  switch (verdict) {
+    case FenceVerdict::kAccept:
+      break;
+    case FenceVerdict::kStale:
+      if (guard.options.skip) {
+        RecordStale(row.relid, guard.lock_name, decision.write_token, mark, false);
+        return {true, false, 0};
+      }
+      ReportStaleForLock(RelationToReport(row), guard, decision.write_token, mark);
+    case FenceVerdict::kAboveAllGrants:
+    case FenceVerdict::kAboveLeasedMark:
+      ReportNeverGrantedForLock(RelationToReport(row), guard, verdict, decision.write_token, mark,
+                                highest);
   }
   return {false, decision.fill_from_presented, decision.write_token};
 }
@@ -617,9 +708,18 @@ Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   }
   const Token token = fence->presented_token;
   Token mark = 0;
-  if (!AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_name,
-                        token, &mark)) {
-    ReportStaleForLock(td->tg_relation, guard, token, mark);
+  Token highest = 0;
+  const FenceVerdict verdict =
+      AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_source,
+                       guard.lock_name, token, &mark, &highest);
+  switch (verdict) {
+    case FenceVerdict::kAccept:
+      break;
+    case FenceVerdict::kStale:
+      ReportStaleForLock(td->tg_relation, guard, token, mark);
+    case FenceVerdict::kAboveAllGrants:
+    case FenceVerdict::kAboveLeasedMark:
+      ReportNeverGrantedForLock(td->tg_relation, guard, verdict, token, mark, highest);
   }
   return PointerGetDatum(nullptr);  // ignored for statement triggers
 }
@@ -771,7 +871,7 @@ namespace {
 // lock, if any) and the column.  Returns the column's name; *fence_reads
 // (if given) gets whether the options ask for a read fence.
 Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name,
-                     bool *fence_reads = nullptr) {
+                     bool *fence_reads = nullptr, TokenSource *source = nullptr) {
   const Oid token_type = TokenTypeOid(ExtensionSchema(fcinfo));
   int count = 0;
   Datum *elems = nullptr;
@@ -792,6 +892,7 @@ Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name,
   if (lock_name != nullptr) words[word_count++] = psprintf("lock=%s", lock_name);
   const GuardOptions options = ParseOptions(words, word_count, "fencing_protect()");
   if (fence_reads != nullptr) *fence_reads = options.fence_reads;
+  if (source != nullptr) *source = options.token_source;
 
   Relation rel = try_table_open(relid, AccessShareLock);
   if (rel == nullptr) {
@@ -805,6 +906,21 @@ Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name,
   namestrcpy(column, NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname));
   table_close(rel, NoLock);
   return column;
+}
+
+// The options array (a text[] Datum, or none) with one more word.
+Datum WithOptionWord(Datum options, bool options_null, const char *word) {
+  int count = 0;
+  Datum *elems = nullptr;
+  bool *nulls = nullptr;
+  if (!options_null) {
+    deconstruct_array(DatumGetArrayTypeP(options), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls,
+                      &count);
+  }
+  Datum *words = static_cast<Datum *>(palloc(sizeof(Datum) * (count + 1)));
+  for (int i = 0; i < count; ++i) words[i] = elems[i];  // CheckProtection refused NULLs
+  words[count] = CStringGetTextDatum(word);
+  return PointerGetDatum(construct_array(words, count + 1, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
 }  // namespace
@@ -884,7 +1000,19 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   // No lock_name: a per-row fence.
   const char *lock_name = PG_ARGISNULL(3) ? nullptr : CheckLockName(fcinfo, 3);
   bool fence_reads = false;
-  Name column = CheckProtection(fcinfo, relid, lock_name, &fence_reads);
+  TokenSource source = TokenSource::kUnknown;
+  Name column = CheckProtection(fcinfo, relid, lock_name, &fence_reads, &source);
+  // A per-row fence's tokens are this database's grants unless it is told
+  // otherwise (1.5): its guard gets the word that says so.  Not in a
+  // database still on an older version, which guards as it did.
+  Datum options = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
+  bool options_null = PG_ARGISNULL(2);
+  static const Oid kBumpArgTypes[] = {INT8OID};
+  if (lock_name == nullptr && source == TokenSource::kUnknown &&
+      ExtensionFunctionIfExists(schema, "fencing_bump_tokens", 1, kBumpArgTypes) != nullptr) {
+    options = WithOptionWord(options, options_null, "granted_tokens");
+    options_null = false;
+  }
 
   const Oid caller = GetUserId();
   if (lock_name != nullptr) {
@@ -904,9 +1032,8 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   static const Oid kArgTypes[] = {OIDOID, REGCLASSOID, NAMEOID, TEXTARRAYOID, TEXTOID};
   FmgrInfo *fn = ExtensionFunction(schema, "fencing_protect_as", 5, kArgTypes);
   const Datum args[] = {ObjectIdGetDatum(caller), ObjectIdGetDatum(relid), NameGetDatum(column),
-                        PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2),
-                        lock_name == nullptr ? (Datum)0 : CStringGetTextDatum(lock_name)};
-  const bool arg_nulls[] = {false, false, false, PG_ARGISNULL(2), lock_name == nullptr};
+                        options, lock_name == nullptr ? (Datum)0 : CStringGetTextDatum(lock_name)};
+  const bool arg_nulls[] = {false, false, false, options_null, lock_name == nullptr};
   bool is_null = false;
   CallExtensionFunction(fn, 5, args, arg_nulls, &is_null);
 

@@ -232,6 +232,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.lock_announce = get_attnum(ids.lock, "announce");
   ids.lease_grant_count = get_attnum(ids.lease, "grant_count");
   ids.lock_kind = get_attnum(ids.lock, "kind");
+  ids.lock_token_source = get_attnum(ids.lock, "token_source");
   ids.permit = get_relname_relid("fencing_permit", schema);
   ids.permit_token =
       OidIsValid(ids.permit) ? RelationIn(schema, "fencing_permit_token") : InvalidOid;
@@ -298,6 +299,18 @@ HeapTuple FetchRow(Relation table, Relation index_rel, Oid collation, Datum name
   ScanKeyData key;
   ScanKeyEntryInitialize(&key, 0, 1, equal, InvalidOid, collation, F_TEXTEQ, name);
   return FirstRowFor(table, index_rel, &key, snapshot, collation, name);
+}
+
+TokenSource TokenSourceOfRow(Relation lock, HeapTuple row) {
+  const LeaseTableIds &ids = LeaseTablesOf(RelationGetNamespace(lock));
+  if (ids.lock_token_source == InvalidAttrNumber) return TokenSource::kUnknown;  // before 1.5
+  bool is_null = false;
+  const Datum source = RowColumn(lock, row, ids.lock_token_source, &is_null);
+  if (is_null) return TokenSource::kUnknown;
+  const char *word = TextDatumGetCString(source);
+  if (strcmp(word, "granted") == 0) return TokenSource::kGranted;
+  if (strcmp(word, "external") == 0) return TokenSource::kExternal;
+  return TokenSource::kUnknown;
 }
 
 LockKind LockKindOfRow(Relation lock, HeapTuple row) {

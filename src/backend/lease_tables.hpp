@@ -30,6 +30,8 @@ struct LeaseTableIds {
   // Columns added in 1.4: InvalidAttrNumber in a database whose extension
   // is older (the library serves it as that version did).
   AttrNumber lock_announce, lease_grant_count, lock_kind;
+  // Added in 1.5 (InvalidAttrNumber before): where the lock's tokens come from.
+  AttrNumber lock_token_source;
   // fencing_permit and its index on token (1.4; InvalidOid before), and
   // the columns the guard reads.
   Oid permit, permit_token;
@@ -66,6 +68,10 @@ void InsertRow(Relation table, const Datum *values, const bool *nulls);
 // How a fetched row of fencing_lock is leased (its kind; kExclusive before
 // 1.4).
 LockKind LockKindOfRow(Relation lock, HeapTuple row);
+
+// Where a fetched row of fencing_lock says its tokens come from (kUnknown
+// before 1.5, whose locks accept any token).
+TokenSource TokenSourceOfRow(Relation lock, HeapTuple row);
 
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);

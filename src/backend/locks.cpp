@@ -68,7 +68,8 @@ bool RoleMayUseLock(Oid role, Oid owner, Datum users, bool users_null) {
   return false;
 }
 
-bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id, LockKind *kind) {
+bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id,
+                  LockTraits *traits) {
   // Before 1.2 there is no fencing_lock (nor, before 1.3, its hash index):
   // AuthorizeLock() knows what to do.
   if (!OidIsValid(get_relname_relid("fencing_lock_name_hash", schema))) return false;
@@ -83,23 +84,24 @@ bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id, L
     const Datum users = RowColumn(lock, row, ids.lock_users, &users_null);
     usable = RoleMayUseLock(role, owner, users, users_null);
     if (usable) *lock_id = DatumGetInt64(RowColumn(lock, row, ids.lock_id, &is_null));
-    if (usable && kind != nullptr) *kind = LockKindOfRow(lock, row);
+    if (usable && traits != nullptr) *traits = {LockKindOfRow(lock, row), TokenSourceOfRow(lock, row)};
   }
   index_close(probe, NoLock);
   table_close(lock, NoLock);
   return usable;
 }
 
-LockKind LockKindOf(Oid schema, const char *lock_name) {
-  if (!OidIsValid(get_relname_relid("fencing_lock_name_hash", schema))) return LockKind::kExclusive;
+LockTraits LockTraitsOf(Oid schema, const char *lock_name) {
+  LockTraits traits;
+  if (!OidIsValid(get_relname_relid("fencing_lock_name_hash", schema))) return traits;
   const LeaseTableIds &ids = LeaseTablesOf(schema);
   Relation lock = table_open(ids.lock, AccessShareLock);
   Relation probe = index_open(ids.lock_probe, AccessShareLock);
   HeapTuple row = FetchRowCommittedNow(lock, probe, ids.name_collation, lock_name);
-  const LockKind kind = row != nullptr ? LockKindOfRow(lock, row) : LockKind::kExclusive;
+  if (row != nullptr) traits = {LockKindOfRow(lock, row), TokenSourceOfRow(lock, row)};
   index_close(probe, NoLock);
   table_close(lock, NoLock);
-  return kind;
+  return traits;
 }
 
 }  // namespace pg_fencing

@@ -28,17 +28,24 @@ int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create
 // or of one of its users (a regrole[] Datum; superusers have every role's).
 bool RoleMayUseLock(Oid role, Oid owner, Datum users, bool users_null);
 
+// How a lock is leased (kExclusive before 1.4) and where its tokens come
+// from (kUnknown before 1.5), as its row of fencing_lock says.
+struct LockTraits {
+  LockKind kind = LockKind::kExclusive;
+  TokenSource source = TokenSource::kUnknown;
+};
+
 // AuthorizeLock() without its SQL for the common case: when the lock exists
 // and role may use it (read through the lease tables' index, as committed
 // now), returns true with the lock's id.  False when the lock is missing,
 // role may not use it, or the extension predates the lock model: call
 // AuthorizeLock() then, which creates the lock or raises the usual 42501.
-// kind, if given, gets how the lock is leased.
+// traits, if given, gets the lock's traits.
 bool LockUsableBy(Oid schema, const char *lock_name, Oid role, int64 *lock_id,
-                  LockKind *kind = nullptr);
+                  LockTraits *traits = nullptr);
 
-// How a lock is leased, as committed now (kExclusive for a lock that does
-// not exist, or before 1.4): for the callers of AuthorizeLock().
-LockKind LockKindOf(Oid schema, const char *lock_name);
+// A lock's traits as committed now (the defaults for a lock that does not
+// exist): for the callers of AuthorizeLock().
+LockTraits LockTraitsOf(Oid schema, const char *lock_name);
 
 }  // namespace pg_fencing

@@ -11,6 +11,13 @@ OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noex
     options.skip = true;
   } else if (word == "fence_reads") {
     options.fence_reads = true;
+  } else if (word == "granted_tokens" || word == "external_tokens") {
+    const TokenSource source =
+        word == "granted_tokens" ? TokenSource::kGranted : TokenSource::kExternal;
+    if (options.token_source != TokenSource::kUnknown && options.token_source != source) {
+      return OptionStatus::kConflictingSources;
+    }
+    options.token_source = source;
   } else if (word.substr(0, kLockPrefix.size()) == kLockPrefix) {
     const std::string_view name = word.substr(kLockPrefix.size());
     if (name.empty()) return OptionStatus::kEmptyLockName;
@@ -27,6 +34,9 @@ OptionStatus ApplyGuardOption(std::string_view word, GuardOptions &options) noex
 OptionStatus FinishGuardOptions(const GuardOptions &options) noexcept {
   if (options.allow_unset && !options.lock_name.empty()) return OptionStatus::kUnsetUnderLock;
   if (options.fence_reads && options.lock_name.empty()) return OptionStatus::kReadsWithoutLock;
+  if (options.token_source != TokenSource::kUnknown && !options.lock_name.empty()) {
+    return OptionStatus::kSourceUnderLock;
+  }
   return OptionStatus::kOk;
 }
 
@@ -91,6 +101,13 @@ HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark)
 
 HighWaterVerdict JudgeAgainstSharedMark(Token token, bool mark_known, Token mark) noexcept {
   return !mark_known || token >= mark ? HighWaterVerdict::kAccept : HighWaterVerdict::kStale;
+}
+
+OriginVerdict JudgeTokenOrigin(TokenSource source, bool lock_grants_leases, Token token,
+                               Token highest_granted) noexcept {
+  if (source != TokenSource::kGranted) return OriginVerdict::kAccept;
+  if (lock_grants_leases) return OriginVerdict::kAboveLeasedMark;
+  return token <= highest_granted ? OriginVerdict::kAccept : OriginVerdict::kAboveAllGrants;
 }
 
 }  // namespace pg_fencing

@@ -13,6 +13,15 @@ namespace pg_fencing {
 
 // ---- The guard's decision ----------------------------------------------------
 
+// Where a fence's tokens come from (1.5): fencing_lock.token_source for a
+// lock-wide fence, the trigger's option word for a per-row fence.
+enum class TokenSource {
+  kUnknown,   // fenced before 1.5 (the update cannot tell): any token, as then;
+              // fencing_audit() lists it with the command that tightens it
+  kGranted,   // this database's grants: a token it never granted is refused (55Z03)
+  kExternal,  // another service's (an etcd revision): any token
+};
+
 // Options given to the fencing_guard trigger after the column name.
 struct GuardOptions {
   bool allow_unset = false;  // an UPDATE that does not SET the column passes
@@ -21,6 +30,10 @@ struct GuardOptions {
   // security policy that hides its rows from every transaction that has not
   // presented the lock's current token.  The trigger itself ignores it.
   bool fence_reads = false;
+  // "granted_tokens" (written by fencing_protect() from 1.5 unless it is
+  // given "external_tokens"): where a per-row fence's tokens come from.
+  // Neither word: kUnknown.  A lock-wide fence takes the lock's setting.
+  TokenSource token_source = TokenSource::kUnknown;
   // "lock=NAME": fence against the lock's high-water mark, not only the
   // row's.  Points into the option word; empty when per-row only.
   std::string_view lock_name;
@@ -33,6 +46,8 @@ enum class OptionStatus {
   kConflictingLocks,  // two different "lock=" options
   kUnsetUnderLock,    // allow_unset with lock=: a lock-wide fence has no unfenced writes
   kReadsWithoutLock,  // fence_reads without lock=: reads are fenced under a lock
+  kConflictingSources,  // granted_tokens with external_tokens
+  kSourceUnderLock,     // a token source word with lock=: the lock's setting decides
 };
 
 // Applies one trigger option word ("allow_unset", "skip", "fence_reads", "lock=NAME") to
@@ -116,5 +131,23 @@ HighWaterVerdict JudgeAgainstHighWater(Token token, bool mark_known, Token mark)
 // The same under a shared lock's mark, which writes never raise: a token
 // at or above it (or any token, before the lock has a mark) is accepted.
 HighWaterVerdict JudgeAgainstSharedMark(Token token, bool mark_known, Token mark) noexcept;
+
+// ---- Tokens nobody handed out (1.5) ------------------------------------------
+//
+// A token that would raise a fence -- above the row's token on a per-row
+// fence, above the lock's mark on a lock-wide one -- is new to it.  Where
+// the tokens are this database's grants, a new token must be one it
+// granted: at most the highest token it has reserved (its sequence's last
+// value), and, under a lock whose leases it grants, never above the mark
+// at all: every grant of such a lock raises its mark first, so a higher
+// token was granted to no holder of it.  Judged only when a token is new
+// to the fence, so the per-row path pays one comparison.
+enum class OriginVerdict {
+  kAccept,
+  kAboveAllGrants,   // 55Z03: above every token the database has granted
+  kAboveLeasedMark,  // 55Z03: above the mark of a lock whose leases it grants
+};
+OriginVerdict JudgeTokenOrigin(TokenSource source, bool lock_grants_leases, Token token,
+                               Token highest_granted) noexcept;
 
 }  // namespace pg_fencing
