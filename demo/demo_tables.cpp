@@ -14,10 +14,16 @@ std::string LogTableOf(const std::string &table) { return table + "_log"; }
 
 // A per-row fence, or a lock-wide one under lock_name.
 void Protect(pqxx::work &tx, const std::string &table,
-             const std::optional<std::string> &lock_name = std::nullopt) {
+             const std::optional<std::string> &lock_name = std::nullopt,
+             bool external_tokens = false) {
   if (lock_name) {
     pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass, lock_name => $2)",
                             tx.quote_name(table), *lock_name);
+  } else if (external_tokens) {
+    pqxx_compat::ExecParams(tx,
+                            "SELECT fencing_protect($1::regclass, options => "
+                            "ARRAY['external_tokens'])",
+                            tx.quote_name(table));
   } else {
     pqxx_compat::ExecParams(tx, "SELECT fencing_protect($1::regclass)", tx.quote_name(table));
   }
@@ -26,14 +32,14 @@ void Protect(pqxx::work &tx, const std::string &table,
 }  // namespace
 
 void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on,
-                      const std::optional<std::string> &lock_name) {
+                      const std::optional<std::string> &lock_name, bool external_tokens) {
   pqxx::work tx(db);
   const std::string name = tx.quote_name(table);
   pqxx_compat::Exec0(tx, "DROP TABLE IF EXISTS " + name);
   pqxx_compat::Exec0(
       tx, "CREATE TABLE " + name + " (id int PRIMARY KEY, token fencing_token, val text)");
   pqxx_compat::ExecParams(tx, "INSERT INTO " + name + " VALUES ($1, NULL, 'initial')", kRowId);
-  if (fencing_on) Protect(tx, table, lock_name);
+  if (fencing_on) Protect(tx, table, lock_name, external_tokens);
   tx.commit();
 }
 

@@ -26,9 +26,13 @@ struct PauseRow {
 
 // (Re)creates the table with its one row; protected by fencing_protect only
 // when fencing is on (per row, or under lock_name's lock-wide fence when
-// given), but written with tokens either way.
+// given), but written with tokens either way.  external_tokens: the tokens
+// come from another service (etcd's revisions), which a per-row fence must
+// be told (option external_tokens), or it refuses tokens the database
+// never granted.
 void CreatePauseTable(pqxx::connection &db, const std::string &table, bool fencing_on,
-                      const std::optional<std::string> &lock_name = std::nullopt);
+                      const std::optional<std::string> &lock_name = std::nullopt,
+                      bool external_tokens = false);
 // A fenced write; throws pg_fencing::client::StaleTokenError on 55Z01.
 void WritePauseRow(pqxx::connection &db, const std::string &table, Token token,
                    const std::string &value);

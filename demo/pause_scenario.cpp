@@ -193,7 +193,8 @@ Verdict RunPause(const DemoOptions &options, pqxx::connection &db, Timeline &tim
               guard_text + ", " + lock_text + ", ttl " + MillisecondsText(options.ttl) +
               ", pause " + MillisecondsText(options.pause));
   CreatePauseTable(db, table, fencing_on,
-                   on_permit ? std::optional<std::string>(lock_name) : std::nullopt);
+                   on_permit ? std::optional<std::string>(lock_name) : std::nullopt,
+                   options.lock_service == LockServiceKind::kEtcd);
   std::optional<Bystander> bystander;
   if (on_permit) {
     bystander.emplace(db, lock_name);

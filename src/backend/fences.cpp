@@ -211,11 +211,12 @@ FenceVerdict JudgeNewToken(Oid schema, int64 lock_id, LockKind kind, TokenSource
   if (source != TokenSource::kGranted) return FenceVerdict::kAccept;
   // Under a shared lock a shared holder's token is above the mark: one of
   // its permits' latest grants.
-  int32 slot = 0;
-  if (kind == LockKind::kShared && CurrentPermitSlot(schema, lock_id, token, &slot)) {
-    return FenceVerdict::kAccept;
+  if (kind == LockKind::kShared) {
+    int32 slot = 0;
+    return CurrentPermitSlot(schema, lock_id, token, &slot) ? FenceVerdict::kAccept
+                                                            : FenceVerdict::kNotASharedLease;
   }
-  const bool leased = kind == LockKind::kShared || LockHasLease(schema, lock_name);
+  const bool leased = LockHasLease(schema, lock_name);
   if (!leased) *highest = HighestGrantedFor(schema, token);
   switch (PGF_CORE(JudgeTokenOrigin(source, leased, token, *highest))) {
     case OriginVerdict::kAccept:
@@ -524,9 +525,19 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   Token highest = 0;
   const FenceVerdict verdict =
       CheckLockFence(schema, lock_id, kind, traits.source, lock_name, token, &mark, &highest);
-  if (verdict == FenceVerdict::kAboveAllGrants || verdict == FenceVerdict::kAboveLeasedMark) {
+  if (verdict == FenceVerdict::kAboveAllGrants || verdict == FenceVerdict::kAboveLeasedMark ||
+      verdict == FenceVerdict::kNotASharedLease) {
     RecordRefusedWrite(
         {InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_NEVER_GRANTED_TOKEN});
+    if (verdict == FenceVerdict::kNotASharedLease) {
+      ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+                      errmsg("fencing token " INT64_FORMAT " for shared lock \"%s\" was never "
+                             "granted: it is neither the lock's mark nor a shared lease's token",
+                             token, lock_name),
+                      errhint("If the lock's tokens come from another service: "
+                              "fencing_set_token_source('%s', 'external').",
+                              lock_name)));
+    }
     if (verdict == FenceVerdict::kAboveLeasedMark) {
       ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
                       errmsg("fencing token " INT64_FORMAT " for lock \"%s\" was never granted: "

@@ -167,8 +167,9 @@ void ReportOptionError(OptionStatus status, const char *word, const char *where)
       break;
     case OptionStatus::kSourceUnderLock:
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                      errmsg("fencing_guard option \"%s\" cannot be combined with a lock in %s",
-                             word, where),
+                      errmsg("fencing_guard options \"granted_tokens\" and \"external_tokens\" "
+                             "cannot be combined with a lock in %s",
+                             where),
                       errhint("Under a lock-wide fence the lock says where its tokens come from: "
                               "fencing_set_token_source(lock_name, 'external').")));
       break;
@@ -380,6 +381,17 @@ void RecordMissing(Oid relid, const char *lock_name) {
                                             Token highest) {
   RecordRefusedWrite({RelationGetRelid(rel), guard.lock_name, token, true, mark, true,
                       PGF_ERRCODE_NEVER_GRANTED_TOKEN});
+  if (verdict == FenceVerdict::kNotASharedLease) {
+    ereport(ERROR,
+            (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
+             errmsg("fencing token " INT64_FORMAT " for table \"%s\" under shared lock \"%s\" "
+                    "was never granted: it is neither the lock's mark nor a shared lease's token",
+                    token, RelationGetRelationName(rel), guard.lock_name),
+             errhint("If the lock's tokens come from another service: "
+                     "fencing_set_token_source('%s', 'external').",
+                     guard.lock_name),
+             errtablecol(rel, guard.attnum)));
+  }
   if (verdict == FenceVerdict::kAboveLeasedMark) {
     ereport(ERROR,
             (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
@@ -632,6 +644,7 @@ Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
       ReportStaleForLock(RelationToReport(row), guard, decision.write_token, mark);
     case FenceVerdict::kAboveAllGrants:
     case FenceVerdict::kAboveLeasedMark:
+    case FenceVerdict::kNotASharedLease:
       ReportNeverGrantedForLock(RelationToReport(row), guard, verdict, decision.write_token, mark,
                                 highest);
   }
@@ -719,6 +732,7 @@ Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
       ReportStaleForLock(td->tg_relation, guard, token, mark);
     case FenceVerdict::kAboveAllGrants:
     case FenceVerdict::kAboveLeasedMark:
+    case FenceVerdict::kNotASharedLease:
       ReportNeverGrantedForLock(td->tg_relation, guard, verdict, token, mark, highest);
   }
   return PointerGetDatum(nullptr);  // ignored for statement triggers

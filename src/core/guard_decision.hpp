@@ -30,13 +30,13 @@ struct GuardOptions {
   // security policy that hides its rows from every transaction that has not
   // presented the lock's current token.  The trigger itself ignores it.
   bool fence_reads = false;
+  // "lock=NAME": fence against the lock's high-water mark, not only the
+  // row's.  Points into the option word; empty when per-row only.
+  std::string_view lock_name;
   // "granted_tokens" (written by fencing_protect() from 1.5 unless it is
   // given "external_tokens"): where a per-row fence's tokens come from.
   // Neither word: kUnknown.  A lock-wide fence takes the lock's setting.
   TokenSource token_source = TokenSource::kUnknown;
-  // "lock=NAME": fence against the lock's high-water mark, not only the
-  // row's.  Points into the option word; empty when per-row only.
-  std::string_view lock_name;
 };
 
 enum class OptionStatus {

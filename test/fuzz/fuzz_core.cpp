@@ -195,7 +195,7 @@ bool SameView(std::string_view a, std::string_view b) {
 
 bool SameOptions(const GuardOptions &a, const GuardOptions &b) {
   return a.allow_unset == b.allow_unset && a.skip == b.skip && a.fence_reads == b.fence_reads &&
-         SameView(a.lock_name, b.lock_name);
+         a.token_source == b.token_source && SameView(a.lock_name, b.lock_name);
 }
 
 void CheckFinish(const GuardOptions &options) {
@@ -204,6 +204,8 @@ void CheckFinish(const GuardOptions &options) {
     FUZZ_CHECK(status == OptionStatus::kUnsetUnderLock);
   } else if (options.fence_reads && options.lock_name.empty()) {
     FUZZ_CHECK(status == OptionStatus::kReadsWithoutLock);
+  } else if (options.token_source != TokenSource::kUnknown && !options.lock_name.empty()) {
+    FUZZ_CHECK(status == OptionStatus::kSourceUnderLock);
   } else {
     FUZZ_CHECK(status == OptionStatus::kOk);
   }
@@ -233,6 +235,14 @@ void CheckOptionWords(const std::vector<std::string_view> &words) {
           FUZZ_CHECK(options.skip && options.allow_unset == before.allow_unset &&
                      SameView(options.lock_name, before.lock_name));
           want_skip = true;
+        } else if (word == "fence_reads") {
+          FUZZ_CHECK(options.fence_reads && options.skip == before.skip &&
+                     options.allow_unset == before.allow_unset);
+        } else if (word == "granted_tokens" || word == "external_tokens") {
+          FUZZ_CHECK(options.token_source == (word == "granted_tokens" ? TokenSource::kGranted
+                                                                       : TokenSource::kExternal));
+          FUZZ_CHECK(options.skip == before.skip && options.allow_unset == before.allow_unset &&
+                     SameView(options.lock_name, before.lock_name));
         } else {
           FUZZ_CHECK(is_lock && !name.empty());
           FUZZ_CHECK(options.allow_unset == before.allow_unset && options.skip == before.skip);
@@ -246,7 +256,12 @@ void CheckOptionWords(const std::vector<std::string_view> &words) {
         }
         break;
       case OptionStatus::kUnknown:
-        FUZZ_CHECK(word != "allow_unset" && word != "skip" && word != "fence_reads" && !is_lock);
+        FUZZ_CHECK(word != "allow_unset" && word != "skip" && word != "fence_reads" &&
+                   word != "granted_tokens" && word != "external_tokens" && !is_lock);
+        break;
+      case OptionStatus::kConflictingSources:
+        FUZZ_CHECK((word == "granted_tokens" || word == "external_tokens") &&
+                   before.token_source != TokenSource::kUnknown);
         break;
       case OptionStatus::kEmptyLockName:
         FUZZ_CHECK(word == kLock);
@@ -257,6 +272,7 @@ void CheckOptionWords(const std::vector<std::string_view> &words) {
         break;
       case OptionStatus::kUnsetUnderLock:
       case OptionStatus::kReadsWithoutLock:
+      case OptionStatus::kSourceUnderLock:
         FUZZ_CHECK(false);  // only FinishGuardOptions returns them
         break;
     }

@@ -49,6 +49,10 @@ std::ostream &operator<<(std::ostream &os, OptionStatus status) {
       return os << "kUnsetUnderLock";
     case OptionStatus::kReadsWithoutLock:
       return os << "kReadsWithoutLock";
+    case OptionStatus::kConflictingSources:
+      return os << "kConflictingSources";
+    case OptionStatus::kSourceUnderLock:
+      return os << "kSourceUnderLock";
   }
   return os << "OptionStatus(" << static_cast<int>(status) << ")";
 }
@@ -1387,6 +1391,48 @@ TEST(TokenClock, GrantRateAboveTheClockLeadsItUntilItCatchesUp) {
   db.GoBackTo(snapshot);
   EXPECT_GT(db.Grant(2), highest);
   EXPECT_EQ(db.repeats(), 0);
+}
+
+// ---- Tokens nobody handed out (guard_decision.hpp, 1.5) -----------------------
+
+TEST(TokenSourceOptionTest, WordsSetTheSourceAndConflictsAreRefused) {
+  GuardOptions options;
+  EXPECT_EQ(options.token_source, TokenSource::kUnknown);  // a guard made before 1.5
+  EXPECT_EQ(ApplyGuardOption("granted_tokens", options), OptionStatus::kOk);
+  EXPECT_EQ(options.token_source, TokenSource::kGranted);
+  EXPECT_EQ(ApplyGuardOption("granted_tokens", options), OptionStatus::kOk);  // repeated: fine
+  EXPECT_EQ(ApplyGuardOption("external_tokens", options), OptionStatus::kConflictingSources);
+  EXPECT_EQ(options.token_source, TokenSource::kGranted);  // unchanged
+  EXPECT_EQ(FinishGuardOptions(options), OptionStatus::kOk);
+
+  GuardOptions external;
+  EXPECT_EQ(ApplyGuardOption("external_tokens", external), OptionStatus::kOk);
+  EXPECT_EQ(external.token_source, TokenSource::kExternal);
+  EXPECT_EQ(ApplyGuardOption("lock=a", external), OptionStatus::kOk);
+  // Under a lock the lock's setting decides.
+  EXPECT_EQ(FinishGuardOptions(external), OptionStatus::kSourceUnderLock);
+}
+
+TEST(JudgeTokenOriginTest, OnlyGrantedSourcesAreChecked) {
+  constexpr Token kHighest = 1'796'000'000'000'000;
+  for (const TokenSource source : {TokenSource::kUnknown, TokenSource::kExternal}) {
+    EXPECT_EQ(JudgeTokenOrigin(source, false, kMaxToken, kHighest), OriginVerdict::kAccept);
+    EXPECT_EQ(JudgeTokenOrigin(source, true, kMaxToken, kHighest), OriginVerdict::kAccept);
+  }
+  // A fence without leases (tokens from fencing_grant(), a per-row fence):
+  // up to the highest grant.
+  EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, false, kHighest, kHighest),
+            OriginVerdict::kAccept);
+  EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, false, 7, kHighest), OriginVerdict::kAccept);
+  EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, false, kHighest + 1, kHighest),
+            OriginVerdict::kAboveAllGrants);
+  EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, false, kMaxToken, kHighest),
+            OriginVerdict::kAboveAllGrants);
+  EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, false, 1, 0), OriginVerdict::kAboveAllGrants);
+  // A lock whose leases the database grants: a token new to its mark was
+  // granted to nobody, however low.
+  EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, true, 7, kHighest),
+            OriginVerdict::kAboveLeasedMark);
 }
 
 }  // namespace pg_fencing
