@@ -25,6 +25,52 @@
 // it commits.  So a token's tenure, in seq order, runs from its grant to the
 // next grant of its slot, and everything accepted under it -- a write, a read
 // that saw rows -- must lie inside.
+//
+// Restores (faults.log "ev=restore"; RELIABILITY.md, "The restore fault").
+// The orchestrator took a base backup early, and later lost the server
+// (SIGKILL) and started it from a fresh copy of that backup: the database
+// went back to some point inside the backup's window, and everything it
+// committed after that point is gone from it.  That splits the run into
+// timelines, each with a record of its own: timeline 0 from the start to the
+// restore, whose record the orchestrator read from the lost data directory
+// after the run (lost-1/, everything the lost server had committed), and
+// timeline 1 from the restore to the end (the run directory's own files).
+// The restored record begins with what the backup held of timeline 0 (rows
+// of server incarnations started before the restore); the rest was committed
+// after the restore.  Each record is one commit order of its own: seq is
+// unique within it (the restored sequence goes on from the backup's value,
+// above every seq the backup holds, but may hand out again the seqs of the
+// lost ones).  What each invariant becomes:
+//  - every event (a write, a grant, a read) is judged once, in the record of
+//    the timeline it committed in, against that whole record: per row and per
+//    lock orders (B6, B7), tenures (P1, R4), grant order (A4) are properties
+//    of one commit order, and hold in each;
+//  - a token is granted once over the whole run: A1 over every record's own
+//    grants (lost ones included), A2 over every client's receipts;
+//  - the restore must not hand out a token at or below one it already gave
+//    away: A5 (a restored server's incarnation grants above every earlier
+//    incarnation, lost ones included) and A6 (real time, across the restore);
+//  - no stale write accepted after the restore (B9): a write committed after
+//    the restore under a token granted after it must carry a token above every
+//    token granted before the restore, kept by the backup or lost with the
+//    timeline.  A write after the restore under a token granted *before* it
+//    (a worker paused across the restore, a careless or zombie one) is judged
+//    against what the restored database can know (B7 on its record, D
+//    against the grants it kept or made): no fence restored from a backup can
+//    refuse a write for a grant the restore erased, so those are counted, not
+//    judged on the lost grants;
+//  - acknowledged means durable, up to the restore's loss: a write, grant or
+//    read acknowledged before the backup began is in the restored record (it
+//    committed before the backup's start checkpoint); one acknowledged after
+//    may be gone with the timeline, and is counted as lost by the restore, not
+//    reported; every acknowledged one is in one of the records (B3, A3, R5);
+//  - the restored record holds nothing the lost one did not: its rows from
+//    before the restore are rows of the lost record, committed before the
+//    backup ended;
+//  - the final rows are the restored record's last writes (B8): the rows the
+//    restored timeline never wrote hold what the backup had;
+//  - C and D judge a write against the record of the server that could have
+//    judged it: a write in flight across the restore against either.
 #include "checker.hpp"
 
 #include <dirent.h>
@@ -37,6 +83,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common.hpp"
@@ -84,6 +131,8 @@ struct HistRec {
   std::optional<std::string> wid;
   std::int64_t ts = 0;  // server clock_timestamp(), µs, before commit
   std::int64_t pm = 0;  // pg_postmaster_start_time(), µs: the server incarnation
+  int rec = 0;          // the record (timeline) it was committed in
+  std::string raw;      // the line as dumped
 };
 
 struct ServerGrant {
@@ -94,6 +143,8 @@ struct ServerGrant {
   std::int64_t ts = 0;
   std::int64_t pm = 0;
   std::optional<int> slot;  // a permit's slot; none for a lease
+  int rec = 0;
+  std::string raw;
 };
 
 // A read under the read fence, as the worker logged it (r_inv, r_done).
@@ -120,6 +171,8 @@ struct ServerRead {
   long rows = 0;
   std::int64_t ts = 0;
   std::int64_t pm = 0;
+  int rec = 0;
+  std::string raw;
 };
 
 struct FinalRow {
@@ -334,6 +387,107 @@ std::optional<int> SlotOf(const std::unordered_map<Token, Tenure> &tenures, Toke
   return it->second.slot;
 }
 
+// ---- Restores and records ---------------------------------------------------
+
+// One restore, from faults.log ("ev=restore"): the server was lost from
+// lost_at (the kill began: its backends may still commit until killed, when
+// all of them were gone) and was up again at restarted, started from a fresh
+// copy of a base backup taken between backup_start and backup_end.  The lost
+// server's record is in the run directory's subdirectory record.  Wall µs.
+struct Restore {
+  int n = 0;
+  std::string record;
+  std::int64_t backup_start = 0;
+  std::int64_t backup_end = 0;
+  std::int64_t lost_at = 0;
+  std::int64_t killed = 0;
+  std::int64_t restarted = 0;
+};
+
+// A server's record: what one timeline committed, as dumped at its end (see
+// the top of this file).  Its rows of server incarnations started from
+// born_from on were committed in the timeline itself ("born" here); the
+// others came with the backup it was restored from.
+struct Record {
+  std::string name;
+  std::int64_t born_from = INT64_MIN;
+  std::vector<HistRec> history;                        // by seq
+  std::vector<ServerGrant> grants;                     // by seq
+  std::vector<ServerRead> reads;                       // by seq
+  std::unordered_map<Token, Tenure> tenures;           // permit mode
+  std::set<std::pair<Token, std::string>> grant_keys;  // (token, holder) of every grant
+  std::unordered_set<std::string> wids;                // write id of every history row
+  std::unordered_set<std::string> rids;                // read id of every read
+  std::map<std::string, std::set<Token>> born_tokens;  // lock -> tokens granted here
+  bool Born(std::int64_t pm) const { return pm >= born_from; }
+};
+
+std::string JoinCells(const std::vector<std::string> &cells) {
+  std::string out;
+  for (const std::string &cell : cells) out += (out.empty() ? "" : "\t") + cell;
+  return out;
+}
+
+std::vector<HistRec> ReadHistory(const std::string &path) {
+  std::vector<HistRec> history;
+  for (const auto &cells : ReadTsv(path, 8)) {
+    HistRec h;
+    h.seq = std::stoll(cells[0]);
+    h.tbl = cells[1];
+    h.row = std::stoi(cells[2]);
+    h.tok = IntCell(cells[3]);
+    h.val = IntCell(cells[4]);
+    h.wid = Cell(cells[5]);
+    h.ts = std::stoll(cells[6]);
+    h.pm = std::stoll(cells[7]);
+    h.raw = JoinCells(cells);
+    history.push_back(std::move(h));
+  }
+  std::sort(history.begin(), history.end(),
+            [](const HistRec &a, const HistRec &b) { return a.seq < b.seq; });
+  return history;
+}
+
+std::vector<ServerGrant> ReadGrants(const std::string &path) {
+  std::vector<ServerGrant> grants;
+  for (const auto &cells : ReadTsv(path, 7, 6)) {
+    ServerGrant g;
+    g.seq = std::stoll(cells[0]);
+    g.lock = cells[1];
+    g.holder = cells[2];
+    g.tok = std::stoll(cells[3]);
+    g.ts = std::stoll(cells[4]);
+    g.pm = std::stoll(cells[5]);
+    if (cells.size() > 6) {
+      if (const auto slot = IntCell(cells[6])) g.slot = static_cast<int>(*slot);
+    }
+    g.raw = JoinCells(cells);
+    grants.push_back(std::move(g));
+  }
+  std::sort(grants.begin(), grants.end(),
+            [](const ServerGrant &a, const ServerGrant &b) { return a.seq < b.seq; });
+  return grants;
+}
+
+std::vector<ServerRead> ReadReads(const std::string &path) {
+  std::vector<ServerRead> reads;
+  for (const auto &cells : ReadTsv(path, 7)) {
+    ServerRead r;
+    r.seq = std::stoll(cells[0]);
+    r.rid = cells[1];
+    r.tok = std::stoll(cells[2]);
+    r.presented = cells[3] == "t";
+    r.rows = std::stol(cells[4]);
+    r.ts = std::stoll(cells[5]);
+    r.pm = std::stoll(cells[6]);
+    r.raw = JoinCells(cells);
+    reads.push_back(std::move(r));
+  }
+  std::sort(reads.begin(), reads.end(),
+            [](const ServerRead &a, const ServerRead &b) { return a.seq < b.seq; });
+  return reads;
+}
+
 // Which fence a table of the harness is under (by its tag in the logs).
 enum class Fence { kRow, kLock, kPermit };
 Fence FenceOf(const std::string &tbl) {
@@ -360,10 +514,44 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   const int permits = std::stoi(meta.count("permits") ? meta["permits"] : "0");
   const bool permit_mode = permits > 0;
   std::map<std::string, long> faults;
+  std::vector<Restore> restores;
   for (const std::string &line : Lines(ReadFile(dir + "/faults.log"), nullptr)) {
     const Fields f = ParseFields(line);
     if (const auto ev = Get(f, "ev")) ++faults[*ev];
+    if (Get(f, "ev") == std::optional<std::string>("restore")) {
+      Restore r;
+      r.n = static_cast<int>(GetInt(f, "n"));
+      r.record = Get(f, "record").value_or("");
+      r.backup_start = GetInt(f, "backup_start");
+      r.backup_end = GetInt(f, "backup_end");
+      r.lost_at = GetInt(f, "lost_at");
+      r.restarted = GetInt(f, "restarted");
+      r.killed = GetInt(f, "killed", r.restarted);
+      if (r.record.empty() || r.record.find('/') != std::string::npos || r.lost_at < 0)
+        throw std::runtime_error("malformed restore event in faults.log: " + line);
+      restores.push_back(std::move(r));
+    }
   }
+  std::sort(restores.begin(), restores.end(),
+            [](const Restore &a, const Restore &b) { return a.lost_at < b.lost_at; });
+  bool restore_planned = false;
+  for (const std::string &kind : Split(meta["faults"], ',')) {
+    if (kind == "restore") restore_planned = true;
+  }
+  // The timelines whose server may have judged a request sent at S and
+  // answered at R: from the first whose server was still alive at S (a lost
+  // server's backends may commit until it is killed) to the last that had
+  // begun by R.
+  const auto first_timeline = [&](std::int64_t sent) {
+    int k = 0;
+    for (const Restore &r : restores) k += sent >= r.killed ? 1 : 0;
+    return k;
+  };
+  const auto last_timeline = [&](std::int64_t received) {
+    int k = 0;
+    for (const Restore &r : restores) k += received >= r.lost_at ? 1 : 0;
+    return k;
+  };
 
   // ---- worker logs ----
   std::vector<WriteRec> writes;
@@ -459,56 +647,53 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     }
   }
 
-  // ---- server state ----
+  // ---- server state: one record per timeline ----
+  std::vector<Record> records(restores.size() + 1);
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    Record &rec = records[k];
+    const bool last = k == restores.size();
+    rec.name = last ? "final" : restores[k].record;
+    const std::string rdir = last ? dir : dir + "/" + restores[k].record;
+    rec.born_from = k == 0 ? INT64_MIN : restores[k - 1].lost_at;
+    rec.history = ReadHistory(rdir + "/history.tsv");
+    rec.grants = ReadGrants(rdir + "/grants.tsv");
+    if (permit_mode) rec.reads = ReadReads(rdir + "/reads.tsv");
+    for (HistRec &h : rec.history) {
+      h.rec = static_cast<int>(k);
+      if (h.wid) rec.wids.insert(*h.wid);
+    }
+    for (ServerGrant &g : rec.grants) {
+      g.rec = static_cast<int>(k);
+      rec.grant_keys.insert({g.tok, g.holder});
+      if (rec.Born(g.pm)) rec.born_tokens[g.lock].insert(g.tok);
+    }
+    for (ServerRead &r : rec.reads) {
+      r.rec = static_cast<int>(k);
+      rec.rids.insert(r.rid);
+    }
+    // Permit mode: each permit token's slot and tenure, in this record's
+    // commit order.
+    rec.tenures = Tenures(rec.grants, kSemName);
+  }
+  const Record &final_record = records.back();
+  // " [lost-1]": which record a violation was found in, once there are several.
+  const auto in = [&](int k) {
+    return records.size() == 1 ? std::string()
+                               : " [" + records[static_cast<std::size_t>(k)].name + "]";
+  };
+  // Every committed write, grant and read once: from the record of the
+  // timeline it committed in.  Without a restore, the server's one record.
   std::vector<HistRec> history;
-  for (const auto &cells : ReadTsv(dir + "/history.tsv", 8)) {
-    HistRec h;
-    h.seq = std::stoll(cells[0]);
-    h.tbl = cells[1];
-    h.row = std::stoi(cells[2]);
-    h.tok = IntCell(cells[3]);
-    h.val = IntCell(cells[4]);
-    h.wid = Cell(cells[5]);
-    h.ts = std::stoll(cells[6]);
-    h.pm = std::stoll(cells[7]);
-    history.push_back(std::move(h));
-  }
-  std::sort(history.begin(), history.end(),
-            [](const HistRec &a, const HistRec &b) { return a.seq < b.seq; });
   std::vector<ServerGrant> server_grants;
-  for (const auto &cells : ReadTsv(dir + "/grants.tsv", 7, 6)) {
-    ServerGrant g;
-    g.seq = std::stoll(cells[0]);
-    g.lock = cells[1];
-    g.holder = cells[2];
-    g.tok = std::stoll(cells[3]);
-    g.ts = std::stoll(cells[4]);
-    g.pm = std::stoll(cells[5]);
-    if (cells.size() > 6) {
-      if (const auto slot = IntCell(cells[6])) g.slot = static_cast<int>(*slot);
-    }
-    server_grants.push_back(std::move(g));
-  }
-  std::sort(server_grants.begin(), server_grants.end(),
-            [](const ServerGrant &a, const ServerGrant &b) { return a.seq < b.seq; });
   std::vector<ServerRead> server_reads;
-  if (permit_mode) {
-    for (const auto &cells : ReadTsv(dir + "/reads.tsv", 7)) {
-      ServerRead r;
-      r.seq = std::stoll(cells[0]);
-      r.rid = cells[1];
-      r.tok = std::stoll(cells[2]);
-      r.presented = cells[3] == "t";
-      r.rows = std::stol(cells[4]);
-      r.ts = std::stoll(cells[5]);
-      r.pm = std::stoll(cells[6]);
-      server_reads.push_back(std::move(r));
-    }
-    std::sort(server_reads.begin(), server_reads.end(),
-              [](const ServerRead &a, const ServerRead &b) { return a.seq < b.seq; });
+  for (const Record &rec : records) {
+    for (const HistRec &h : rec.history)
+      if (rec.Born(h.pm)) history.push_back(h);
+    for (const ServerGrant &g : rec.grants)
+      if (rec.Born(g.pm)) server_grants.push_back(g);
+    for (const ServerRead &r : rec.reads)
+      if (rec.Born(r.pm)) server_reads.push_back(r);
   }
-  // Permit mode: each permit token's slot and tenure.
-  const std::unordered_map<Token, Tenure> tenures = Tenures(server_grants, kSemName);
   std::vector<FinalRow> final_rows;
   for (const auto &cells : ReadTsv(dir + "/final.tsv", 5)) {
     FinalRow r;
@@ -557,23 +742,28 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   for (const ServerGrant &g : server_grants) {
     if (!client_by_token.count(g.tok)) ++unacknowledged_grants;
   }
-  // A4: per lock, grants in commit order carry strictly increasing tokens.
-  {
+  // A4: per lock, grants in commit order carry strictly increasing tokens
+  // (in each record; a grant judged in the record it was born in).
+  for (const Record &rec : records) {
     std::map<std::string, Token> last;
-    for (const ServerGrant &g : server_grants) {
+    for (const ServerGrant &g : rec.grants) {
       auto [it, fresh] = last.emplace(g.lock, g.tok);
       if (!fresh) {
-        if (g.tok <= it->second) {
+        if (g.tok <= it->second && rec.Born(g.pm)) {
           violations.Add("grant order", "lock " + g.lock + ": token " + std::to_string(g.tok) +
                                             " granted (seq " + std::to_string(g.seq) +
-                                            ") after token " + std::to_string(it->second));
+                                            ") after token " + std::to_string(it->second) +
+                                            in(g.rec));
         }
         it->second = std::max(it->second, g.tok);
       }
     }
   }
   // A5: every token granted by a later server incarnation (after a crash)
-  // is above every token granted by an earlier one.
+  // is above every token granted by an earlier one.  Over every record's own
+  // grants: the incarnation a restore started is above every earlier one,
+  // the lost timeline's included (a database gone back must not hand out
+  // again what it gave away).
   std::map<std::int64_t, std::pair<Token, Token>> incarnations;  // pm -> (min, max)
   for (const ServerGrant &g : server_grants) {
     auto [it, fresh] = incarnations.emplace(g.pm, std::make_pair(g.tok, g.tok));
@@ -584,14 +774,21 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   }
   {
     Token before = kNone;
+    std::int64_t previous_pm = INT64_MIN;
     for (const auto &[pm, range] : incarnations) {
+      bool restored = false;  // the first incarnation after a restore
+      for (const Restore &r : restores)
+        restored = restored || (previous_pm < r.lost_at && r.lost_at <= pm);
       if (range.first <= before) {
-        violations.Add("grant after crash not above grants before it",
-                       "incarnation started at " + std::to_string(pm) + " granted " +
+        violations.Add(restored ? "grant after the restore not above grants before it"
+                                : "grant after crash not above grants before it",
+                       "incarnation started at " + std::to_string(pm) +
+                           (restored ? " (after the restore)" : "") + " granted " +
                            std::to_string(range.first) + ", an earlier one had granted " +
                            std::to_string(before));
       }
       before = std::max(before, range.second);
+      previous_pm = pm;
     }
   }
   // A6: real time.  A grant received before another acquisition was even
@@ -690,75 +887,136 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     }
   }
 
-  // B6: per row, committed tokens never decrease in commit order (not under
-  // a semaphore).
+  // The final rows' last writes: in the final record (after a restore, the
+  // restored one, whose rows not written since hold what the backup had).
   std::map<std::string, const HistRec *> last_by_row;
-  {
+  for (const HistRec &h : final_record.history) last_by_row[RowKey(h.tbl, h.row)] = &h;
+  // A write that set no token kept the row's old one; it is reported above
+  // as a write without token, not as a stale one.
+  const auto set_no_token = [&](const HistRec &h) {
+    const auto it = h.wid ? write_index.find(*h.wid) : write_index.end();
+    return it != write_index.end() && writes[it->second].missing;
+  };
+  // B6: per row, committed tokens never decrease in commit order (not under
+  // a semaphore).  In each record, reported in the record it was born in.
+  for (const Record &rec : records) {
     std::map<std::string, Token> high;
-    for (const HistRec &h : history) {
+    for (const HistRec &h : rec.history) {
       const std::string key = RowKey(h.tbl, h.row);
-      last_by_row[key] = &h;
       // Under a semaphore a row's token is not compared: holders of
       // different permits write the same rows in any order.
       if (!h.tok || FenceOf(h.tbl) == Fence::kPermit) continue;
       auto [it, fresh] = high.emplace(key, *h.tok);
       if (!fresh) {
-        if (*h.tok < it->second) {
+        if (*h.tok < it->second && rec.Born(h.pm)) {
           violations.Add("row token decreased (commit order)",
                          key + ": write " + h.wid.value_or("?") + " token " +
                              std::to_string(*h.tok) + " committed after token " +
-                             std::to_string(it->second));
+                             std::to_string(it->second) + in(h.rec));
         }
         it->second = std::max(it->second, *h.tok);
       }
     }
   }
   // B7: per lock, each committed write's token is at least every token
-  // granted or written under the lock before it in commit order.
-  {
-    std::vector<std::pair<std::int64_t, std::pair<Token, std::string>>>
-        order;  // seq -> (tok, what)
-    for (const ServerGrant &g : server_grants) {
-      if (g.lock == kLockName) order.push_back({g.seq, {g.tok, "grant to " + g.holder}});
+  // granted or written under the lock before it in commit order.  In each
+  // record: after a restore, the grants and writes the restored database
+  // kept from the backup or made since.
+  for (const Record &rec : records) {
+    struct Entry {
+      std::int64_t seq;
+      Token tok;
+      std::string what;  // "W<write id>" or "grant to H"
+      bool born;
+    };
+    std::vector<Entry> order;
+    for (const ServerGrant &g : rec.grants) {
+      if (g.lock == kLockName)
+        order.push_back({g.seq, g.tok, "grant to " + g.holder, rec.Born(g.pm)});
     }
-    for (const HistRec &h : history) {
-      if (h.tbl != kLockTableTag) continue;
-      // A write that set no token kept the row's old one; it is reported
-      // above as a write without token, not as a stale one.
-      const auto it = h.wid ? write_index.find(*h.wid) : write_index.end();
-      if (it != write_index.end() && writes[it->second].missing) continue;
-      order.push_back({h.seq, {h.tok.value_or(kNone), "W" + h.wid.value_or("?")}});
+    for (const HistRec &h : rec.history) {
+      if (h.tbl != kLockTableTag || set_no_token(h)) continue;
+      order.push_back({h.seq, h.tok.value_or(kNone), "W" + h.wid.value_or("?"), rec.Born(h.pm)});
     }
-    std::sort(order.begin(), order.end());
+    std::sort(order.begin(), order.end(),
+              [](const Entry &a, const Entry &b) { return a.seq < b.seq; });
     Token high = kNone;
     std::string high_what;
-    for (const auto &[seq, entry] : order) {
-      const auto &[tok, what] = entry;
-      if (what[0] == 'W' && tok < high) {
+    for (const Entry &e : order) {
+      if (e.what[0] == 'W' && e.tok < high && e.born) {
         violations.Add(std::string("stale write under lock (commit order") +
                            (guarded ? ")" : "; unguarded: number order)"),
-                       "write " + what.substr(1) + " token " + std::to_string(tok) + " seq " +
-                           std::to_string(seq) + " after " + high_what + " token " +
-                           std::to_string(high));
+                       "write " + e.what.substr(1) + " token " + std::to_string(e.tok) + " seq " +
+                           std::to_string(e.seq) + " after " + high_what + " token " +
+                           std::to_string(high) +
+                           (records.size() > 1 ? " [" + rec.name + "]" : ""));
       }
-      if (tok > high) {
-        high = tok;
-        high_what = what[0] == 'W' ? "write " + what.substr(1) : what;
+      if (e.tok > high) {
+        high = e.tok;
+        high_what = e.what[0] == 'W' ? "write " + e.what.substr(1) : e.what;
+      }
+    }
+  }
+  // B9: no stale write accepted after a restore.  A write committed after
+  // restore k under a token granted after it (a grant born in the restored
+  // record) must carry a token above every token granted before the restore,
+  // whether the backup kept that grant or the restore lost it: below or
+  // equal, it is a write under a token the database had already given away
+  // or passed, which no holder of the lease may still use.  Under the lock's
+  // fence and under the semaphore's (the per-row fence lets a lower token
+  // write a row the newer holder has not touched, B6 and D judge it).  A
+  // write after the restore under a token granted before it is judged by B7
+  // and D against what the restored record holds: the fence went back with
+  // the database, and cannot know of a grant the restore lost; those are
+  // counted.
+  long old_token_writes = 0;
+  for (std::size_t k = 1; k < records.size(); ++k) {
+    const Record &rec = records[k];
+    std::map<std::string, std::pair<Token, const ServerGrant *>> before;  // lock -> highest
+    for (std::size_t j = 0; j < k; ++j) {
+      for (const ServerGrant &g : records[j].grants) {
+        if (!records[j].Born(g.pm)) continue;
+        auto [it, fresh] = before.emplace(g.lock, std::make_pair(g.tok, &g));
+        if (!fresh && g.tok > it->second.first) it->second = {g.tok, &g};
+      }
+    }
+    for (const HistRec &h : rec.history) {
+      if (!rec.Born(h.pm) || !h.tok || FenceOf(h.tbl) == Fence::kRow || set_no_token(h)) continue;
+      const std::string lock = FenceOf(h.tbl) == Fence::kLock ? kLockName : kSemName;
+      const auto it = before.find(lock);
+      if (it == before.end()) continue;
+      const auto born = rec.born_tokens.find(lock);
+      if (born == rec.born_tokens.end() || !born->second.count(*h.tok)) {
+        ++old_token_writes;
+        continue;
+      }
+      if (*h.tok <= it->second.first) {
+        const ServerGrant &g = *it->second.second;
+        violations.Add(
+            "stale write accepted after the restore (token not above one granted before it)",
+            "write " + h.wid.value_or("?") + " " + RowKey(h.tbl, h.row) + " token " +
+                std::to_string(*h.tok) + " (granted after restore " +
+                std::to_string(restores[k - 1].n) + ") seq " + std::to_string(h.seq) + ": token " +
+                std::to_string(g.tok) + " had been granted to " + g.holder + " before the restore" +
+                (rec.grant_keys.count({g.tok, g.holder}) ? " (kept by the backup)"
+                                                         : " (lost by the restore)"));
       }
     }
   }
   // P1 (permit mode): no two holders of a permit wrote at once.  Every
   // committed write under a permit's token lies inside the token's tenure of
   // its slot, in commit order.
+  // (In the record it committed in: after a restore, the restored one's
+  // tenures.)
   long tenure_writes = 0;
   for (const HistRec &h : history) {
     if (FenceOf(h.tbl) != Fence::kPermit || !h.tok) continue;
     // A write that set no token kept the row's old one (another holder's,
     // perhaps); it is reported above as a write without token.
-    const auto it = h.wid ? write_index.find(*h.wid) : write_index.end();
-    if (it != write_index.end() && writes[it->second].missing) continue;
+    if (set_no_token(h)) continue;
     ++tenure_writes;
-    CheckTenure(tenures, *h.tok, h.seq, "write " + h.wid.value_or("?"),
+    CheckTenure(records[static_cast<std::size_t>(h.rec)].tenures, *h.tok, h.seq,
+                "write " + h.wid.value_or("?") + in(h.rec),
                 {"write under a token that is no permit",
                  "write before its permit was granted (commit order)",
                  "write after its permit was granted again (commit order)"},
@@ -806,7 +1064,8 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     // tenure, in commit order, as a write does.
     if (sr.rows > 0 && sr.presented) {
       ++tenure_reads;
-      CheckTenure(tenures, sr.tok, sr.seq, "read " + sr.rid,
+      CheckTenure(records[static_cast<std::size_t>(sr.rec)].tenures, sr.tok, sr.seq,
+                  "read " + sr.rid + in(sr.rec),
                   {"read under a token that is no permit",
                    "read before its permit was granted (commit order)",
                    "stale read: rows seen after the permit was granted again (commit order)"},
@@ -882,47 +1141,67 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   // for certain.  Higher token with ts < S: the rejection was required (that
   // writer held the row/fence until it committed, and ours came later).
   // Under a semaphore only a new grant of the write's own permit justifies
-  // the refusal.
-  std::map<std::string, MaxBefore> by_row;
-  MaxBefore by_lock;
-  std::map<int, MaxBefore> by_slot;
-  for (const HistRec &h : history) {
-    if (!h.tok) continue;
-    by_row[RowKey(h.tbl, h.row)].Add(h.ts, *h.tok);
-    if (h.tbl == kLockTableTag) by_lock.Add(h.ts, *h.tok);
+  // the refusal.  Each timeline's server judged against its own record: after
+  // a restore, what the backup kept and what the restored server did since.
+  struct FencePoints {
+    std::map<std::string, MaxBefore> by_row;
+    MaxBefore by_lock;
+    std::map<int, MaxBefore> by_slot;
+  };
+  std::vector<FencePoints> fence(records.size());
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    FencePoints &f = fence[k];
+    for (const HistRec &h : records[k].history) {
+      if (!h.tok) continue;
+      f.by_row[RowKey(h.tbl, h.row)].Add(h.ts, *h.tok);
+      if (h.tbl == kLockTableTag) f.by_lock.Add(h.ts, *h.tok);
+    }
+    for (const ServerGrant &g : records[k].grants) {
+      if (g.lock == kLockName) f.by_lock.Add(g.ts, g.tok);
+      if (g.lock == kSemName && g.slot) f.by_slot[*g.slot].Add(g.ts, g.tok);
+    }
+    for (auto &[key, points] : f.by_row) points.Finish();
+    f.by_lock.Finish();
+    for (auto &[slot, points] : f.by_slot) points.Finish();
   }
-  for (const ServerGrant &g : server_grants) {
-    if (g.lock == kLockName) by_lock.Add(g.ts, g.tok);
-    if (g.lock == kSemName && g.slot) by_slot[*g.slot].Add(g.ts, g.tok);
-  }
-  for (auto &[key, points] : by_row) points.Finish();
-  by_lock.Finish();
-  for (auto &[slot, points] : by_slot) points.Finish();
-  // The tokens that fence a write of tbl[row] under tok; nullptr when tok is
-  // no permit of the semaphore on record, which the guard must refuse
-  // whatever else happened (and A3 reports, if a worker received it).
-  const auto fence_points = [&](const std::string &tbl, int row, Token tok) -> const MaxBefore * {
+  // The tokens that fence a write of tbl[row] under tok on timeline k's
+  // server; nullptr when tok is no permit of the semaphore on its record,
+  // which the guard must refuse whatever else happened (and A3 reports, if a
+  // worker received it).
+  const auto fence_points = [&](int k, const std::string &tbl, int row,
+                                Token tok) -> const MaxBefore * {
+    FencePoints &f = fence[static_cast<std::size_t>(k)];
     switch (FenceOf(tbl)) {
       case Fence::kRow:
-        return &by_row[RowKey(tbl, row)];
+        return &f.by_row[RowKey(tbl, row)];
       case Fence::kLock:
-        return &by_lock;
+        return &f.by_lock;
       case Fence::kPermit:
         break;
     }
-    const std::optional<int> slot = SlotOf(tenures, tok);
-    return slot ? &by_slot[*slot] : nullptr;
+    const std::optional<int> slot = SlotOf(records[static_cast<std::size_t>(k)].tenures, tok);
+    return slot ? &f.by_slot[*slot] : nullptr;
   };
   struct RefusalCounts {
     long certain = 0, concurrent = 0;
   };
-  // A 55Z01 for tok, sent at S and answered at R, judged against points.
-  const auto judge_refusal = [&](const MaxBefore *points, Token tok, std::int64_t sent,
+  // A 55Z01 for tok, sent at S and answered at R, judged against the points
+  // of the servers that may have judged it: those of the timelines from S's
+  // to R's (one, unless it was in flight across a restore; then a higher
+  // token on either record justifies it).
+  const auto judge_refusal = [&](const std::string &tbl, int row, Token tok, std::int64_t sent,
                                  std::int64_t received, const std::string &what,
                                  RefusalCounts &counts) {
-    if (points == nullptr || points->Before(sent) > tok) {
+    bool certain = false;
+    Token before_received = kNone;
+    for (int k = first_timeline(sent); k <= last_timeline(received); ++k) {
+      const MaxBefore *points = fence_points(k, tbl, row, tok);
+      if (points == nullptr || points->Before(sent) > tok) certain = true;
+      if (points != nullptr) before_received = std::max(before_received, points->Before(received));
+    }
+    if (certain) {
       ++counts.certain;
-    } else if (points->Before(received) <= tok) {
+    } else if (before_received <= tok) {
       violations.Add("false rejection (55Z01 without a higher committed token)", what);
     } else {
       ++counts.concurrent;
@@ -938,14 +1217,14 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       violations.Add("tokenless write got 55Z01, not 55Z02", Describe(w));
     }
     if (w.out != Outcome::kStale || w.missing) continue;
-    judge_refusal(fence_points(w.tbl, w.row, w.tok), w.tok, w.sent, w.received,
-                  Describe(w) + ": " + w.msg, write_refusals);
+    judge_refusal(w.tbl, w.row, w.tok, w.sent, w.received, Describe(w) + ": " + w.msg,
+                  write_refusals);
   }
   // A refused presentation of a read, likewise.
   for (const ReadRec &r : reads) {
     if (r.out != Outcome::kOk || r.present != "55Z01") continue;
     judge_refusal(
-        fence_points(kReadTableTag, 0, r.tok), r.tok, r.sent, r.received,
+        kReadTableTag, 0, r.tok, r.sent, r.received,
         "read " + r.rid + " (" + r.who + ") token " + std::to_string(r.tok) + ": " + r.msg,
         read_refusals);
   }
@@ -958,54 +1237,79 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   // fences) must be refused.  If it committed, that is a stale write,
   // whatever order the server chose.  Under a semaphore the same holds for a
   // read that saw rows: its presentation came after the newer grant.
+  // After a restore, a write is judged against what the restored server
+  // can know: the grants and acknowledged writes its record holds (kept by
+  // the backup or made since), and, for a token the restored server granted
+  // itself, every grant received before (that token must be above them all).
   {
     MaxBefore grants_received;
-    std::map<int, MaxBefore> received_by_slot;
-    for (const GrantRec &g : grants) {
-      grants_received.Add(g.received, g.tok);
-      if (const std::optional<int> slot = SlotOf(tenures, g.tok)) {
-        received_by_slot[*slot].Add(g.received, g.tok);
-      }
-    }
+    for (const GrantRec &g : grants) grants_received.Add(g.received, g.tok);
     grants_received.Finish();
-    for (auto &[slot, points] : received_by_slot) points.Finish();
-    // The newest grant of tok's permit a client had received before t.
-    const auto received_before = [&](Token tok, std::int64_t t) {
-      const std::optional<int> slot = SlotOf(tenures, tok);
-      const auto it = slot ? received_by_slot.find(*slot) : received_by_slot.end();
-      return it == received_by_slot.end() ? kNone : it->second.Before(t);
+    struct Known {
+      MaxBefore grants;                               // received grants on the record
+      std::map<int, MaxBefore> by_slot;               // the same, per permit
+      std::map<std::string, MaxBefore> acked_by_row;  // acknowledged writes on the record
     };
-    std::map<std::string, MaxBefore> acked_by_row;
-    for (const WriteRec &w : writes) {
-      if (w.out == Outcome::kOk && !w.missing && FenceOf(w.tbl) != Fence::kPermit)
-        acked_by_row[RowKey(w.tbl, w.row)].Add(w.received, w.tok);
+    std::vector<Known> known(records.size());
+    for (std::size_t k = 0; k < records.size(); ++k) {
+      const Record &rec = records[k];
+      Known &kn = known[k];
+      for (const GrantRec &g : grants) {
+        if (k > 0 && !rec.grant_keys.count({g.tok, g.holder})) continue;
+        kn.grants.Add(g.received, g.tok);
+        if (const std::optional<int> slot = SlotOf(rec.tenures, g.tok)) {
+          kn.by_slot[*slot].Add(g.received, g.tok);
+        }
+      }
+      for (const WriteRec &w : writes) {
+        if (w.out == Outcome::kOk && !w.missing && FenceOf(w.tbl) != Fence::kPermit &&
+            (k == 0 || rec.wids.count(w.wid)))
+          kn.acked_by_row[RowKey(w.tbl, w.row)].Add(w.received, w.tok);
+      }
+      kn.grants.Finish();
+      for (auto &[slot, points] : kn.by_slot) points.Finish();
+      for (auto &[key, points] : kn.acked_by_row) points.Finish();
     }
-    for (auto &[key, points] : acked_by_row) points.Finish();
+    // The newest grant of tok's permit a client had received before t, on
+    // record k.
+    const auto received_before = [&](int k, Token tok, std::int64_t t) {
+      const Known &kn = known[static_cast<std::size_t>(k)];
+      const std::optional<int> slot = SlotOf(records[static_cast<std::size_t>(k)].tenures, tok);
+      const auto it = slot ? kn.by_slot.find(*slot) : kn.by_slot.end();
+      return it == kn.by_slot.end() ? kNone : it->second.Before(t);
+    };
     for (const WriteRec &w : writes) {
-      if (w.missing || !history_by_wid.count(w.wid)) continue;
+      if (w.missing) continue;
+      const auto committed = history_by_wid.find(w.wid);
+      if (committed == history_by_wid.end()) continue;
+      const int k = committed->second->rec;
+      const Record &rec = records[static_cast<std::size_t>(k)];
+      const Known &kn = known[static_cast<std::size_t>(k)];
       if (w.tbl == kLockTableTag) {
-        const Token granted = grants_received.Before(w.sent);
+        const auto born = rec.born_tokens.find(kLockName);
+        const bool own = k == 0 || (born != rec.born_tokens.end() && born->second.count(w.tok));
+        const Token granted = (own ? grants_received : kn.grants).Before(w.sent);
         if (granted > w.tok) {
-          violations.Add(
-              "stale write accepted after a higher grant (real time)",
-              Describe(w) + " sent after token " + std::to_string(granted) + " was granted");
+          violations.Add("stale write accepted after a higher grant (real time)",
+                         Describe(w) + " sent after token " + std::to_string(granted) +
+                             " was granted" + in(k));
         }
       }
       if (FenceOf(w.tbl) == Fence::kPermit) {
-        const Token granted = received_before(w.tok, w.sent);
+        const Token granted = received_before(k, w.tok, w.sent);
         if (granted > w.tok) {
           violations.Add("stale write accepted after a newer grant of its permit (real time)",
                          Describe(w) + " sent after token " + std::to_string(granted) +
-                             " of its permit was granted");
+                             " of its permit was granted" + in(k));
         }
       }
-      const auto it = acked_by_row.find(RowKey(w.tbl, w.row));
-      if (it != acked_by_row.end()) {
+      const auto it = kn.acked_by_row.find(RowKey(w.tbl, w.row));
+      if (it != kn.acked_by_row.end()) {
         const Token acked = it->second.Before(w.sent);
         if (acked > w.tok) {
           violations.Add("stale write accepted after a higher write (real time)",
                          Describe(w) + " sent after a write with token " + std::to_string(acked) +
-                             " had been acknowledged");
+                             " had been acknowledged" + in(k));
         }
       }
     }
@@ -1013,12 +1317,93 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       const auto it = read_index.find(sr.rid);
       if (sr.rows == 0 || it == read_index.end()) continue;
       const ReadRec &r = reads[it->second];
-      const Token granted = received_before(sr.tok, r.sent);
+      const Token granted = received_before(sr.rec, sr.tok, r.sent);
       if (granted > sr.tok) {
         violations.Add("stale read after a newer grant of its permit (real time)",
                        "read " + r.rid + " (" + r.who + ") token " + std::to_string(sr.tok) +
                            " saw " + std::to_string(sr.rows) + " rows, sent after token " +
-                           std::to_string(granted) + " of its permit was granted");
+                           std::to_string(granted) + " of its permit was granted" + in(sr.rec));
+      }
+    }
+  }
+
+  // ==== X. Across a restore ====
+  // What restore n (record k-1 lost, record k restored) had to keep, what it
+  // may have lost, and what the restored record may hold.
+  struct RestoreReport {
+    long kept_writes = 0, kept_grants = 0;  // the restored record's rows from before the restore
+    long lost_writes = 0, lost_grants = 0;  // the lost record's rows the restored one lacks
+    long lost_acked = 0, lost_received = 0, lost_read = 0;  // of those, acknowledged to a client
+  };
+  std::vector<RestoreReport> restore_reports(restores.size());
+  for (std::size_t i = 0; i < restores.size(); ++i) {
+    const Restore &rs = restores[i];
+    const Record &lost = records[i];
+    const Record &restored = records[i + 1];
+    RestoreReport &report = restore_reports[i];
+    const std::string which = " (restore " + std::to_string(rs.n) + ")";
+    // The restored record holds nothing the lost one did not: its rows from
+    // before the restore are the lost record's, unchanged, committed before
+    // the backup ended.
+    const auto check_kept = [&](const auto &lost_rows, const auto &kept_rows, const char *what,
+                                long &kept, long &lost_count, std::set<std::int64_t> &kept_seqs) {
+      std::unordered_map<std::int64_t, const std::string *> by_seq;
+      for (const auto &row : lost_rows) by_seq[row.seq] = &row.raw;
+      for (const auto &row : kept_rows) {
+        if (restored.Born(row.pm)) continue;
+        ++kept;
+        kept_seqs.insert(row.seq);
+        const auto it = by_seq.find(row.seq);
+        if (it == by_seq.end() || *it->second != row.raw) {
+          violations.Add("restored record mismatch",
+                         std::string(what) + " seq " + std::to_string(row.seq) +
+                             " from before the restore is not the lost record's" + which);
+        } else if (row.ts > rs.backup_end) {
+          violations.Add("restored record mismatch",
+                         std::string(what) + " seq " + std::to_string(row.seq) +
+                             " committed after the backup ended" + which);
+        }
+      }
+      for (const auto &row : lost_rows) lost_count += kept_seqs.count(row.seq) ? 0 : 1;
+    };
+    std::set<std::int64_t> kept_history, kept_grants, kept_reads;
+    long kept_read_count = 0, lost_read_rows = 0;
+    check_kept(lost.history, restored.history, "write", report.kept_writes, report.lost_writes,
+               kept_history);
+    check_kept(lost.grants, restored.grants, "grant", report.kept_grants, report.lost_grants,
+               kept_grants);
+    check_kept(lost.reads, restored.reads, "read", kept_read_count, lost_read_rows, kept_reads);
+    // Acknowledged before the backup began: committed before its start
+    // checkpoint, so in the backup, so in the restored record.  After: may be
+    // gone with the timeline (counted).
+    for (const WriteRec &w : writes) {
+      if (w.out != Outcome::kOk || !lost.wids.count(w.wid) || restored.wids.count(w.wid)) continue;
+      if (w.received < rs.backup_start) {
+        violations.Add(
+            "acknowledged write lost by the restore (acknowledged before the backup began)",
+            Describe(w) + which);
+      } else {
+        ++report.lost_acked;
+      }
+    }
+    for (const GrantRec &g : grants) {
+      if (!lost.grant_keys.count({g.tok, g.holder}) || restored.grant_keys.count({g.tok, g.holder}))
+        continue;
+      if (g.received < rs.backup_start) {
+        violations.Add("acknowledged grant lost by the restore (received before the backup began)",
+                       "token " + std::to_string(g.tok) + " received by " + g.holder + which);
+      } else {
+        ++report.lost_received;
+      }
+    }
+    for (const ReadRec &r : reads) {
+      if (r.out != Outcome::kOk || !lost.rids.count(r.rid) || restored.rids.count(r.rid)) continue;
+      if (r.received < rs.backup_start) {
+        violations.Add(
+            "acknowledged read lost by the restore (acknowledged before the backup began)",
+            "read " + r.rid + " (" + r.who + ") token " + std::to_string(r.tok) + which);
+      } else {
+        ++report.lost_read;
       }
     }
   }
@@ -1043,6 +1428,15 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   if (guarded && stale_total == 0) {
     violations.Add("vacuous run",
                    "no write was ever refused as stale: the guard was not exercised");
+  }
+  if (restore_planned && restores.empty()) {
+    violations.Add("vacuous run", "the restore fault was on, but no restore happened");
+  }
+  for (std::size_t i = 0; i < restores.size(); ++i) {
+    if (restore_reports[i].lost_writes + restore_reports[i].lost_grants == 0) {
+      violations.Add("vacuous run", "restore " + std::to_string(restores[i].n) +
+                                        " lost nothing: no write or grant after its backup");
+    }
   }
   if (permit_mode) {
     if (static_cast<int>(grants_by_slot.size()) < permits) {
@@ -1069,8 +1463,35 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       << writes_total << (permit_mode ? ", reads " + std::to_string(reads_total) : "")
       << ", acquires " << acquires << ", releases " << events["release"] << ")\n";
   out << "faults: pause=" << faults["pause"] << " kill=" << faults["kill"]
-      << " crash=" << faults["crash"] << " (worker processes started " << faults["spawn"]
-      << ", unexpected worker exits " << faults["worker_exit"] << ")\n";
+      << " crash=" << faults["crash"];
+  if (restore_planned || !restores.empty()) out << " restore=" << restores.size();
+  out << " (worker processes started " << faults["spawn"] << ", unexpected worker exits "
+      << faults["worker_exit"] << ")\n";
+  const std::int64_t start_us =
+      std::stoll(meta.count("start_wall_us") ? meta["start_wall_us"] : "0");
+  const auto at = [&](std::int64_t us) {
+    std::ostringstream text;
+    text.setf(std::ios::fixed);
+    text.precision(1);
+    text << "+" << static_cast<double>(us - start_us) / 1e6 << " s";
+    return text.str();
+  };
+  for (std::size_t i = 0; i < restores.size(); ++i) {
+    const Restore &r = restores[i];
+    const RestoreReport &rr = restore_reports[i];
+    out << "restore " << r.n << ": base backup " << at(r.backup_start) << " to " << at(r.backup_end)
+        << ", server lost " << at(r.lost_at) << ", restored server up "
+        << (r.restarted - r.lost_at) / 1000 << " ms later; lost: " << rr.lost_writes
+        << " committed writes (" << rr.lost_acked << " acknowledged, all after the backup began), "
+        << rr.lost_grants << " grants (" << rr.lost_received << " received by workers)";
+    if (permit_mode) out << ", " << rr.lost_read << " acknowledged reads";
+    out << "; kept from before the restore: " << rr.kept_writes << " writes, " << rr.kept_grants
+        << " grants\n";
+  }
+  if (!restores.empty()) {
+    out << "after the restore: " << old_token_writes
+        << " committed writes under tokens granted before it (judged on the restored record)\n";
+  }
   out << "grants: " << grants.size() << " received by workers, " << server_grants.size()
       << " on the server's record (" << unacknowledged_grants
       << " never acknowledged to a worker), over " << incarnations.size()
@@ -1135,9 +1556,12 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         << " with the newer grant committed before the read was sent, " << read_refusals.concurrent
         << " with it committed while the read was in flight\n";
   }
-  out << "history: " << history.size()
-      << " committed writes on the server's record, final state of " << final_checked
-      << " rows checked\n";
+  out << "history: " << history.size() << " committed writes on the server's record";
+  if (records.size() > 1) {
+    out << " (" << records.size() << " records; the final one " << final_record.history.size()
+        << ")";
+  }
+  out << ", final state of " << final_checked << " rows checked\n";
   if (truncated + anomalies > 0) {
     out << "logs: " << truncated << " truncated last lines (killed workers), " << anomalies
         << " unmatched lines\n";

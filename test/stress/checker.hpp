@@ -14,6 +14,11 @@
 //                       by the reading transaction:
 //                       seq read_id token presented rows_seen ts_us pm_start_us
 //   final.tsv           the tables at the end: tbl row token val write_id
+//   lost-N/             after restore N (faults.log "ev=restore n=N"): the
+//                       history.tsv, grants.tsv and reads.tsv of the server
+//                       that restore lost, read from its data directory
+//                       after the run (the files above are then the restored
+//                       server's)
 // The checks are described in RELIABILITY.md and at each check below.
 #pragma once
 

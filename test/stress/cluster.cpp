@@ -67,6 +67,11 @@ void Cluster::InitDb() {
 
 void Cluster::Start() {
   if (running()) throw std::logic_error("cluster already running");
+  // A cluster started on a data directory it did not create (a lost one,
+  // read again at the end) has no socket directory yet.
+  std::filesystem::create_directories(options_.socket_dir);
+  chmod(options_.socket_dir.c_str(), 0755);
+  Chown(options_.socket_dir, run_as_);
   std::vector<std::string> argv = {
       options_.bindir + "/postgres", "-D", options_.datadir,   "-p", std::to_string(kPort), "-k",
       options_.socket_dir,           "-c", "listen_addresses="};
@@ -148,6 +153,33 @@ void Cluster::Stop() {
   }
   Reaper::Forget(pm);
   postmaster_ = -1;
+}
+
+pid_t Cluster::StartBaseBackup(const std::string &target, const std::string &log_path) const {
+  if (!running()) throw std::logic_error("cluster not running");
+  std::filesystem::create_directories(target);
+  chmod(target.c_str(), 0700);
+  Chown(target, run_as_);
+  // --no-sync: the harness kills processes, never the machine (RELIABILITY.md,
+  // Limits); the page cache is the disk here.
+  return Spawn({options_.bindir + "/pg_basebackup", "-D", target, "-h", options_.socket_dir, "-p",
+                std::to_string(kPort), "-U", "postgres", "-X", "stream", "-c", "fast", "--no-sync",
+                "--no-manifest"},
+               {run_as_, log_path, SIGKILL});
+}
+
+void Cluster::ReplaceDataWith(const std::string &backup, const std::string &lost) {
+  if (running()) throw std::logic_error("cluster running");
+  std::filesystem::rename(options_.datadir, lost);
+  // cp -a keeps the owner (the server's user) and the modes (0700).
+  const pid_t pid = Spawn({"/bin/cp", "-a", backup, options_.datadir},
+                          {std::nullopt, options_.log_path, SIGKILL});
+  const std::optional<int> status = Reaper::WaitFor(pid, kReadyTimeoutMs);
+  Reaper::Forget(pid);
+  if (!status || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    throw std::runtime_error("copying the base backup " + backup + " failed (" +
+                             (status ? DescribeStatus(*status) : "timeout") + ")");
+  }
 }
 
 void Cluster::RemoveData() {

@@ -48,6 +48,17 @@ class Cluster {
   void Stop();
   void RemoveData();
 
+  // The restore fault (RELIABILITY.md, "The restore fault").  Starts
+  // pg_basebackup of the running server into target (created here, empty),
+  // as the server's user, after an immediate checkpoint, with the WAL it
+  // needs streamed alongside (-X stream): a copy of target starts on its own.
+  // Returns its PID, watched by the Reaper; its output goes to log_path.
+  pid_t StartBaseBackup(const std::string &target, const std::string &log_path) const;
+  // With the server down: moves the data directory to lost (the lost
+  // server's files, for the checker's record of what it had committed) and
+  // puts a fresh copy of backup in its place, to be started by Start().
+  void ReplaceDataWith(const std::string &backup, const std::string &lost);
+
   bool running() const { return postmaster_ > 0; }
   pid_t postmaster() const { return postmaster_; }
   std::string Conninfo(const std::string &user, const std::string &dbname) const;

@@ -50,7 +50,11 @@ struct Options {
   int duration_s = 60;
   std::uint64_t seed = 1;
   bool unguarded = false;
-  std::set<std::string> faults = {"pause", "kill", "crash"};
+  std::set<std::string> faults = {"pause", "kill", "crash", "restore"};
+  // The restore fault: the base backup and the restore, in percent of the
+  // duration.
+  int backup_pct = 20;
+  int restore_pct = 60;
   int fault_min_ms = 1000;
   int fault_max_ms = 4000;
   int pause_min_ms = -1;  // default: 1.5 ttl
@@ -70,7 +74,8 @@ Runs N worker processes that compete for the lease "stress" (or, with
 --permits, for the permits of the semaphore "stress_sem") and write with
 their tokens to two protected tables, while a nemesis pauses (SIGSTOP) and
 kills (SIGKILL) workers and crashes the server (SIGKILL to the postmaster and
-all its processes, then restart).  Creates its own cluster with initdb (run
+all its processes, then restart), and once takes a base backup early and
+later loses the server and starts it from a copy of that backup.  Creates its own cluster with initdb (run
 as root: the server runs as "postgres"; otherwise as the calling user), on a
 Unix socket only.  At the end, checks the history (pg_fencing_stress_check).
 
@@ -81,7 +86,9 @@ Unix socket only.  At the end, checks the history (pg_fencing_stress_check).
   --ttl MS            lease ttl (500)
   --acquire-wait MS   fencing_acquire's wait (1000)
   --unguarded         no fencing_protect on the tables: the checker must find violations
-  --faults LIST       comma-separated from pause,kill,crash, or none (all)
+  --faults LIST       comma-separated from pause,kill,crash,restore, or none (all)
+  --restore-at B-R    restore fault: the base backup at B%, the restore at R% of the
+                      duration, after a server crash (forced if none came) (20-60)
   --fault-interval MIN-MAX   ms between two faults (1000-4000)
   --pause MIN-MAX     ms a paused worker stays stopped (1.5-5 ttl)
   --hold MIN-MAX      ms a worker keeps a lease (100-1000)
@@ -140,9 +147,14 @@ Options ParseOptions(int argc, char **argv) {
         o.faults.clear();
         for (const std::string &f : Split(value(), ',')) {
           if (f == "none") continue;
-          if (f != "pause" && f != "kill" && f != "crash") throw UsageError("unknown fault " + f);
+          if (f != "pause" && f != "kill" && f != "crash" && f != "restore")
+            throw UsageError("unknown fault " + f);
           o.faults.insert(f);
         }
+      } else if (arg == "--restore-at") {
+        std::tie(o.backup_pct, o.restore_pct) = ParseRange(value());
+        if (o.restore_pct <= o.backup_pct || o.restore_pct >= 100)
+          throw UsageError("--restore-at needs B < R < 100");
       } else if (arg == "--fault-interval") {
         std::tie(o.fault_min_ms, o.fault_max_ms) = ParseRange(value());
       } else if (arg == "--pause") {
@@ -359,9 +371,9 @@ void DumpQuery(pqxx::work &tx, const std::string &sql, const std::string &path) 
   WriteFile(path, out);
 }
 
-void DumpState(const Cluster &cluster, const Options &o, const std::string &dir) {
-  pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
-  pqxx::work tx(db);
+// The server's record of what committed: history.tsv, grants.tsv and, in
+// permit mode, reads.tsv, into dir.
+void DumpRecord(pqxx::work &tx, const Options &o, const std::string &dir) {
   const auto micros = [&](const std::string &column) {
     return "(extract(epoch FROM " + column + ") * 1000000)::bigint";
   };
@@ -379,6 +391,13 @@ void DumpState(const Cluster &cluster, const Options &o, const std::string &dir)
                   micros("pm_start") + " FROM stress_reads ORDER BY seq",
               dir + "/reads.tsv");
   }
+}
+
+// At the end of the run: the record, the tables' final rows and the marks.
+void DumpState(const Cluster &cluster, const Options &o, const std::string &dir) {
+  pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
+  pqxx::work tx(db);
+  DumpRecord(tx, o, dir);
   std::string final_rows;
   for (const StressTable &t : TablesOf(o)) {
     final_rows += std::string(final_rows.empty() ? "" : " UNION ALL ") + "SELECT '" + t.tag +
@@ -416,11 +435,25 @@ class Orchestrator {
     const std::int64_t end = start + static_cast<std::int64_t>(o_.duration_s) * 1000;
     std::int64_t next_fault = start + Uniform(o_.fault_min_ms, o_.fault_max_ms);
     std::int64_t next_progress = start + 10000;
+    if (o_.faults.count("restore")) {
+      restore_phase_ = RestorePhase::kWaiting;
+      backup_at_ = start + static_cast<std::int64_t>(o_.duration_s) * 10 * o_.backup_pct;
+      restore_at_ = start + static_cast<std::int64_t>(o_.duration_s) * 10 * o_.restore_pct;
+    }
+    // The random faults; the restore fault comes when its time is due.
+    for (const std::string &kind : o_.faults) {
+      if (kind == "restore") continue;
+      random_faults_.push_back(kind);
+      if (kind == "pause") random_faults_.push_back(kind);  // twice as often as the others
+    }
     while (!g_interrupted && MonoMs() < end) {
       Reaper::Reap();
       RespawnExited();
       ResumeDue(false);
-      if (!o_.faults.empty() && MonoMs() >= next_fault) {
+      // After a crash or the restore of its own, the nemesis waits a whole
+      // interval: a restored server that crashed at once would grant nothing.
+      if (StepRestore()) next_fault = MonoMs() + Uniform(o_.fault_min_ms, o_.fault_max_ms);
+      if (!random_faults_.empty() && MonoMs() >= next_fault) {
         InjectFault();
         next_fault = MonoMs() + Uniform(o_.fault_min_ms, o_.fault_max_ms);
       }
@@ -433,11 +466,27 @@ class Orchestrator {
     }
     ResumeDue(true);
     StopWorkers();
+    if (backup_pid_ > 0) {  // the run ended during the backup
+      kill(backup_pid_, SIGKILL);
+      Reaper::WaitFor(backup_pid_, 10000);
+      Reaper::Forget(backup_pid_);
+      backup_pid_ = -1;
+      faults_.Write("ev=backup_abandoned");
+    }
   }
+
+  // The data directories of the servers lost by restores, for the record of
+  // what each had committed (read at the end: ReadLostRecords).
+  struct Lost {
+    std::string datadir;  // the lost server's data directory
+    std::string record;   // the run directory's subdirectory for its record
+  };
+  const std::vector<Lost> &lost() const { return lost_; }
+  const std::string &backup_dir() const { return backup_dir_; }
 
   std::string FaultSummary() const {
     std::string out;
-    for (const char *kind : {"pause", "kill", "crash"}) {
+    for (const char *kind : {"pause", "kill", "crash", "restore"}) {
       const auto it = injected_.find(kind);
       out += std::string(out.empty() ? "" : " ") + kind + "=" +
              std::to_string(it == injected_.end() ? 0 : it->second);
@@ -495,14 +544,10 @@ class Orchestrator {
   }
 
   void InjectFault() {
-    // Pauses twice as often as the others.
-    std::vector<std::string> choices;
-    for (const std::string &kind : o_.faults) {
-      choices.push_back(kind);
-      if (kind == "pause") choices.push_back(kind);
-    }
-    const std::string kind =
-        choices[static_cast<std::size_t>(Uniform(0, static_cast<int>(choices.size()) - 1))];
+    const std::string kind = random_faults_[static_cast<std::size_t>(
+        Uniform(0, static_cast<int>(random_faults_.size()) - 1))];
+    // A crash would break the base backup under way: not while it runs.
+    if (kind == "crash" && restore_phase_ == RestorePhase::kBackingUp) return;
     const int index = Uniform(0, static_cast<int>(slots_.size()) - 1);
     Slot &slot = slots_[static_cast<std::size_t>(index)];
     const std::string who = "w=" + std::to_string(index) + " pid=" + std::to_string(slot.pid);
@@ -522,16 +567,105 @@ class Orchestrator {
       faults_.Write("ev=kill " + who);
       Spawn(index);
     } else {
-      const Stamp before = Now();
-      faults_.Write(before, "ev=crash pm=" + std::to_string(cluster_.postmaster()));
-      const int killed = cluster_.Crash();
-      faults_.Write("ev=crashed procs=" + std::to_string(killed));
-      SleepMs(Uniform(0, 500));  // down for a while
-      cluster_.Start();
-      faults_.Write("ev=restarted down_ms=" +
-                    std::to_string((Now().mono_ns - before.mono_ns) / 1000000));
+      CrashServer("");
+      return;  // counted there
     }
     ++injected_[kind];
+  }
+
+  void CrashServer(const std::string &why) {
+    const Stamp before = Now();
+    faults_.Write(before, "ev=crash pm=" + std::to_string(cluster_.postmaster()) + why);
+    const int killed = cluster_.Crash();
+    faults_.Write("ev=crashed procs=" + std::to_string(killed));
+    SleepMs(Uniform(0, 500));  // down for a while
+    cluster_.Start();
+    faults_.Write("ev=restarted down_ms=" +
+                  std::to_string((Now().mono_ns - before.mono_ns) / 1000000));
+    ++injected_["crash"];
+    if (restore_phase_ == RestorePhase::kBackedUp) ++crashes_since_backup_;
+    last_restart_ms_ = MonoMs();
+  }
+
+  // The restore fault, one step at a time from the main loop (the nemesis
+  // goes on meanwhile).  Its timeline:
+  //  1. at backup_pct of the run: pg_basebackup of the running server (-X
+  //     stream, after an immediate checkpoint) into backup/, while the
+  //     workers go on; no crash while it runs;
+  //  2. then the nemesis as usual; at restore_pct, if no crash came since the
+  //     backup ended, one now (a new server incarnation reserves new tokens:
+  //     what a database that goes back could hand out again), and at least
+  //     kRestoreAfterCrashMs more so that it grants some;
+  //  3. the restore: SIGKILL the postmaster and every server process, as a
+  //     crash does; the data directory moves to pgdata.lost-1 (read again at
+  //     the end, by a server of its own: the record of what the lost server
+  //     had committed); pgdata becomes a fresh copy of backup/, and the server
+  //     starts from it (recovery to the end of the backup's WAL).  Workers
+  //     paused across it resume afterwards with their old tokens.
+  // faults.log gets "ev=restore" with the wall times the checker needs.
+  // Returns whether it crashed or restored the server just now.
+  bool StepRestore() {
+    constexpr std::int64_t kRestoreAfterCrashMs = 2000;
+    switch (restore_phase_) {
+      case RestorePhase::kOff:
+      case RestorePhase::kDone:
+        return false;
+      case RestorePhase::kWaiting:
+        if (MonoMs() < backup_at_) return false;
+        backup_dir_ = dir_ + "/backup";
+        backup_start_ = Now();
+        faults_.Write(backup_start_, "ev=backup_start dir=" + backup_dir_);
+        backup_pid_ = cluster_.StartBaseBackup(backup_dir_, dir_ + "/basebackup.log");
+        restore_phase_ = RestorePhase::kBackingUp;
+        return false;
+      case RestorePhase::kBackingUp: {
+        const std::optional<int> status = Reaper::Status(backup_pid_);
+        if (!status) return false;
+        Reaper::Forget(backup_pid_);
+        backup_pid_ = -1;
+        if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+          throw std::runtime_error("pg_basebackup failed (" + DescribeStatus(*status) + "); see " +
+                                   dir_ + "/basebackup.log");
+        }
+        backup_end_ = Now();
+        faults_.Write(backup_end_,
+                      "ev=backup_done ms=" +
+                          std::to_string((backup_end_.mono_ns - backup_start_.mono_ns) / 1000000));
+        restore_phase_ = RestorePhase::kBackedUp;
+        return false;
+      }
+      case RestorePhase::kBackedUp:
+        break;
+    }
+    if (MonoMs() < restore_at_) return false;
+    if (crashes_since_backup_ == 0) {
+      CrashServer(" why=restore_after_crash");
+      return true;
+    }
+    if (MonoMs() < last_restart_ms_ + kRestoreAfterCrashMs) return false;
+    const int n = static_cast<int>(lost_.size()) + 1;
+    const Lost lost{dir_ + "/pgdata.lost-" + std::to_string(n), "lost-" + std::to_string(n)};
+    const Stamp lost_at = Now();
+    faults_.Write(lost_at, "ev=restore_lose n=" + std::to_string(n) +
+                               " pm=" + std::to_string(cluster_.postmaster()));
+    const int killed = cluster_.Crash();
+    const Stamp dead = Now();  // every process of the lost server gone
+    cluster_.ReplaceDataWith(backup_dir_, lost.datadir);
+    faults_.Write("ev=restore_copied n=" + std::to_string(n) + " procs=" + std::to_string(killed));
+    cluster_.Start();
+    const Stamp up = Now();
+    faults_.Write(up, "ev=restore n=" + std::to_string(n) + " record=" + lost.record +
+                          " backup_start=" + std::to_string(backup_start_.wall_us) +
+                          " backup_end=" + std::to_string(backup_end_.wall_us) +
+                          " lost_at=" + std::to_string(lost_at.wall_us) +
+                          " killed=" + std::to_string(dead.wall_us) +
+                          " restarted=" + std::to_string(up.wall_us) +
+                          " down_ms=" + std::to_string((up.mono_ns - lost_at.mono_ns) / 1000000));
+    lost_.push_back(lost);
+    ++injected_["restore"];
+    last_restart_ms_ = MonoMs();
+    restore_phase_ = RestorePhase::kDone;  // once per run
+    return true;
   }
 
   void StopWorkers() {
@@ -562,7 +696,55 @@ class Orchestrator {
   std::vector<Slot> slots_;
   std::map<std::string, int> injected_;
   int unexpected_exits_ = 0;
+  std::vector<std::string> random_faults_;
+  // The restore fault (StepRestore).
+  enum class RestorePhase { kOff, kWaiting, kBackingUp, kBackedUp, kDone };
+  RestorePhase restore_phase_ = RestorePhase::kOff;
+  std::int64_t backup_at_ = 0;   // MonoMs
+  std::int64_t restore_at_ = 0;  // MonoMs
+  std::string backup_dir_;
+  pid_t backup_pid_ = -1;
+  Stamp backup_start_;
+  Stamp backup_end_;
+  int crashes_since_backup_ = 0;
+  std::int64_t last_restart_ms_ = 0;
+  std::vector<Lost> lost_;
 };
+
+// The record of each server a restore lost: its data directory started once
+// more, on a socket of its own (no worker reaches it), after the run; its
+// record dumped into the run directory's lost-N/, where the checker reads
+// it.  Then the lost directory and the backup go, unless --keep-data.
+void ReadLostRecords(const ClusterOptions &base, const Options &o, const std::string &dir,
+                     const Orchestrator &orchestrator) {
+  for (const Orchestrator::Lost &lost : orchestrator.lost()) {
+    char sock_templ[] = "/tmp/pgfs_sock.XXXXXX";
+    if (mkdtemp(sock_templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+    ClusterOptions co = base;
+    co.datadir = lost.datadir;
+    co.socket_dir = sock_templ;
+    co.log_path = dir + "/postgres." + lost.record + ".log";
+    Cluster cluster(co);
+    cluster.Start();  // crash recovery: everything the lost server had committed
+    std::filesystem::create_directories(dir + "/" + lost.record);
+    {
+      pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
+      pqxx::work tx(db);
+      DumpRecord(tx, o, dir + "/" + lost.record);
+      tx.commit();
+    }
+    cluster.Stop();
+    std::error_code ignored;
+    if (o.keep_data)
+      std::filesystem::remove_all(co.socket_dir, ignored);
+    else
+      cluster.RemoveData();
+  }
+  if (!o.keep_data && !orchestrator.backup_dir().empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(orchestrator.backup_dir(), ignored);
+  }
+}
 
 std::string MakeRunDir(const Options &o) {
   std::string dir = o.dir;
@@ -642,8 +824,9 @@ int RunOrchestrator(int argc, char **argv) {
     std::ostringstream meta;
     meta << "mode=" << mode << "\nseed=" << o.seed << "\nduration_s=" << o.duration_s
          << "\nworkers=" << o.workers << "\nrows=" << o.rows << "\nttl_ms=" << o.worker.ttl.count()
-         << "\nfaults=" << Join(o.faults) << "\nlock=" << lock << "\npermits=" << o.worker.permits
-         << "\nextversion=" << extversion << "\nstart_wall_us=" << Now().wall_us << "\n";
+         << "\nfaults=" << Join(o.faults) << "\nrestore_at=" << o.backup_pct << "-" << o.restore_pct
+         << "\nlock=" << lock << "\npermits=" << o.worker.permits << "\nextversion=" << extversion
+         << "\nstart_wall_us=" << Now().wall_us << "\n";
     WriteFile(dir + "/meta.txt", meta.str());
 
     Orchestrator orchestrator(o, *cluster, dir, SelfPath());
@@ -654,6 +837,7 @@ int RunOrchestrator(int argc, char **argv) {
     DumpState(*cluster, o, dir);
     cluster->Stop();
     if (!o.keep_data) cluster->RemoveData();
+    ReadLostRecords(co, o, dir, orchestrator);
   } catch (const std::exception &error) {
     std::cerr << "pg_fencing_stress: " << error.what()
               << (dir.empty() ? "" : " (run dir " + dir + ")") << "\n";

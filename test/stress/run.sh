@@ -17,10 +17,17 @@
 #    same with permits (no fencing_protect, no read fence);
 # 3. the checker against copies of run 1's directory with one defect planted
 #    in each (a lost acknowledged write, a token granted twice, a wrong final
-#    row, a false rejection, a token that went down), and of the permit run's
-#    (a write after its permit was granted again, a stale read, rows seen
-#    without a presentation, a lost read, a token granted twice): each must be
-#    reported.
+#    row, a false rejection, a token that went down; across the restore: a
+#    token granted after it equal to one granted before it, and the writes
+#    under it, an acknowledged write from before the backup missing from the
+#    restored record), and of the permit run's (a write after its permit was
+#    granted again, a stale read, rows seen without a presentation, a lost
+#    read, a token granted twice): each must be reported.
+# Every run also has the restore fault (a base backup early, the server lost
+# and started from a copy of it later; RELIABILITY.md): the runs' directories
+# hold the lost server's record in lost-1/, and defects of an event from
+# before the backup are planted in every record (the restored one holds it
+# too).
 # Builds nothing; each run makes its own throwaway cluster (initdb as
 # "postgres", Unix socket only) and removes it.  Exit 0 only if all of them hold.
 set -uo pipefail
@@ -135,20 +142,52 @@ fi
 next_grants() {
   awk -F'\t' '$7 != "\\N" { k = $2 FS $7; if (k in last) print last[k] "\t" $1; last[k] = $4 }' "$1/grants.tsv"
 }
+# The records of a run directory: its own (the final one) and, after a
+# restore, the lost server's (lost-N/).
+records() {
+  local rec
+  for rec in "$1" "$1"/lost-*; do [[ -f $rec/history.tsv ]] && echo "$rec"; done
+}
+# The first restore's time the server was lost (wall µs), from faults.log.
+lost_at() {
+  sed -n 's/.* ev=restore n=1 .* lost_at=\([0-9]*\) .*/\1/p' "$1/faults.log" | head -n 1
+}
 plant() {
   local run=$1 name=$2 expect=$3
-  local dir=$work/plant-$run-$name
+  local dir=$work/plant-$run-$name rec
   rm -rf "$dir"
   cp -a "$work/$run" "$dir"
   rm -rf "$dir/pgdata"
   case $name in
-    lost-write)  # drop an acknowledged write from the server's history
+    lost-write)  # drop an acknowledged write from the servers' histories
+      local wid
+      wid=$(grep -h 'ev=w_done .* out=ok' "$dir"/workers/*.log | head -n 1 | sed 's/.* wid=\([^ ]*\) .*/\1/')
+      for rec in $(records "$dir"); do
+        awk -F'\t' -v w="$wid" '$6 != w' "$rec/history.tsv" >"$dir/t" && mv "$dir/t" "$rec/history.tsv"
+      done ;;
+    granted-twice)  # the second grant gets the first one's token
+      for rec in $(records "$dir"); do
+        awk -F'\t' -v OFS='\t' 'NR == 1 { t = $4 } NR == 2 { $4 = t } { print }' "$rec/grants.tsv" >"$dir/t" &&
+          mv "$dir/t" "$rec/grants.tsv"
+      done ;;
+    restore-regrant | restore-stale-write)
+      # The first grant after the restore under which the lock's table was
+      # written gets the token of the highest grant before it (lost with the
+      # timeline, most likely), and so do its writes: a database gone back
+      # that hands out again a token it gave away.
+      local at high tok
+      at=$(lost_at "$dir")
+      high=$(cut -f4 "$dir/lost-1/grants.tsv" | sort -n | tail -n 1)
+      tok=$(awk -F'\t' -v at="$at" 'FNR == NR { if ($6 >= at) born[$4] = 1; next }
+        $2 == "lock" && $8 >= at && ($4 in born) { print $4; exit }' "$dir/grants.tsv" "$dir/history.tsv")
+      awk -F'\t' -v OFS='\t' -v at="$at" -v t="$tok" -v h="$high" '$6 >= at && $4 == t { $4 = h } { print }' \
+        "$dir/grants.tsv" >"$dir/t" && mv "$dir/t" "$dir/grants.tsv"
+      awk -F'\t' -v OFS='\t' -v at="$at" -v t="$tok" -v h="$high" '$8 >= at && $4 == t { $4 = h } { print }' \
+        "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+    lost-before-backup)  # the restored record lacks an acknowledged write from before the backup
       local wid
       wid=$(grep -h 'ev=w_done .* out=ok' "$dir"/workers/*.log | head -n 1 | sed 's/.* wid=\([^ ]*\) .*/\1/')
       awk -F'\t' -v w="$wid" '$6 != w' "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
-    granted-twice)  # the second grant gets the first one's token
-      awk -F'\t' -v OFS='\t' 'NR == 1 { t = $4 } NR == 2 { $4 = t } { print }' "$dir/grants.tsv" >"$dir/t" &&
-        mv "$dir/t" "$dir/grants.tsv" ;;
     final-row)  # a row ends with a token nobody wrote last
       awk -F'\t' -v OFS='\t' '!done && $3 != "\\N" { $3 = 0; done = 1 } { print }' "$dir/final.tsv" >"$dir/t" &&
         mv "$dir/t" "$dir/final.tsv" ;;
@@ -161,22 +200,30 @@ plant() {
       awk -F'\t' -v OFS='\t' -v n="$(wc -l <"$dir/history.tsv")" 'NR == n { $4 = 0 } { print }' \
         "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
     write-after-regrant)  # an early committed write moves past the next grant of its permit
-      next_grants "$dir" >"$dir/next"
-      awk -F'\t' -v OFS='\t' 'FNR == NR { next_seq[$1] = $2; next }
-        !done && ($2 == "sem" || $2 == "read") && ($4 in next_seq) { $1 = next_seq[$4] + 1; done = 1 }
-        { print }' "$dir/next" "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+      for rec in $(records "$dir"); do
+        next_grants "$rec" >"$dir/next"
+        awk -F'\t' -v OFS='\t' 'FNR == NR { next_seq[$1] = $2; next }
+          !done && ($2 == "sem" || $2 == "read") && ($4 in next_seq) { $1 = next_seq[$4] + 1; done = 1 }
+          { print }' "$dir/next" "$rec/history.tsv" >"$dir/t" && mv "$dir/t" "$rec/history.tsv"
+      done ;;
     stale-read)  # an early read that saw rows moves past the next grant of its permit
-      next_grants "$dir" >"$dir/next"
-      awk -F'\t' -v OFS='\t' 'FNR == NR { next_seq[$1] = $2; next }
-        !done && $4 == "t" && $5 > 0 && ($3 in next_seq) { $1 = next_seq[$3] + 1; done = 1 }
-        { print }' "$dir/next" "$dir/reads.tsv" >"$dir/t" && mv "$dir/t" "$dir/reads.tsv" ;;
+      for rec in $(records "$dir"); do
+        next_grants "$rec" >"$dir/next"
+        awk -F'\t' -v OFS='\t' 'FNR == NR { next_seq[$1] = $2; next }
+          !done && $4 == "t" && $5 > 0 && ($3 in next_seq) { $1 = next_seq[$3] + 1; done = 1 }
+          { print }' "$dir/next" "$rec/reads.tsv" >"$dir/t" && mv "$dir/t" "$rec/reads.tsv"
+      done ;;
     read-unfenced)  # a read without a presentation in force saw every row
-      awk -F'\t' -v OFS='\t' '!done && $4 == "f" { $5 = 16; done = 1 } { print }' \
-        "$dir/reads.tsv" >"$dir/t" && mv "$dir/t" "$dir/reads.tsv" ;;
-    lost-read)  # drop an acknowledged read from the server's record
+      for rec in $(records "$dir"); do
+        awk -F'\t' -v OFS='\t' '!done && $4 == "f" { $5 = 16; done = 1 } { print }' \
+          "$rec/reads.tsv" >"$dir/t" && mv "$dir/t" "$rec/reads.tsv"
+      done ;;
+    lost-read)  # drop an acknowledged read from the servers' records
       local rid
       rid=$(grep -h 'ev=r_done .* out=ok' "$dir"/workers/*.log | head -n 1 | sed 's/.* rid=\([^ ]*\) .*/\1/')
-      awk -F'\t' -v r="$rid" '$2 != r' "$dir/reads.tsv" >"$dir/t" && mv "$dir/t" "$dir/reads.tsv" ;;
+      for rec in $(records "$dir"); do
+        awk -F'\t' -v r="$rid" '$2 != r' "$rec/reads.tsv" >"$dir/t" && mv "$dir/t" "$rec/reads.tsv"
+      done ;;
   esac
   "$check" "$dir" --examples 1 >"$dir.out" 2>&1
   local rc=$?
@@ -195,6 +242,14 @@ if [[ -f $work/guarded/history.tsv ]]; then
   plant guarded final-row "final state mismatch"
   plant guarded false-rejection "false rejection"
   plant guarded token-down "row token decreased"
+  if [[ -f $work/guarded/lost-1/grants.tsv ]]; then
+    plant guarded restore-regrant "token granted twice (server record)"
+    plant guarded restore-stale-write "stale write accepted after the restore"
+    plant guarded lost-before-backup "acknowledged write lost by the restore"
+  else
+    echo "    the guarded run had no restore to plant defects across"
+    failures+=(self-test-restore)
+  fi
 else
   echo "    no guarded run directory to plant defects in"
   failures+=(self-test)
