@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 out=$(cd "$1" && pwd)
 rows=${2:-100000}
-bindir=/usr/lib/postgresql/$PG_MAJOR/bin
+bindir=${PG_BINDIR:-/usr/lib/postgresql/$PG_MAJOR/bin}  # another build under its own prefix: PG_BINDIR
 work=$(mktemp -d /tmp/pg_fencing_callgrind.XXXXXX)
 chown postgres: "$work"
 trap 'rm -rf "$work"' EXIT

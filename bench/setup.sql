@@ -3,6 +3,9 @@
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pg_fencing;
+-- A grant first: the hand-written tokens below are then below the highest
+-- token the database has granted, which 1.5's guards require.
+SELECT fencing_grant() IS NOT NULL AS granted;
 
 -- The best hand-written PL/pgSQL guard: static column name, no dynamic SQL.
 CREATE OR REPLACE FUNCTION bench_guard_static() RETURNS trigger LANGUAGE plpgsql AS $$

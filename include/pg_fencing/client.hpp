@@ -44,6 +44,14 @@ class MissingTokenError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// SQLSTATE 55Z03 (1.5): the write carried a token the database never
+// granted (above every grant, or above the mark of a lock whose leases it
+// grants): a bug in the caller, not a lost lease.
+class NeverGrantedTokenError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The lock is held by someone else (after the wait, if one was given).
 class LeaseUnavailableError : public std::runtime_error {
  public:
@@ -271,7 +279,8 @@ Token Revoke(pqxx::connection &conn, const std::string &lock_name, const std::st
 // Runs sql in its own transaction on conn with the token bound as $1 and the
 // remaining arguments as $2, $3, ...; commits and returns the result.
 // Throws StaleTokenError for SQLSTATE 55Z01, MissingTokenError for 55Z02,
-// and lets every other pqxx exception through.
+// NeverGrantedTokenError for 55Z03, and lets every other pqxx exception
+// through.
 template <typename... Args>
 pqxx::result ExecFenced(pqxx::connection &conn, const std::string &sql, Token token,
                         Args &&...args);

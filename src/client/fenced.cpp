@@ -11,12 +11,14 @@ namespace {
 // Raised by the extension's fencing_guard trigger (see the install script).
 constexpr const char kStaleTokenState[] = "55Z01";
 constexpr const char kMissingTokenState[] = "55Z02";
+constexpr const char kNeverGrantedTokenState[] = "55Z03";
 }  // namespace
 
 void RethrowMapped(const pqxx::sql_error &error) {
   const std::string &state = pqxx_compat::SqlState(error);
   if (state == kStaleTokenState) throw StaleTokenError(error.what());
   if (state == kMissingTokenState) throw MissingTokenError(error.what());
+  if (state == kNeverGrantedTokenState) throw NeverGrantedTokenError(error.what());
 
   // Anything else goes on unchanged.  When error is the exception being
   // handled (the usual call, from a catch block), rethrow that very object,

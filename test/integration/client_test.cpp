@@ -1028,6 +1028,13 @@ TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
   const std::string table = MakeProtectedTable("tbl");
   const std::string update =
       "UPDATE " + table + " SET token = $1, val = $2 WHERE id = $3 RETURNING id, val";
+  // A grant first, so that the small tokens below are below the highest
+  // token the database has granted (1.5 refuses one above it).
+  {
+    pqxx::work tx(*conn_);
+    pqxx_compat::Exec1(tx, "SELECT fencing_grant()");
+    tx.commit();
+  }
 
   const pqxx::result ok = ExecFenced(*conn_, update, Token{10}, "ten", 1);
   ASSERT_EQ(ok.size(), 1u);
@@ -1041,6 +1048,9 @@ TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
                  "UPDATE " + table + " SET val = $2 WHERE id = $3 AND $1::bigint IS NOT NULL",
                  Token{11}, "eleven", 1),
       MissingTokenError);
+  // A token nobody granted (the largest there is): a caller's bug.
+  EXPECT_THROW(ExecFenced(*conn_, update, Token{9223372036854775807}, "made up", 1),
+               NeverGrantedTokenError);
   // Other errors pass unchanged, with their own type.
   EXPECT_THROW(
       ExecFenced(*conn_, "INSERT INTO " + table + " (id, token) VALUES ($2, $1)", Token{12}, 1),
@@ -1462,6 +1472,8 @@ TEST(EventLockNameTest, ReadsTheTopLevelLockNameOnly) {
 TEST(RethrowMappedTest, MapsGuardStatesOutsideAHandler) {
   EXPECT_THROW(RethrowMapped(pqxx::sql_error("stale", "UPDATE", "55Z01")), StaleTokenError);
   EXPECT_THROW(RethrowMapped(pqxx::sql_error("missing", "UPDATE", "55Z02")), MissingTokenError);
+  EXPECT_THROW(RethrowMapped(pqxx::sql_error("never granted", "UPDATE", "55Z03")),
+               NeverGrantedTokenError);
   // Not being handled: a copy of the sql_error, not a terminate().
   EXPECT_THROW(RethrowMapped(pqxx::unique_violation("dup", "INSERT", "23505")), pqxx::sql_error);
 }
