@@ -344,7 +344,6 @@ LockFence *FindTransactionFence(const char *lock_name) {
 
 FenceVerdict AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
                               const char *lock_name, Token token, Token *mark, Token *highest) {
-  *highest = 0;
   if (kind == LockKind::kSemaphore) {
     return HoldPermit(schema, lock_id, lock_name, token, mark) ? FenceVerdict::kAccept
                                                                : FenceVerdict::kStale;

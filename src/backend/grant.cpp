@@ -407,26 +407,26 @@ int64 BumpTokens(Oid schema, int64 by) {
   return floor;
 }
 
-// The highest token reserved as this backend last read it (or granted it),
-// for the database's extension in highest_known_schema.  It only goes up
-// on a running database; a database that went back starts new backends.
-int64 highest_known = 0;
-Oid highest_known_schema = InvalidOid;
-
 void NoteGranted(Oid schema, int64 token) {
-  if (highest_known_schema != schema) {
-    highest_known_schema = schema;
-    highest_known = 0;
+  if (highest_grant_known_schema != schema) {
+    highest_grant_known_schema = schema;
+    highest_grant_known = 0;
   }
-  if (token > highest_known) highest_known = token;
+  if (token > highest_grant_known) highest_grant_known = token;
 }
 
 }  // namespace
 
+// The highest token reserved as this backend last read it (or granted it),
+// for the database's extension in highest_grant_known_schema.  It only goes
+// up on a running database; a database that went back starts new backends.
+int64 highest_grant_known = 0;
+Oid highest_grant_known_schema = InvalidOid;
+
 int64 HighestGrantedFor(Oid schema, int64 token) {
-  if (highest_known_schema == schema && token <= highest_known) return highest_known;
+  if (WithinKnownGrants(schema, token)) return highest_grant_known;
   NoteGranted(schema, HighestReserved(TokenSequenceOid(schema)));
-  return highest_known;
+  return highest_grant_known;
 }
 
 void RegisterGrantReservations() {

@@ -12,8 +12,17 @@ int64 GrantToken(Oid schema);
 // The highest token the database in schema has reserved, as this backend
 // knows it, looked up again when token is above what it knew: a token at
 // or below the answer was handed out (or reserved to be), one above it
-// never was.  One comparison when token is not new to this backend.
+// never was.
 int64 HighestGrantedFor(Oid schema, int64 token);
+
+// Whether token is at or below the highest grant this backend knows of in
+// schema's database: then it was granted, with no look-up (the guard's
+// per-row path: two comparisons).  False says only "look it up".
+extern int64 highest_grant_known;
+extern Oid highest_grant_known_schema;
+inline bool WithinKnownGrants(Oid schema, int64 token) {
+  return token <= highest_grant_known && highest_grant_known_schema == schema;
+}
 
 // In _PG_init: the reserved ranges in shared memory, when preloading.
 void RegisterGrantReservations();

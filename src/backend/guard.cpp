@@ -419,6 +419,13 @@ void RecordMissing(Oid relid, const char *lock_name) {
   pg_unreachable();
 }
 
+// A write under a lock that AdvanceLockFence() refused.
+[[noreturn]] void ReportLockRefusal(Relation rel, const GuardCache &guard, FenceVerdict verdict,
+                                    Token token, Token mark, Token highest) {
+  if (verdict == FenceVerdict::kStale) ReportStaleForLock(rel, guard, token, mark);
+  ReportNeverGrantedForLock(rel, guard, verdict, token, mark, highest);
+}
+
 // Why a write carries no token.  Each reason has its own complete message
 // (PostgreSQL's style: no message assembled from fragments).
 enum class MissingReason {
@@ -540,7 +547,8 @@ Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
       // A token new to the row (1.5): one the database granted, where that
       // is where the table's tokens come from.  One comparison otherwise.
       if (guard.options.token_source == TokenSource::kGranted && !in.new_is_null &&
-          (in.old_is_null || in.new_token > in.old_token)) {
+          (in.old_is_null || in.new_token > in.old_token) &&
+          !WithinKnownGrants(guard.extension_schema, in.new_token)) {
         const Token highest = HighestGrantedFor(guard.extension_schema, in.new_token);
         if (PGF_CORE(JudgeTokenOrigin(TokenSource::kGranted, false, in.new_token, highest)) !=
             OriginVerdict::kAccept) {
@@ -633,20 +641,12 @@ Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
   const FenceVerdict verdict =
       AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_source,
                        guard.lock_name, decision.write_token, &mark, &highest);
-  switch (verdict) {
-    case FenceVerdict::kAccept:
-      break;
-    case FenceVerdict::kStale:
-      if (guard.options.skip) {
-        RecordStale(row.relid, guard.lock_name, decision.write_token, mark, false);
-        return {true, false, 0};
-      }
-      ReportStaleForLock(RelationToReport(row), guard, decision.write_token, mark);
-    case FenceVerdict::kAboveAllGrants:
-    case FenceVerdict::kAboveLeasedMark:
-    case FenceVerdict::kNotASharedLease:
-      ReportNeverGrantedForLock(RelationToReport(row), guard, verdict, decision.write_token, mark,
-                                highest);
+  if (verdict != FenceVerdict::kAccept) {
+    if (verdict == FenceVerdict::kStale && guard.options.skip) {
+      RecordStale(row.relid, guard.lock_name, decision.write_token, mark, false);
+      return {true, false, 0};
+    }
+    ReportLockRefusal(RelationToReport(row), guard, verdict, decision.write_token, mark, highest);
   }
   return {false, decision.fill_from_presented, decision.write_token};
 }
@@ -725,15 +725,8 @@ Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   const FenceVerdict verdict =
       AdvanceLockFence(guard.extension_schema, guard.lock_id, guard.lock_kind, guard.lock_source,
                        guard.lock_name, token, &mark, &highest);
-  switch (verdict) {
-    case FenceVerdict::kAccept:
-      break;
-    case FenceVerdict::kStale:
-      ReportStaleForLock(td->tg_relation, guard, token, mark);
-    case FenceVerdict::kAboveAllGrants:
-    case FenceVerdict::kAboveLeasedMark:
-    case FenceVerdict::kNotASharedLease:
-      ReportNeverGrantedForLock(td->tg_relation, guard, verdict, token, mark, highest);
+  if (verdict != FenceVerdict::kAccept) {
+    ReportLockRefusal(td->tg_relation, guard, verdict, token, mark, highest);
   }
   return PointerGetDatum(nullptr);  // ignored for statement triggers
 }
