@@ -184,8 +184,10 @@ scrape() {
 value() {
   local file=$1 metric=$2
   shift 2
+  # OFMT: tokens are 16-digit integers (microseconds since 1970), exact in
+  # the exposition's float64 but printed by awk as 1.79618e+15 by default.
   awk -v metric="$metric" -v want="$*" '
-    BEGIN { n = split(want, labels, " ") }
+    BEGIN { n = split(want, labels, " "); OFMT = "%.16g"; CONVFMT = "%.16g" }
     index($0, metric "{") == 1 || $1 == metric {
       ok = 1
       for (i = 1; i <= n; i++) if (index($1, labels[i]) == 0) ok = 0
