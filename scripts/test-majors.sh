@@ -14,8 +14,11 @@
 # pg_regress and isolation at build time, then installs and checks it), a
 # dump of a PostgreSQL 15 database with every kind of guard restored into the
 # major (test/majors/dump-restore.sh; the dump is made on this machine's 15),
-# and a short stress run with its history checker.  Ends with one line per
-# major and "N passed, N failed" (majors); exits non-zero if any failed.
+# in the roots of majors with an older one to upgrade from (UPGRADE_FROM),
+# pg_upgrade of a database with every kind of guard from that older major
+# (test/majors/pg-upgrade.sh), and a short stress run with its history
+# checker.  Ends with one line per major and "N passed, N failed" (majors);
+# exits non-zero if any failed.
 #
 # Prepared roots are cached under $CACHE/<suite> (debootstrap plus the
 # packages), and made again when missing or when the package list or mirror
@@ -29,6 +32,20 @@ cd "$PROJECT_ROOT"
 # Major -> the Debian suite that ships it.  16 is packaged by no Debian
 # release, so it cannot be tested here; nothing in the code assumes it away.
 declare -A SUITE_OF=([17]=trixie [18]=sid)
+# Major -> the older major its root also installs, for the pg-upgrade step.
+# sid no longer carries postgresql-17 (apt-cache policy in the root knows no
+# such package), so it comes from the suite that ships it, SUITE_OF[17]:
+# that suite is added to the root's apt sources pinned at 100, below the
+# root's own 500, so apt takes from it only what the root's suite does not
+# have -- postgresql-17, its client and PGXS packages; every dependency
+# installs from sid (tried: nothing else came from trixie).  Chosen over
+# building Debian's source package in the root, which would take many
+# minutes on two cores and give the same 17 (trixie's source).  Were the
+# root's suite to carry the older major again, its own packages would win.
+# The older suite's minor release can be newer than the root's: trixie's
+# 17.12 is newer than sid's 18.6, a skew pg-upgrade.sh names and works
+# around (pg_attver).
+declare -A UPGRADE_FROM=([18]=17)
 MAJORS=(${PG_MAJORS:-17 18})
 CACHE=${PG_FENCING_MAJORS_CACHE:-/var/cache/pg_fencing-majors}
 # Time bounds, in seconds.
@@ -46,6 +63,10 @@ root_packages() {
   echo libipc-run-perl pgbouncer                                          # TAP tests
   echo dpkg-dev debhelper build-essential postgresql-server-dev-all       # Debian package
   echo procps util-linux                                                  # ps, kill, runuser
+  if [[ -n ${UPGRADE_FROM[$major]:-} ]]; then
+    local from=${UPGRADE_FROM[$major]}
+    echo postgresql-"$from" postgresql-server-dev-"$from"                  # pg-upgrade: the older major
+  fi
 }
 
 # The Debian mirror this machine's apt uses: the first source for this
@@ -121,9 +142,21 @@ in_root() {
 }
 
 root_package_list() { root_packages "$1" | sed 's/#.*//' | tr -s ' \n' ' '; }
+# The suite of the older major a root upgrades from, when that is not the
+# root's own suite (see UPGRADE_FROM); empty otherwise.
+older_suite() {
+  local from=${UPGRADE_FROM[$1]:-}
+  [[ -n $from && ${SUITE_OF[$from]:-} != "${SUITE_OF[$1]}" ]] && echo "${SUITE_OF[$from]:-}"
+  true
+}
 # What a cached root was made from: made again when this changes.
 root_stamp() {
-  printf '%s\n' "${SUITE_OF[$1]}" "$MIRROR" "$(root_package_list "$1")" | sha256sum | cut -d' ' -f1
+  local older
+  older=$(older_suite "$1")
+  {
+    printf '%s\n' "${SUITE_OF[$1]}" "$MIRROR" "$(root_package_list "$1")"
+    [[ -z $older ]] || echo "older suite $older, pinned at 100"
+  } | sha256sum | cut -d' ' -f1
 }
 
 # Makes $CACHE/<suite> when missing or stale: debootstrap, then the packages.
@@ -152,6 +185,13 @@ prepare_root() {
   chmod 755 "$tmp/usr/sbin/policy-rc.d"
   echo 'Acquire::Check-Valid-Until "false";' >"$tmp/etc/apt/apt.conf.d/99pg-fencing-valid-until"
   echo 'APT::Install-Recommends "false";' >"$tmp/etc/apt/apt.conf.d/99pg-fencing-no-recommends"
+  # The older major's suite, pinned low (UPGRADE_FROM says why).
+  local older
+  older=$(older_suite "$major")
+  if [[ -n $older ]]; then
+    echo "deb $MIRROR $older main" >"$tmp/etc/apt/sources.list.d/pg-fencing-older.list"
+    printf 'Package: *\nPin: release n=%s\nPin-Priority: 100\n' "$older" >"$tmp/etc/apt/preferences.d/pg-fencing-older"
+  fi
   local rc=0
   mount_root_fs "$tmp"
   in_root "$tmp" "$ROOT_TIMEOUT" "apt-get update -qq && apt-get install -y -qq $packages" \
@@ -186,7 +226,8 @@ copy_tree() {
 }
 
 # The suites run in each root, in order: "name|command line (in the root, as
-# root, from /src)".  @MAJOR@ and @PORT@ are filled in.
+# root, from /src)".  @MAJOR@, @PORT@ and @FROM@ (UPGRADE_FROM) are filled
+# in; pg-upgrade runs only in the roots that have an older major.
 STEPS=(
   "build|make -j2 >build.log 2>&1 || { tail -n 60 build.log; exit 1; }; make install >/dev/null"
   "cmake|cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >cmake.log 2>&1 && cmake --build build -j2 >>cmake.log 2>&1 || { tail -n 60 cmake.log; exit 1; }; echo \"libpqxx \$(pkg-config --modversion libpqxx)\"; ctest --test-dir build -LE 'integration|install' 2>&1 | tail -n 3"
@@ -195,6 +236,7 @@ STEPS=(
   "tap|cd / && runuser -u postgres -- make -C /src installcheck REGRESS= ISOLATION= PROVE_FLAGS=--verbose >/src/tap.log 2>&1 || { grep -E '^(not ok|t/|#)' /src/tap.log | tail -n 80; find /src/tmp_check/log -name '*.log' -exec tail -n 30 {} + 2>/dev/null | tail -n 120; exit 1; }; grep -E '^(test/t/[^ ]+ \.+ *(ok|Failed)|Files=|Result)' /src/tap.log"
   "deb|PG_MAJOR=@MAJOR@ bash test/packaging/deb.sh >deb.log 2>&1 || { tail -n 80 deb.log; exit 1; }; tail -n 1 deb.log"
   "dump-restore|pg_virtualenv -t -v @MAJOR@ -c '-p @PORT@' bash test/majors/dump-restore.sh restore /dump15 >dump.log 2>&1 || { tail -n 40 dump.log; exit 1; }; grep -E '^(ok|FAILED)' dump.log; tail -n 1 dump.log"
+  "pg-upgrade|bash test/majors/pg-upgrade.sh @FROM@ @MAJOR@ @PORT@ >upgrade.log 2>&1 || { tail -n 60 upgrade.log; exit 1; }; grep -E '^(note|ok|FAILED)' upgrade.log; tail -n 1 upgrade.log"
   "stress|bash test/stress/run.sh build --duration 20 --unguarded-duration 10 --pg-bindir /usr/lib/postgresql/@MAJOR@/bin >stress.log 2>&1 || { tail -n 60 stress.log; exit 1; }; tail -n 2 stress.log"
 )
 ONLY_STEPS=${STEPS_ONLY:-}
@@ -249,7 +291,9 @@ test_major() {
       bad=1
       continue
     fi
+    [[ $name == pg-upgrade && -z ${UPGRADE_FROM[$major]:-} ]] && continue
     port=$(free_port)
+    cmd=${cmd//@FROM@/${UPGRADE_FROM[$major]:-}}
     cmd=${cmd//@MAJOR@/$major}
     cmd=${cmd//@PORT@/$port}
     log "PostgreSQL $major: $name"
