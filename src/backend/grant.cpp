@@ -379,9 +379,10 @@ void DiscardReserved(Oid seq) {
 // floor, durable and replicated like a grant.
 int64 BumpTokens(Oid schema, int64 by) {
   const Oid seq = TokenSequenceOid(schema);
-  if (reserved != nullptr) LWLockAcquire(reserved->refill, LW_EXCLUSIVE);
+  // The gate first: a lock-manager wait must not happen under an LWLock.
   LOCKTAG gate = TokenGateTag(seq);
   (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  if (reserved != nullptr) LWLockAcquire(reserved->refill, LW_EXCLUSIVE);
   // Every token handed out, from a range or from the sequence, is at most
   // the sequence's last value, and none moves it while both are held.
   const int64 highest = HighestReserved(seq);
@@ -392,8 +393,8 @@ int64 BumpTokens(Oid schema, int64 by) {
     SetSequence(seq, floor);
   }
   const XLogRecPtr lsn = SequencePageLsn(seq);
-  LockRelease(&gate, ExclusiveLock, false);
   if (reserved != nullptr) LWLockRelease(reserved->refill);
+  LockRelease(&gate, ExclusiveLock, false);
   if (status == BumpStatus::kOutOfRange) {
     ereport(ERROR, (errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
                     errmsg("fencing_bump_tokens(%lld) would move tokens past the largest one",
