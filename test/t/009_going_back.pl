@@ -21,7 +21,8 @@
 # -- the first grant and the first lease (new-holder, once the restored
 # lease of holder-a ran out) must be above every token handed out before the
 # event, and once new-holder has its lease, the zombie's write with Z must
-# be refused with 55Z01 (while new-holder's own write passes).
+# be refused with 55Z01 (while new-holder's own write passes), its renewal
+# answers false and fencing_leader names new-holder.
 #
 #  1. Base backup restored: pg_basebackup -X stream mid-history; the primary
 #     is lost (immediate stop); a node restored from the backup (WAL up to
@@ -200,6 +201,11 @@ sub check_went_back
 	);
 	is($node->safe_psql($db, 'SELECT balance FROM accounts WHERE id = 2'),
 		'100', "$label: the zombie's write did not land");
+	# What the zombie sees of its lease: nothing the database remembers.
+	is($node->safe_psql($db, "SELECT fencing_renew('L', '$zombie', '1 s')"),
+		'f', "$label: the zombie's renewal answers false");
+	is($node->safe_psql($db, "SELECT fencing_leader('L')"),
+		'new-holder', "$label: fencing_leader names new-holder, not the zombie");
 	return;
 }
 
