@@ -9,7 +9,8 @@
 #
 # As root.  PG_BINDIR (default this machine's major) picks the server, so
 # that an older build installed under another prefix can be measured the
-# same way.  Writes callgrind_grant.csv: variant,instructions,per_call,
+# same way; PRELOAD=1 loads the library with shared_preload_libraries (the
+# grants then come from reserved ranges).  Writes callgrind_grant.csv: variant,instructions,per_call,
 # per_call / nextval.
 set -euo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
@@ -24,7 +25,9 @@ as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
 single() { # runs SQL from stdin in a single-user backend, $1 = callgrind output or ""
   local prefix=()
   [[ -n $1 ]] && prefix=(valgrind --tool=callgrind --callgrind-out-file="$1")
-  as_postgres "${prefix[@]}" "$bindir/postgres" --single -D "$work/data" -c jit=off -j postgres \
+  local preload=()
+  [[ ${PRELOAD:-0} == 1 ]] && preload=(-c shared_preload_libraries=pg_fencing)
+  as_postgres "${prefix[@]}" "$bindir/postgres" --single -D "$work/data" -c jit=off "${preload[@]}" -j postgres \
     >/dev/null 2>>"$work/valgrind.log"
 }
 printf '%s\n' "CREATE EXTENSION pg_fencing;" "CREATE SEQUENCE plain_seq CACHE 1;" | single ""

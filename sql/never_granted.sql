@@ -76,6 +76,34 @@ SELECT tok = :'g2' AS by_g2 FROM rows_t WHERE id = 1;
 -- The message names the token and the highest grant.
 SELECT * FROM pg_temp.error_of($$UPDATE rows_t SET tok = 9223372036854775807 WHERE id = 2$$);
 
+-- A per-row fence whose tokens are this database's grants judges an
+-- INSERT's token too (COPY, and the insert half of an upsert, are INSERTs):
+-- a made-up one would refuse every holder of the row after it.
+SELECT pg_temp.outcome($$INSERT INTO rows_t VALUES (3, 9223372036854775807, 'insert')$$) AS insert_largest;
+SELECT pg_temp.outcome($$INSERT INTO rows_t VALUES (3, 9223372036854775807, 'upsert') ON CONFLICT (id) DO UPDATE SET v = 'upsert'$$) AS upsert_largest;
+\set VERBOSITY sqlstate
+COPY rows_t FROM stdin;
+4	9223372036854775807	copy
+\.
+\set VERBOSITY default
+INSERT INTO rows_t VALUES (3, NULL, 'no token'), (4, :'g2', 'granted');
+SELECT id, tok IS NULL AS no_token, v FROM rows_t WHERE id > 2 ORDER BY id;
+-- One above the backend's latest grant: above every grant too (not only
+-- above the sequence's reserved end).
+SELECT fencing_grant() AS g3 \gset
+SELECT pg_temp.outcome(format('UPDATE rows_t SET tok = %s WHERE id = 1', :'g3'::bigint + 1)) AS one_above_latest;
+
+-- A lock named by an option word, as fencing_protect() has always taken it:
+-- the lock's setting decides, and the guard says no token source.
+SET ROLE ng_app;
+CREATE TABLE by_word (id int PRIMARY KEY, tok fencing_token);
+INSERT INTO by_word VALUES (1, NULL);
+SELECT fencing_protect('by_word', 'tok', ARRAY['lock=ng-word']);
+SELECT encode(tgargs, 'escape') AS args FROM pg_trigger WHERE tgrelid = 'by_word'::regclass AND tgname = 'fencing_guard';
+UPDATE by_word SET tok = :'g3';
+SELECT tok = :'g3' AS written FROM by_word;
+RESET ROLE;
+
 -- A table whose tokens come from another service says so.
 SET ROLE ng_app;
 CREATE TABLE etcd_rows (id int PRIMARY KEY, tok fencing_token, v text);
@@ -150,6 +178,16 @@ INSERT INTO shared_t VALUES (1, NULL, 'initial');
 SELECT fencing_protect('shared_t', lock_name => 'ng-shared');
 UPDATE shared_t SET tok = :'shared_token', v = 'shared holder' WHERE id = 1;
 SELECT pg_temp.outcome($$UPDATE shared_t SET tok = 9223372036854775807, v = 'typo' WHERE id = 1$$) AS shared_largest;
+-- A shared holder whose lease ended, its slot granted to another: it writes
+-- on, as before 1.5 (shared holders do not fence each other; an exclusive
+-- grant fences them all).
+SELECT fencing_acquire_shared('ng-shared2', 'early', '100 ms') AS early \gset
+CREATE TABLE shared2_t (id int PRIMARY KEY, tok fencing_token, v text);
+INSERT INTO shared2_t VALUES (1, NULL, 'initial');
+SELECT fencing_protect('shared2_t', lock_name => 'ng-shared2');
+SELECT pg_sleep(0.2);
+SELECT fencing_acquire_shared('ng-shared2', 'late', '1 hour') IS NOT NULL AS late_shares;
+SELECT pg_temp.outcome(format('UPDATE shared2_t SET tok = %s, v = %L WHERE id = 1', :'early', 'early')) AS ended_shared_holder;
 SELECT fencing_acquire_permit('ng-sem', 'p', 2, '1 hour') AS permit_token \gset
 CREATE TABLE sem_t (id int PRIMARY KEY, tok fencing_token, v text);
 INSERT INTO sem_t VALUES (1, NULL, 'initial');
@@ -211,6 +249,11 @@ SET ROLE ng_app;
 SELECT pg_temp.outcome(format($$SELECT fencing_reset_mark('ng-leased', '%s')$$, :'victim')) AS to_holders_token;
 SELECT pg_temp.outcome($$SELECT fencing_reset_mark('ng-leased', '9223372036854775807')$$) AS above_every_grant;
 SELECT pg_temp.outcome($$SELECT fencing_reset_mark('ng-leased', NULL)$$) AS to_null;
+-- Nor below an ended lease's token, nor, on a lock whose mark is not wrong,
+-- below the mark.
+SELECT pg_temp.outcome(format($$SELECT fencing_reset_mark('ng-leased', '%s')$$, :'lease')) AS below_ended_lease;
+SELECT pg_temp.outcome(format($$SELECT fencing_reset_mark('ng-redis', '%s')$$, :'r1')) AS lower_a_sane_mark;
+SELECT high_water = :'r2' AS redis_mark_kept FROM fencing_fences WHERE lock_name = 'ng-redis';
 SELECT high_water = '9223372036854775807' AS still_poisoned FROM fencing_fences WHERE lock_name = 'ng-leased';
 -- To a fresh grant: the mark is that token, the holder is revoked (its
 -- renewal answers false, the reset is the lease's end reason), and the

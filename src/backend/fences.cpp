@@ -200,8 +200,6 @@ bool LockHasLease(Oid schema, const char *lock_name) {
   return found;
 }
 
-bool CurrentPermitSlot(Oid schema, int64 lock_id, Token token, int32 *slot);
-
 // A token new to an exclusive or shared lock's fence (above its mark, or
 // the lock's first): whether it may be accepted, by where the lock's tokens
 // come from.  Looks only when the lock's are this database's grants.
@@ -209,14 +207,10 @@ FenceVerdict JudgeNewToken(Oid schema, int64 lock_id, LockKind kind, TokenSource
                            const char *lock_name, Token token, Token *highest) {
   *highest = 0;
   if (source != TokenSource::kGranted) return FenceVerdict::kAccept;
-  // Under a shared lock a shared holder's token is above the mark: one of
-  // its permits' latest grants.
-  if (kind == LockKind::kShared) {
-    int32 slot = 0;
-    return CurrentPermitSlot(schema, lock_id, token, &slot) ? FenceVerdict::kAccept
-                                                            : FenceVerdict::kNotASharedLease;
-  }
-  const bool leased = LockHasLease(schema, lock_name);
+  // Under a shared lock a shared holder's token is above the mark (shared
+  // holders do not fence each other, and one whose lease ended writes on,
+  // as before 1.5): any token the database granted passes.
+  const bool leased = kind != LockKind::kShared && LockHasLease(schema, lock_name);
   if (!leased) *highest = HighestGrantedFor(schema, token);
   switch (PGF_CORE(JudgeTokenOrigin(source, leased, token, *highest))) {
     case OriginVerdict::kAccept:
@@ -524,19 +518,9 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
   Token highest = 0;
   const FenceVerdict verdict =
       CheckLockFence(schema, lock_id, kind, traits.source, lock_name, token, &mark, &highest);
-  if (verdict == FenceVerdict::kAboveAllGrants || verdict == FenceVerdict::kAboveLeasedMark ||
-      verdict == FenceVerdict::kNotASharedLease) {
+  if (verdict == FenceVerdict::kAboveAllGrants || verdict == FenceVerdict::kAboveLeasedMark) {
     RecordRefusedWrite(
         {InvalidOid, lock_name, token, true, mark, true, PGF_ERRCODE_NEVER_GRANTED_TOKEN});
-    if (verdict == FenceVerdict::kNotASharedLease) {
-      ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
-                      errmsg("fencing token " INT64_FORMAT " for shared lock \"%s\" was never "
-                             "granted: it is neither the lock's mark nor a shared lease's token",
-                             token, lock_name),
-                      errhint("If the lock's tokens come from another service: "
-                              "fencing_set_token_source('%s', 'external').",
-                              lock_name)));
-    }
     if (verdict == FenceVerdict::kAboveLeasedMark) {
       ereport(ERROR, (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
                       errmsg("fencing token " INT64_FORMAT " for lock \"%s\" was never granted: "

@@ -21,15 +21,13 @@ enum class FenceVerdict {
   // New to the fence and never granted (55Z03, 1.5); *mark holds the mark
   // (0 without one):
   kAboveAllGrants,   // above *highest, the highest token the database granted
-  kAboveLeasedMark,  // above the mark of a lock whose leases it grants
-  kNotASharedLease,  // under a shared lock: above its mark and no shared lease's
+  kAboveLeasedMark,  // above the mark of an exclusive lock whose leases it grants
 };
 
 // Makes sure the lock's high-water mark is locked by this transaction and
 // is not above token, moving it up to token if token is higher.  kStale,
 // leaving the mark as it was, when token is below it; *mark then holds the
-// mark.  kAboveAllGrants, kAboveLeasedMark or kNotASharedLease when token
-// would raise the mark
+// mark.  kAboveAllGrants or kAboveLeasedMark when token would raise the mark
 // of a lock whose tokens are this database's grants (source kGranted) but
 // was never granted: the caller must raise its error, which undoes the raise.  extension_schema is where fencing_fence lives.
 // lock_id: the lock's (fencing_lock.lock_id), for its fence gate; 0 for

@@ -333,13 +333,15 @@ int64 Reserve(Oid schema, Oid seq, XLogRecPtr *lsn) {
   const int64 next = nextval_internal(seq, false);
   const int64 clock = ClockNow();
   const int64 first = PGF_CORE(AnchoredFirstToken(next, clock));
-  SetSequence(seq, first + kReservation - 1);
+  const int64 last = PGF_CORE(ReservedRangeLast(first, kReservation));
+  SetSequence(seq, last);
   *lsn = SequencePageLsn(seq);
   XLogFlush(*lsn);
   SpinLockAcquire(&reserved->mutex);
   if (TokenRange *range = RangeOf(seq)) {
     range->next = first + 1;
-    range->limit = first + kReservation;
+    // Exclusive; the largest token itself is never handed out from a range.
+    range->limit = last == PG_INT64_MAX ? last : last + 1;
     range->lsn = *lsn;
   }
   SpinLockRelease(&reserved->mutex);
@@ -363,12 +365,30 @@ bool GrantReserved(Oid schema, Oid seq, int64 *token, XLogRecPtr *lsn) {
   return true;
 }
 
+// The highest token handed out from seq: with a reserved range, the one
+// before its next (the sequence's last value is the range's end, up to
+// 1,023 tokens nobody was given); otherwise, or before this server's first
+// range, the sequence's last value.
+int64 HighestHandedOut(Oid seq) {
+  if (reserved != nullptr) {
+    int64 next = 0;
+    SpinLockAcquire(&reserved->mutex);
+    for (const TokenRange &range : reserved->ranges) {
+      if (range.database == MyDatabaseId && range.sequence == seq) next = range.next;
+    }
+    SpinLockRelease(&reserved->mutex);
+    if (next > 0) return next - 1;
+  }
+  return HighestReserved(seq);
+}
+
 // Empties this database's reserved range of seq, under the refill lock, so
 // that the next grant reserves a new one from the sequence.
 void DiscardReserved(Oid seq) {
   SpinLockAcquire(&reserved->mutex);
   for (TokenRange &range : reserved->ranges) {
-    if (range.database == MyDatabaseId && range.sequence == seq) range.next = range.limit;
+    // Empty from here on; next stays, the last token handed out before it.
+    if (range.database == MyDatabaseId && range.sequence == seq) range.limit = range.next;
   }
   SpinLockRelease(&reserved->mutex);
 }
@@ -426,7 +446,7 @@ Oid highest_grant_known_schema = InvalidOid;
 
 int64 HighestGrantedFor(Oid schema, int64 token) {
   if (WithinKnownGrants(schema, token)) return highest_grant_known;
-  NoteGranted(schema, HighestReserved(TokenSequenceOid(schema)));
+  NoteGranted(schema, HighestHandedOut(TokenSequenceOid(schema)));
   return highest_grant_known;
 }
 
@@ -500,6 +520,16 @@ Datum fencing_lead_over_clock(PG_FUNCTION_ARGS) {
   Interval *result = static_cast<Interval *>(palloc0(sizeof(Interval)));
   result->time = lead;
   PG_RETURN_INTERVAL_P(result);
+}
+
+// The highest token the database has handed out (with reserved ranges, not
+// the range's unused end); NULL before the first grant.  For
+// fencing_reset_mark(), which must not set a mark above it.
+PG_FUNCTION_INFO_V1(fencing_highest_granted);
+Datum fencing_highest_granted(PG_FUNCTION_ARGS) {
+  const int64 highest = HighestHandedOut(TokenSequenceOid(ExtensionSchema(fcinfo)));
+  if (highest == 0) PG_RETURN_NULL();
+  PG_RETURN_INT64(highest);
 }
 
 PG_FUNCTION_INFO_V1(fencing_grant);

@@ -167,8 +167,8 @@ void ReportOptionError(OptionStatus status, const char *word, const char *where)
       break;
     case OptionStatus::kSourceUnderLock:
       ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                      errmsg("fencing_guard options \"granted_tokens\" and \"external_tokens\" "
-                             "cannot be combined with a lock in %s",
+                      errmsg("a fencing_guard token source option (granted_tokens or "
+                             "external_tokens) cannot be combined with a lock in %s",
                              where),
                       errhint("Under a lock-wide fence the lock says where its tokens come from: "
                               "fencing_set_token_source(lock_name, 'external').")));
@@ -226,7 +226,10 @@ void CheckTriggerProtocol(const TriggerData *td, const GuardCache &guard) {
     if (!under_lock) problem = "fired by TRUNCATE";
   } else if (!TRIGGER_FIRED_FOR_ROW(event)) {
     problem = "fired FOR EACH STATEMENT";
-  } else if (!under_lock && TRIGGER_FIRED_BY_INSERT(event)) {
+  } else if (!under_lock && TRIGGER_FIRED_BY_INSERT(event) &&
+             guard.options.token_source != TokenSource::kGranted) {
+    // (A per-row fence whose tokens are this database's grants judges an
+    // INSERT's token too, 1.5: a made-up one would block the row.)
     problem = "fired by INSERT";
   } else if (!under_lock && TRIGGER_FIRED_BY_DELETE(event)) {
     problem = "fired by DELETE";
@@ -381,17 +384,6 @@ void RecordMissing(Oid relid, const char *lock_name) {
                                             Token highest) {
   RecordRefusedWrite({RelationGetRelid(rel), guard.lock_name, token, true, mark, true,
                       PGF_ERRCODE_NEVER_GRANTED_TOKEN});
-  if (verdict == FenceVerdict::kNotASharedLease) {
-    ereport(ERROR,
-            (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
-             errmsg("fencing token " INT64_FORMAT " for table \"%s\" under shared lock \"%s\" "
-                    "was never granted: it is neither the lock's mark nor a shared lease's token",
-                    token, RelationGetRelationName(rel), guard.lock_name),
-             errhint("If the lock's tokens come from another service: "
-                     "fencing_set_token_source('%s', 'external').",
-                     guard.lock_name),
-             errtablecol(rel, guard.attnum)));
-  }
   if (verdict == FenceVerdict::kAboveLeasedMark) {
     ereport(ERROR,
             (errcode(PGF_ERRCODE_NEVER_GRANTED_TOKEN),
@@ -534,6 +526,18 @@ struct Judgement {
   Token fill_token;  // in the token column
 };
 
+// A token new to a row of a per-row fence whose tokens are this database's
+// grants (granted_tokens): refused with 55Z03 when above every grant.  Two
+// comparisons when the backend already knows of a grant at or above it.
+void RefuseUngrantedRowToken(const RowWrite &row, const GuardCache &guard, Token token) {
+  if (WithinKnownGrants(guard.extension_schema, token)) return;
+  const Token highest = HighestGrantedFor(guard.extension_schema, token);
+  if (PGF_CORE(JudgeTokenOrigin(TokenSource::kGranted, false, token, highest)) !=
+      OriginVerdict::kAccept) {
+    ReportNeverGrantedForRow(RelationToReport(row), guard.attnum, token, highest);
+  }
+}
+
 // Per-row fence: an UPDATE must carry a token no lower than the row's.
 Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
   GuardInput in{};
@@ -547,13 +551,8 @@ Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
       // A token new to the row (1.5): one the database granted, where that
       // is where the table's tokens come from.  One comparison otherwise.
       if (guard.options.token_source == TokenSource::kGranted && !in.new_is_null &&
-          (in.old_is_null || in.new_token > in.old_token) &&
-          !WithinKnownGrants(guard.extension_schema, in.new_token)) {
-        const Token highest = HighestGrantedFor(guard.extension_schema, in.new_token);
-        if (PGF_CORE(JudgeTokenOrigin(TokenSource::kGranted, false, in.new_token, highest)) !=
-            OriginVerdict::kAccept) {
-          ReportNeverGrantedForRow(RelationToReport(row), guard.attnum, in.new_token, highest);
-        }
+          (in.old_is_null || in.new_token > in.old_token)) {
+        RefuseUngrantedRowToken(row, guard, in.new_token);
       }
       return {};
     case GuardVerdict::kSkip:
@@ -667,6 +666,16 @@ Token ReadToken(HeapTuple tuple, const TriggerData *td, const GuardCache &guard,
 }
 
 Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
+  if (TRIGGER_FIRED_BY_INSERT(td->tg_event)) {
+    // A per-row fence's INSERT (granted_tokens): the new row's first token,
+    // any or none, as long as the database granted it.
+    RowWrite row{};
+    row.relid = RelationGetRelid(td->tg_relation);
+    row.rel = td->tg_relation;
+    const Token token = ReadToken(td->tg_trigtuple, td, guard, &row.new_is_null);
+    if (!row.new_is_null) RefuseUngrantedRowToken(row, guard, token);
+    return PointerGetDatum(td->tg_trigtuple);
+  }
   RowWrite row{};
   row.relid = RelationGetRelid(td->tg_relation);
   row.rel = td->tg_relation;
@@ -878,7 +887,7 @@ namespace {
 // lock, if any) and the column.  Returns the column's name; *fence_reads
 // (if given) gets whether the options ask for a read fence.
 Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name,
-                     bool *fence_reads = nullptr, TokenSource *source = nullptr) {
+                     bool *fence_reads = nullptr, GuardOptions *parsed = nullptr) {
   const Oid token_type = TokenTypeOid(ExtensionSchema(fcinfo));
   int count = 0;
   Datum *elems = nullptr;
@@ -899,7 +908,7 @@ Name CheckProtection(FunctionCallInfo fcinfo, Oid relid, const char *lock_name,
   if (lock_name != nullptr) words[word_count++] = psprintf("lock=%s", lock_name);
   const GuardOptions options = ParseOptions(words, word_count, "fencing_protect()");
   if (fence_reads != nullptr) *fence_reads = options.fence_reads;
-  if (source != nullptr) *source = options.token_source;
+  if (parsed != nullptr) *parsed = options;  // its lock_name points into words, palloc'd
 
   Relation rel = try_table_open(relid, AccessShareLock);
   if (rel == nullptr) {
@@ -1007,15 +1016,17 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   // No lock_name: a per-row fence.
   const char *lock_name = PG_ARGISNULL(3) ? nullptr : CheckLockName(fcinfo, 3);
   bool fence_reads = false;
-  TokenSource source = TokenSource::kUnknown;
-  Name column = CheckProtection(fcinfo, relid, lock_name, &fence_reads, &source);
+  GuardOptions parsed;
+  Name column = CheckProtection(fcinfo, relid, lock_name, &fence_reads, &parsed);
   // A per-row fence's tokens are this database's grants unless it is told
   // otherwise (1.5): its guard gets the word that says so.  Not in a
   // database still on an older version, which guards as it did.
   Datum options = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
   bool options_null = PG_ARGISNULL(2);
   static const Oid kBumpArgTypes[] = {INT8OID};
-  if (lock_name == nullptr && source == TokenSource::kUnknown &&
+  // (A lock may also be named by an option word, lock=NAME: then the lock's
+  // setting decides, as for lock_name.)
+  if (parsed.lock_name.empty() && parsed.token_source == TokenSource::kUnknown &&
       ExtensionFunctionIfExists(schema, "fencing_bump_tokens", 1, kBumpArgTypes) != nullptr) {
     options = WithOptionWord(options, options_null, "granted_tokens");
     options_null = false;

@@ -52,6 +52,15 @@ constexpr std::int64_t AnchoredFirstToken(std::int64_t next_value,
   return next_value < clock_unix_micros ? clock_unix_micros : next_value;
 }
 
+// The last token of a reserved range of `size` tokens from first, short of
+// the largest token when the range would pass it (the grant after it then
+// fails on the sequence's maximum, 2200H, instead of wrapping).
+constexpr std::int64_t ReservedRangeLast(std::int64_t first, std::int64_t size) noexcept {
+  return first > std::numeric_limits<std::int64_t>::max() - (size - 1)
+             ? std::numeric_limits<std::int64_t>::max()
+             : first + (size - 1);
+}
+
 // How far the highest token reserved runs ahead of the clock, in
 // microseconds; 0 when it does not.  Above zero by more than a reserved
 // range, the clock's protection is gone for that span: the clock was set

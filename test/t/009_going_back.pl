@@ -402,6 +402,17 @@ archive_mode = off
 		my $before = $node->background_psql('bump');
 		my $last = $before->query_safe('SELECT fencing_grant()');
 
+		# One above the last grant was never handed out -- with the library
+		# preloaded, the reserved range's end is above it, unused -- and a
+		# per-row fence refuses it (55Z03); the last grant itself passes.
+		$node->safe_psql('bump',
+			"CREATE TABLE r (id int PRIMARY KEY, tok fencing_token); INSERT INTO r VALUES (1, NULL); SELECT fencing_protect('r')");
+		my $above = $last + 1;
+		($out, $state) = run_sql($node, 'bump', "UPDATE r SET tok = $above");
+		is($state, '55Z03', "one above the last grant ($above) is refused as never granted");
+		($out, $state) = run_sql($node, 'bump', "UPDATE r SET tok = $last");
+		is($state, '', 'the last grant passes');
+
 		($out, $state) = run_sql($node, 'bump', 'SELECT fencing_bump_tokens(1000000000)',
 			connstr => $node->connstr('bump') . ' user=bump_app');
 		is($state, '42501', 'an unprivileged LOGIN role gets 42501');

@@ -1263,6 +1263,14 @@ TEST(TokenClock, LeadOverClock) {
   EXPECT_EQ(LeadOverClock(kDec2026 + 3 * kSecond, kDec2026), 3 * kSecond);
 }
 
+TEST(TokenClock, ReservedRangeLastStopsAtTheLargestToken) {
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(ReservedRangeLast(kDec2026, 1024), kDec2026 + 1023);
+  EXPECT_EQ(ReservedRangeLast(max - 1023, 1024), max);
+  EXPECT_EQ(ReservedRangeLast(max - 1022, 1024), max);  // would pass it
+  EXPECT_EQ(ReservedRangeLast(max, 1024), max);
+}
+
 TEST(TokenClock, BumpedFloor) {
   std::int64_t floor = -1;
   EXPECT_EQ(BumpedFloor(206, 1'000'000'000, &floor), BumpStatus::kOk);
