@@ -527,10 +527,10 @@ struct Judgement {
 };
 
 // A token new to a row of a per-row fence whose tokens are this database's
-// grants (granted_tokens): refused with 55Z03 when above every grant.  Two
-// comparisons when the backend already knows of a grant at or above it.
+// grants (granted_tokens), above every grant the backend knew of: refused
+// with 55Z03 when above every grant.  Callers test WithinKnownGrants()
+// first, inline: two comparisons on the per-row path.
 void RefuseUngrantedRowToken(const RowWrite &row, const GuardCache &guard, Token token) {
-  if (WithinKnownGrants(guard.extension_schema, token)) return;
   const Token highest = HighestGrantedFor(guard.extension_schema, token);
   if (PGF_CORE(JudgeTokenOrigin(TokenSource::kGranted, false, token, highest)) !=
       OriginVerdict::kAccept) {
@@ -551,7 +551,8 @@ Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
       // A token new to the row (1.5): one the database granted, where that
       // is where the table's tokens come from.  One comparison otherwise.
       if (guard.options.token_source == TokenSource::kGranted && !in.new_is_null &&
-          (in.old_is_null || in.new_token > in.old_token)) {
+          (in.old_is_null || in.new_token > in.old_token) &&
+          !WithinKnownGrants(guard.extension_schema, in.new_token)) {
         RefuseUngrantedRowToken(row, guard, in.new_token);
       }
       return {};
@@ -673,7 +674,9 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
     row.relid = RelationGetRelid(td->tg_relation);
     row.rel = td->tg_relation;
     const Token token = ReadToken(td->tg_trigtuple, td, guard, &row.new_is_null);
-    if (!row.new_is_null) RefuseUngrantedRowToken(row, guard, token);
+    if (!row.new_is_null && !WithinKnownGrants(guard.extension_schema, token)) {
+      RefuseUngrantedRowToken(row, guard, token);
+    }
     return PointerGetDatum(td->tg_trigtuple);
   }
   RowWrite row{};
