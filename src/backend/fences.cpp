@@ -303,6 +303,18 @@ bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, T
   return true;
 }
 
+// Under a semaphore or a shared lock, whose marks no write raises: the
+// verdict of a write or a presentation alike.
+FenceVerdict JudgeUnderSharedKind(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
+                                  const char *lock_name, Token token, Token *mark,
+                                  Token *highest) {
+  if (kind == LockKind::kSemaphore) {
+    return HoldPermit(schema, lock_id, lock_name, token, mark) ? FenceVerdict::kAccept
+                                                               : FenceVerdict::kStale;
+  }
+  return HoldSharedMark(schema, lock_id, source, lock_name, token, mark, highest);
+}
+
 }  // namespace
 
 void ForgetLockFence(const char *lock_name) {
@@ -338,12 +350,8 @@ LockFence *FindTransactionFence(const char *lock_name) {
 
 FenceVerdict AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
                               const char *lock_name, Token token, Token *mark, Token *highest) {
-  if (kind == LockKind::kSemaphore) {
-    return HoldPermit(schema, lock_id, lock_name, token, mark) ? FenceVerdict::kAccept
-                                                               : FenceVerdict::kStale;
-  }
-  if (kind == LockKind::kShared) {
-    return HoldSharedMark(schema, lock_id, source, lock_name, token, mark, highest);
+  if (kind != LockKind::kExclusive) {
+    return JudgeUnderSharedKind(schema, lock_id, kind, source, lock_name, token, mark, highest);
   }
   LockFence &fence = FenceFor(lock_name);
   // The common case -- the transaction already holds the fence and writes
@@ -402,12 +410,8 @@ FenceVerdict AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSou
 FenceVerdict CheckLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSource source,
                             const char *lock_name, Token token, Token *mark, Token *highest) {
   *highest = 0;
-  if (kind == LockKind::kSemaphore) {
-    return HoldPermit(schema, lock_id, lock_name, token, mark) ? FenceVerdict::kAccept
-                                                               : FenceVerdict::kStale;
-  }
-  if (kind == LockKind::kShared) {
-    return HoldSharedMark(schema, lock_id, source, lock_name, token, mark, highest);
+  if (kind != LockKind::kExclusive) {
+    return JudgeUnderSharedKind(schema, lock_id, kind, source, lock_name, token, mark, highest);
   }
   LockFence *fence = &FenceFor(lock_name);
   if (!fence->locked && lock_id != 0 && GateInUse(schema)) {
