@@ -104,6 +104,10 @@ RESET ROLE;
 GRANT EXECUTE ON FUNCTION fencing_bump_tokens(bigint) TO fencing_bump_user;
 SET ROLE fencing_bump_user;
 SELECT fencing_bump_tokens(1);
+-- It may read how far tokens run ahead of the clock (no more than a grant
+-- tells), but not call the internal highest-grant function.
+SELECT fencing_lead_over_clock() > interval '0' AS role_sees_the_bumps_lead;
+SELECT fencing_highest_granted();
 RESET ROLE;
 SELECT fencing_grant()::bigint - :'before_role'::bigint AS step_over_the_roles_bumps;
 -- A read-only transaction moves nothing either.
