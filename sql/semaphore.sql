@@ -84,8 +84,13 @@ SELECT fencing_release('pool', :'p3') AS released;
 SELECT fencing_release('pool', :'p3') AS released_again;
 SELECT slot, holder, state FROM fencing_permits WHERE lock_name = 'pool' ORDER BY slot;
 -- A released permit's token is still its slot's until the slot is granted
--- again (as a released lease's is until the next grant).
+-- again (as a released lease's is until the next grant), so the fence lets
+-- the write through; but its lease has ended, and a transaction cannot
+-- outlive the lease it writes under (1.6): the COMMIT is refused, 55Z04.
+-- (Terse: the detail says when the lease ended.)
+\set VERBOSITY terse
 UPDATE counters SET tok = :'p3', hits = hits + 1 WHERE id = 1;
+\set VERBOSITY default
 
 -- The revoke fences every permit at once.
 RESET ROLE;
@@ -128,7 +133,10 @@ INSERT INTO outside VALUES (1, '5000');
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''outside-lock'', ''x'', 2, ''1 hour'')');
 SELECT kind FROM fencing_locks WHERE lock_name = 'outside-lock';
 -- A permit let go of and granted again in the same transaction: the
--- transaction's own later write under the old token is refused too.
+-- transaction's own later write under the old token is refused too, and
+-- so is its COMMIT: the lease it wrote under first has ended, replaced by
+-- another (a release alone, in the transaction that wrote, would end the
+-- lease only with the commit: see sql/lease_writers.sql).
 SELECT fencing_acquire_permit('one', 'x', 1, '1 hour') AS q1 \gset
 CREATE TABLE one_table (id int PRIMARY KEY, tok fencing_token);
 SELECT fencing_protect('one_table', lock_name => 'one');
@@ -137,7 +145,10 @@ INSERT INTO one_table VALUES (1, :'q1');
 SELECT fencing_release('one', :'q1') AS released;
 SELECT fencing_acquire_permit('one', 'y', 1, '1 hour') > :'q1' AS granted_again;
 SELECT pg_temp.outcome(format('UPDATE one_table SET tok = %s', :'q1'));
+\set VERBOSITY terse
 COMMIT;
+\set VERBOSITY default
+SELECT count(*) AS rows_of_the_refused_commit FROM one_table;
 -- Bad arguments.
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''pool'', ''x'', 0, ''1 hour'')');
 SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''pool'', ''x'', 1001, ''1 hour'')');

@@ -53,6 +53,7 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "lease_counts.hpp"  // EarlierEnd
 #include "lease_events.hpp"
+#include "lease_writers.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -287,6 +288,8 @@ void RegisterExpiryWorker() {
   RegisterBackgroundWorker(&launcher);
 }
 
+void ScheduleLookNoLaterThan(Oid database, TimestampTz at) { LookNoLaterThan(database, at); }
+
 void ScheduleExpiryCheckAtCommit(TimestampTz lease_end) {
   if (schedule == nullptr) return;
   pending_end = EarlierEnd(pending_end, lease_end);
@@ -372,6 +375,8 @@ void pg_fencing_expiry_worker_main(Datum arg) {
       // The next end, or soon when a lease it could not mark is still due.
       if (!is_null) next = Max(DatumGetTimestampTz(end), now + kRelookUs);
       next = EarlierEnd(next, now + kPeriodicUs);
+      // The transactions that outlived the leases they wrote under.
+      next = EarlierEnd(next, EndTransactionsPastTheirLeases());
     }
     SPI_finish();
     PopActiveSnapshot();

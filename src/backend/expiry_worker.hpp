@@ -17,4 +17,9 @@ void RegisterExpiryWorker();
 // transaction commits: the worker looks at the database's leases then.
 void ScheduleExpiryCheckAtCommit(TimestampTz lease_end);
 
+// The database's worker looks no later than at (now, not at commit): for a
+// transaction writing under a lease that ends then (lease_writers.cpp).
+// Nothing without the preload.
+void ScheduleLookNoLaterThan(Oid database, TimestampTz at);
+
 }  // namespace pg_fencing

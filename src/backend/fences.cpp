@@ -32,6 +32,7 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "grant.hpp"
 #include "lease_tables.hpp"
+#include "lease_writers.hpp"
 #include "locks.hpp"
 #include "shared_stats.hpp"
 
@@ -164,7 +165,7 @@ bool HoldFenceShared(Oid schema, int64 lock_id, const char *lock_name, Token tok
   LOCKTAG gate = GateTag(lock_id);
   Token seen = 0;
   if (ReadMarkNow(schema, lock_name, &seen) && token <= seen) {
-    (void)LockAcquire(&gate, ShareLock, false, false);
+    AcquireGate(gate, ShareLock);
     // A raise may have committed between the look and the gate: it only
     // raised, so token <= the mark still.
     if (!ReadMarkNow(schema, lock_name, &seen)) {
@@ -178,7 +179,7 @@ bool HoldFenceShared(Oid schema, int64 lock_id, const char *lock_name, Token tok
     *mark = seen;
     return true;
   }
-  (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  AcquireGate(gate, ExclusiveLock);
   return false;
 }
 
@@ -230,7 +231,7 @@ FenceVerdict HoldSharedMark(Oid schema, int64 lock_id, TokenSource source, const
   LockFence *fence = &FenceFor(lock_name);
   if (!fence->locked) {
     LOCKTAG gate = GateTag(lock_id);
-    (void)LockAcquire(&gate, WriterGateMode(), false, false);
+    AcquireGate(gate, WriterGateMode());
     Token seen = 0;
     const bool known = ReadMarkNow(schema, lock_name, &seen);
     fence = &FenceFor(lock_name);
@@ -292,7 +293,7 @@ bool HoldPermit(Oid schema, int64 lock_id, const char *lock_name, Token token, T
   int32 slot = 0;
   if (!CurrentPermitSlot(schema, lock_id, token, &slot)) return false;
   LOCKTAG gate = PermitGateTag(lock_id, slot);
-  (void)LockAcquire(&gate, WriterGateMode(), false, false);
+  AcquireGate(gate, WriterGateMode());
   int32 again = 0;
   if (!CurrentPermitSlot(schema, lock_id, token, &again) || again != slot) return false;
   fence = &FenceFor(lock_name);
@@ -329,7 +330,7 @@ void ForgetLockFence(const char *lock_name) {
 void TakeFenceGateExclusively(Oid schema, int64 lock_id) {
   if (lock_id == 0 || !GateInUse(schema)) return;
   LOCKTAG gate = GateTag(lock_id);
-  (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  AcquireGate(gate, ExclusiveLock);
 }
 
 void RegisterFenceCallbacks() {
@@ -563,6 +564,7 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
                     errdetail("A newer holder of the lock has been granted or has written; the "
                               "lock you held has moved on.")));
   }
+  if (traits.source != TokenSource::kExternal) NoteWriteUnderToken(schema, token, lock_name);
   TransactionFences &fences = Fences();
   const SubxactId subxact = GetCurrentSubTransactionId();
   LockFence *fence = PGF_CORE(fences.Find(lock_name));
@@ -577,7 +579,7 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_lock_permit_gate);
 Datum fencing_lock_permit_gate(PG_FUNCTION_ARGS) {
   LOCKTAG gate = PermitGateTag(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
-  (void)LockAcquire(&gate, ExclusiveLock, false, false);
+  AcquireGate(gate, ExclusiveLock);
   PG_RETURN_VOID();
 }
 
@@ -598,7 +600,7 @@ Datum fencing_try_permit_gate(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_share_fence_gate);
 Datum fencing_share_fence_gate(PG_FUNCTION_ARGS) {
   LOCKTAG gate = GateTag(PG_GETARG_INT64(0));
-  (void)LockAcquire(&gate, ShareLock, false, false);
+  AcquireGate(gate, ShareLock);
   PG_RETURN_VOID();
 }
 

@@ -30,6 +30,7 @@ extern "C" {
 
 #include "extension_objects.hpp"
 #include "fences.hpp"
+#include "lease_writers.hpp"
 #include "grant.hpp"
 #include "guard.hpp"
 #include "locks.hpp"
@@ -538,6 +539,22 @@ void RefuseUngrantedRowToken(const RowWrite &row, const GuardCache &guard, Token
   }
 }
 
+// A write the guard let through under token: the transaction now writes
+// under the token's lease, if it is one (lease_writers.hpp).  Not for
+// tokens of another lock service (external_tokens), which are no lease of
+// this database's.
+inline void NoteRowToken(const GuardCache &guard, Token token) {
+  if (guard.options.token_source != TokenSource::kExternal) {
+    NoteWriteUnderToken(guard.extension_schema, token, nullptr);
+  }
+}
+
+inline void NoteTokenUnderLock(const GuardCache &guard, Token token) {
+  if (guard.lock_source != TokenSource::kExternal) {
+    NoteWriteUnderToken(guard.extension_schema, token, guard.lock_name);
+  }
+}
+
 // Per-row fence: an UPDATE must carry a token no lower than the row's.
 Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
   GuardInput in{};
@@ -555,6 +572,7 @@ Judgement JudgeRowFence(const RowWrite &row, const GuardCache &guard) {
           !WithinKnownGrants(guard.extension_schema, in.new_token)) {
         RefuseUngrantedRowToken(row, guard, in.new_token);
       }
+      if (!in.new_is_null) NoteRowToken(guard, in.new_token);
       return {};
     case GuardVerdict::kSkip:
       RecordStale(row.relid, nullptr, in.new_token, in.old_token, false);
@@ -648,6 +666,7 @@ Judgement JudgeLockFence(const RowWrite &row, const GuardCache &guard) {
     }
     ReportLockRefusal(RelationToReport(row), guard, verdict, decision.write_token, mark, highest);
   }
+  NoteTokenUnderLock(guard, decision.write_token);
   return {false, decision.fill_from_presented, decision.write_token};
 }
 
@@ -677,6 +696,7 @@ Datum GuardRow(const TriggerData *td, const GuardCache &guard) {
     if (!row.new_is_null && !WithinKnownGrants(guard.extension_schema, token)) {
       RefuseUngrantedRowToken(row, guard, token);
     }
+    if (!row.new_is_null) NoteRowToken(guard, token);
     return PointerGetDatum(td->tg_trigtuple);
   }
   RowWrite row{};
@@ -740,6 +760,7 @@ Datum GuardTruncate(const TriggerData *td, GuardCache &guard) {
   if (verdict != FenceVerdict::kAccept) {
     ReportLockRefusal(td->tg_relation, guard, verdict, token, mark, highest);
   }
+  NoteTokenUnderLock(guard, token);
   return PointerGetDatum(nullptr);  // ignored for statement triggers
 }
 

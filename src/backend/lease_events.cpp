@@ -24,6 +24,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "expiry_worker.hpp"
 #include "extension_objects.hpp"
 #include "lease_tables.hpp"
 #include "locks.hpp"
@@ -123,6 +124,11 @@ char *Payload(const LeaseEvent &event) {
 void PublishLeaseEvent(const LeaseEvent &event, bool announce) {
   if (announce) Async_Notify(kChannel, Payload(event));
   CountLeaseEventAtCommit(event.lock_name, CounterOf(event.kind));
+  // A lease ended early: the transactions still writing under it are
+  // ended at once, not at its old end (src/backend/lease_writers.cpp).
+  if (event.kind == LeaseEventKind::kReleased || event.kind == LeaseEventKind::kRevoked) {
+    ScheduleExpiryCheckAtCommit(GetCurrentTimestamp());
+  }
   if (event.takeover) CountLeaseEventAtCommit(event.lock_name, LeaseCounter::kTakeovers);
 }
 

@@ -239,7 +239,12 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   if (OidIsValid(ids.permit)) {
     ids.permit_lock_id = ColumnOf(ids.permit, "lock_id");
     ids.permit_slot = ColumnOf(ids.permit, "slot");
+    ids.permit_lock_name = ColumnOf(ids.permit, "lock_name");
+    ids.permit_expires_at = ColumnOf(ids.permit, "expires_at");
+    ids.permit_ended = ColumnOf(ids.permit, "ended");
   }
+  ids.lease_token_index = get_relname_relid("fencing_lease_token", schema);
+  ids.lease_lock_name = ColumnOf(ids.lease, "lock_name");
   ids.history = get_relname_relid("fencing_grant_history", schema);
   ids.history_probe =
       OidIsValid(ids.history) ? RelationIn(schema, "fencing_grant_history_pkey") : InvalidOid;

@@ -35,7 +35,11 @@ struct LeaseTableIds {
   // fencing_permit and its index on token (1.4; InvalidOid before), and
   // the columns the guard reads.
   Oid permit, permit_token;
-  AttrNumber permit_lock_id, permit_slot;
+  AttrNumber permit_lock_id, permit_slot, permit_lock_name, permit_expires_at, permit_ended;
+  // fencing_lease's index on token (1.6; InvalidOid before): which lease a
+  // token written under belongs to (src/backend/lease_writers.cpp).
+  Oid lease_token_index;
+  AttrNumber lease_lock_name;
   // fencing_grant_history and its primary key (1.4; InvalidOid before), and
   // its columns.
   Oid history, history_probe;

@@ -7,6 +7,7 @@
 #include "grant.hpp"
 #include "lease_events.hpp"
 #include "lease_wakeup.hpp"
+#include "lease_writers.hpp"
 #include "merge_actions.hpp"
 #include "shared_stats.hpp"
 #include "update_check.hpp"
@@ -23,6 +24,7 @@ void _PG_init(void) {
   pg_fencing::RegisterLeaseEvents();
   pg_fencing::RegisterSharedStats();
   pg_fencing::RegisterExpiryWorker();
+  pg_fencing::RegisterLeaseWriters();
   pg_fencing::RegisterGrantReservations();
   pg_fencing::RegisterUpdateCheck();
 }

@@ -196,6 +196,7 @@ extern "C" {
 
 extern "C" {
 #include "storage/lock.h"
+#include "storage/proc.h"
 }
 
 namespace pg_fencing::compat {
@@ -208,6 +209,27 @@ inline PGPROC *ProcOfVirtualTransaction(const VirtualTransactionId &vxid) {
   return ProcNumberGetProc(vxid.procNumber);
 #else
   return BackendIdGetProc(vxid.backendId);
+#endif
+}
+
+// A PGPROC's place in ProcGlobal->allProcs, the index of per-backend
+// arrays in shared memory (17 calls it the proc number; 15 and 16 keep it
+// in pgprocno).
+inline int ProcIndex(const PGPROC *proc) {
+#if PGF_HAVE_PROC_NUMBER
+  return static_cast<int>(GetNumberFromPGProc(proc));
+#else
+  return proc->pgprocno;
+#endif
+}
+
+// The local id of the top-level transaction a PGPROC runs (17 moved it
+// into the PGPROC's vxid).
+inline LocalTransactionId ProcLocalTransactionId(const PGPROC *proc) {
+#if PGF_HAVE_PROC_NUMBER
+  return proc->vxid.lxid;
+#else
+  return proc->lxid;
 #endif
 }
 

@@ -6,6 +6,7 @@
 #include "pg_fencing/token.hpp"
 #include "token_clock.hpp"
 #include "transaction_fences.hpp"
+#include "written_leases.hpp"
 
 #include <gtest/gtest.h>
 
@@ -1441,6 +1442,48 @@ TEST(JudgeTokenOriginTest, OnlyGrantedSourcesAreChecked) {
   // granted to nobody, however low.
   EXPECT_EQ(JudgeTokenOrigin(TokenSource::kGranted, true, 7, kHighest),
             OriginVerdict::kAboveLeasedMark);
+}
+
+
+// ---- Transactions and the leases they write under (1.6) -------------------------
+
+TEST(WrittenLeasesTest, EachLeaseOnceUpToCapacity) {
+  WrittenLeases leases;
+  EXPECT_EQ(leases.Add({10, LeaseRow::kExclusive, 100}), WrittenLeases::Added::kAdded);
+  EXPECT_EQ(leases.Add({10, LeaseRow::kExclusive, 200}), WrittenLeases::Added::kAlreadyThere);
+  EXPECT_EQ(leases.Add({11, LeaseRow::kSlot, 300}), WrittenLeases::Added::kAdded);
+  ASSERT_EQ(leases.Count(), 2);
+  ASSERT_NE(leases.Find(10), nullptr);
+  EXPECT_EQ(leases.Find(10)->known_end, 100);  // the first look stays
+  EXPECT_EQ(leases.Find(11)->row, LeaseRow::kSlot);
+  EXPECT_EQ(leases.Find(12), nullptr);
+  for (Token t = 100; leases.Count() < WrittenLeases::kCapacity; ++t) {
+    ASSERT_EQ(leases.Add({t, LeaseRow::kExclusive, 0}), WrittenLeases::Added::kAdded);
+  }
+  EXPECT_EQ(leases.Add({99, LeaseRow::kExclusive, 0}), WrittenLeases::Added::kFull);
+  EXPECT_EQ(leases.Find(99), nullptr);
+  leases.Clear();
+  EXPECT_EQ(leases.Count(), 0);
+  EXPECT_EQ(leases.Find(10), nullptr);
+}
+
+TEST(JudgeLeaseTest, LiveOnlyBeforeItsEndAndWhileItsRowCarriesTheToken) {
+  EXPECT_EQ(JudgeLease({true, false, 1000}, 999), LeaseLife::kLive);
+  // The end itself is past: a lease lives while expires_at > now, as the
+  // lease engine judges it.
+  EXPECT_EQ(JudgeLease({true, false, 1000}, 1000), LeaseLife::kRanOut);
+  EXPECT_EQ(JudgeLease({true, false, 1000}, 5000), LeaseLife::kRanOut);
+  EXPECT_EQ(JudgeLease({true, true, 1000}, 10), LeaseLife::kEnded);
+  EXPECT_EQ(JudgeLease({false, false, 1000}, 10), LeaseLife::kReplaced);
+}
+
+TEST(NextEndingStepTest, CancelFirstThenTerminateWhenStillThere) {
+  constexpr std::int64_t kAfter = 100'000;
+  EXPECT_EQ(NextEndingStep(0, 5'000'000, kAfter), EndingStep::kCancel);
+  EXPECT_EQ(NextEndingStep(5'000'000, 5'000'000, kAfter), EndingStep::kWait);
+  EXPECT_EQ(NextEndingStep(5'000'000, 5'099'999, kAfter), EndingStep::kWait);
+  EXPECT_EQ(NextEndingStep(5'000'000, 5'100'000, kAfter), EndingStep::kTerminate);
+  EXPECT_EQ(NextEndingStep(5'000'000, 9'000'000, kAfter), EndingStep::kTerminate);
 }
 
 }  // namespace pg_fencing
