@@ -52,6 +52,14 @@ class NeverGrantedTokenError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// SQLSTATE 55Z04 (1.6): the COMMIT of a transaction that wrote under a
+// lease which ended before it (ran out, released, revoked, granted again):
+// nothing the transaction did was kept.  Acquire again and redo it.
+class LeaseEndedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The lock is held by someone else (after the wait, if one was given).
 class LeaseUnavailableError : public std::runtime_error {
  public:
@@ -279,7 +287,8 @@ Token Revoke(pqxx::connection &conn, const std::string &lock_name, const std::st
 // Runs sql in its own transaction on conn with the token bound as $1 and the
 // remaining arguments as $2, $3, ...; commits and returns the result.
 // Throws StaleTokenError for SQLSTATE 55Z01, MissingTokenError for 55Z02,
-// NeverGrantedTokenError for 55Z03, and lets every other pqxx exception
+// NeverGrantedTokenError for 55Z03, LeaseEndedError for 55Z04 (a COMMIT
+// refused), and lets every other pqxx exception
 // through.
 template <typename... Args>
 pqxx::result ExecFenced(pqxx::connection &conn, const std::string &sql, Token token,

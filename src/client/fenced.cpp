@@ -12,6 +12,7 @@ namespace {
 constexpr const char kStaleTokenState[] = "55Z01";
 constexpr const char kMissingTokenState[] = "55Z02";
 constexpr const char kNeverGrantedTokenState[] = "55Z03";
+constexpr const char kLeaseEndedState[] = "55Z04";
 }  // namespace
 
 void RethrowMapped(const pqxx::sql_error &error) {
@@ -19,6 +20,7 @@ void RethrowMapped(const pqxx::sql_error &error) {
   if (state == kStaleTokenState) throw StaleTokenError(error.what());
   if (state == kMissingTokenState) throw MissingTokenError(error.what());
   if (state == kNeverGrantedTokenState) throw NeverGrantedTokenError(error.what());
+  if (state == kLeaseEndedState) throw LeaseEndedError(error.what());
 
   // Anything else goes on unchanged.  When error is the exception being
   // handled (the usual call, from a catch block), rethrow that very object,
