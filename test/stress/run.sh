@@ -186,7 +186,11 @@ plant() {
         "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
     lost-before-backup)  # the restored record lacks an acknowledged write from before the backup
       local wid
-      wid=$(grep -h 'ev=w_done .* out=ok' "$dir"/workers/*.log | head -n 1 | sed 's/.* wid=\([^ ]*\) .*/\1/')
+      # The earliest acknowledged write of the run (by its wall clock, not
+      # the first of the first worker's log: that worker may not have
+      # written before the backup).
+      wid=$(grep -h 'ev=w_done .* out=ok' "$dir"/workers/*.log |
+        sed 's/^mono=[0-9]* wall=\([0-9]*\) .* wid=\([^ ]*\) .*/\1 \2/' | sort -n | head -n 1 | cut -d' ' -f2)
       awk -F'\t' -v w="$wid" '$6 != w' "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
     final-row)  # a row ends with a token nobody wrote last
       awk -F'\t' -v OFS='\t' '!done && $3 != "\\N" { $3 = 0; done = 1 } { print }' "$dir/final.tsv" >"$dir/t" &&
