@@ -135,6 +135,14 @@ struct HistRec {
   std::string raw;      // the line as dumped
 };
 
+// A worker frozen after a write, before its COMMIT (the freeze fault).
+struct Freeze {
+  std::int64_t at = 0;  // wall µs, just before it stopped
+  Token tok = kNone;
+  std::int64_t ms = 0;
+  std::string who;
+};
+
 struct ServerGrant {
   std::int64_t seq = 0;
   std::string lock;
@@ -515,9 +523,17 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   const bool permit_mode = permits > 0;
   std::map<std::string, long> faults;
   std::vector<Restore> restores;
+  // When the server was down (crashes; restores are added below): wall µs.
+  std::vector<std::pair<std::int64_t, std::int64_t>> outages;
   for (const std::string &line : Lines(ReadFile(dir + "/faults.log"), nullptr)) {
     const Fields f = ParseFields(line);
     if (const auto ev = Get(f, "ev")) ++faults[*ev];
+    // The server's crashes, from the crash to its restart.
+    if (Get(f, "ev") == std::optional<std::string>("crash")) {
+      outages.push_back({GetInt(f, "wall"), INT64_MAX});
+    } else if (Get(f, "ev") == std::optional<std::string>("restarted") && !outages.empty()) {
+      outages.back().second = GetInt(f, "wall");
+    }
     if (Get(f, "ev") == std::optional<std::string>("restore")) {
       Restore r;
       r.n = static_cast<int>(GetInt(f, "n"));
@@ -534,9 +550,12 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   }
   std::sort(restores.begin(), restores.end(),
             [](const Restore &a, const Restore &b) { return a.lost_at < b.lost_at; });
+  for (const Restore &r : restores) outages.push_back({r.lost_at, r.restarted});
   bool restore_planned = false;
+  bool freeze_planned = false;
   for (const std::string &kind : Split(meta["faults"], ',')) {
     if (kind == "restore") restore_planned = true;
+    if (kind == "freeze") freeze_planned = true;
   }
   // The timelines whose server may have judged a request sent at S and
   // answered at R: from the first whose server was still alive at S (a lost
@@ -561,6 +580,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   std::unordered_map<std::string, std::size_t> read_index;
   std::map<std::string, long> events;
   std::set<Token> lost_tokens;
+  std::vector<Freeze> freezes;
   long truncated = 0;
   long anomalies = 0;
   for (const std::string &path : LogFiles(dir + "/workers")) {
@@ -630,6 +650,8 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         r.rows = static_cast<long>(GetInt(f, "rows"));
         r.state = Get(f, "state").value_or("");
         r.msg = Get(f, "msg").value_or("");
+      } else if (ev == "freeze") {
+        freezes.push_back({GetInt(f, "wall"), GetInt(f, "tok"), GetInt(f, "ms"), who});
       } else if (ev == "lost") {
         lost_tokens.insert(GetInt(f, "tok"));
       } else if (ev == "acq_fail") {
@@ -1416,6 +1438,43 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         std::to_string(faults["worker_exit"]) + " time(s); see faults.log and workers/*.stderr");
   }
 
+  // ==== F. A frozen holder never keeps the next one waiting (issue 24) ====
+  // A worker frozen after a write (at F, token T) renews no more: its lease
+  // ends by F + ttl.  The lock's next grant must come within the bound (1 s
+  // after the lease's end, plus a second for a loaded machine and the
+  // waiters' own retries), not when the freeze ends (ttl + 3-4 s later):
+  // the server ends the frozen transaction, which held the lock's fence
+  // gate or its row's lock.  Not judged: a freeze the lock had already
+  // moved past (T was no longer its latest grant), one with the server down
+  // meanwhile, one after which nobody was granted the lock.  Exclusive
+  // lock only: beside a frozen permit the semaphore's other permits are
+  // free.
+  const std::int64_t ttl_us = std::stoll(meta.count("ttl_ms") ? meta["ttl_ms"] : "0") * 1000;
+  long freezes_judged = 0;
+  if (guarded && !permit_mode) {
+    for (const Freeze &z : freezes) {
+      const ServerGrant *next = nullptr;
+      bool moved_on = false;
+      for (const ServerGrant &g : server_grants) {
+        if (g.tok <= z.tok) continue;
+        if (g.ts < z.at) moved_on = true;
+        if (g.ts >= z.at && (next == nullptr || g.ts < next->ts)) next = &g;
+      }
+      if (moved_on || next == nullptr) continue;
+      bool down = false;
+      for (const auto &[from, to] : outages) down = down || (from <= next->ts && to >= z.at);
+      if (down) continue;
+      ++freezes_judged;
+      const std::int64_t deadline = z.at + ttl_us + 2 * 1000000;
+      if (next->ts > deadline) {
+        violations.Add("takeover delayed past the bound behind a frozen holder",
+                       z.who + " froze with token " + std::to_string(z.tok) + " for " +
+                           std::to_string(z.ms) + " ms; the next grant came " +
+                           std::to_string((next->ts - z.at) / 1000) + " ms later");
+      }
+    }
+  }
+
   // ==== E. The run must have exercised something ====
   long stale_total = 0;
   for (const auto &[tbl, c] : counts) stale_total += c.stale;
@@ -1428,6 +1487,9 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   if (guarded && stale_total == 0) {
     violations.Add("vacuous run",
                    "no write was ever refused as stale: the guard was not exercised");
+  }
+  if (freeze_planned && guarded && !permit_mode && freezes_judged == 0) {
+    violations.Add("vacuous run", "the freeze fault was on, but no frozen holder was judged");
   }
   if (restore_planned && restores.empty()) {
     violations.Add("vacuous run", "the restore fault was on, but no restore happened");
@@ -1499,6 +1561,10 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   out << "acquires: " << acquires << " (granted " << grants.size() << ", busy after the wait "
       << events["acq_timeout"] << ", failed on an error " << events["acq_error"]
       << "); leases lost while held " << lost_tokens.size() << "\n";
+  if (!freezes.empty()) {
+    out << "frozen holders: " << freezes.size() << " froze after a write; " << freezes_judged
+        << " judged against the bound on the next grant\n";
+  }
   if (permit_mode) {
     out << "permits: grants per permit";
     for (const auto &[slot, n] : grants_by_slot) out << " " << slot << "=" << n;

@@ -13,11 +13,19 @@
 //   lost tok=T src=heartbeat|held            the client library says the lease is lost
 //   release tok=T out=true|false|info        fencing_release's answer
 //   zombie tok=T                             writing on with a token let go of
+//   freeze wid=W tok=T ms=MS                 the write W is made, and the whole process
+//                                            stops for MS ms before its COMMIT
 //   w_inv wid=W tbl=rows|lock row=R tok=T|none lease=T val=V     before a write is sent
 //   w_done wid=W out=ok|55Z01|55Z02|err|info [state=SQLSTATE] [n=ROWS]
 //   r_inv rid=R tok=T present=keep|undo      before a read is sent (permit mode)
 //   r_done rid=R out=ok present=ok|55Z01 rows=N | out=err|info [state=SQLSTATE]
 //   stop                                     clean exit after SIGTERM
+// The freeze fault (the orchestrator's SIGUSR1, its value the ms): the
+// worker's next write stops the whole process -- its heartbeat too, as a GC
+// pause or a VM stop would -- after the UPDATE and before the COMMIT, and a
+// child it forked resumes it.  Its lease runs out meanwhile; the server must
+// end the transaction so that the next holder is not held up (issue 24).
+//
 // out=info means the outcome is unknown (the connection broke, or COMMIT's
 // answer was lost): the write may or may not have committed.  A w_inv with
 // no w_done (the process was killed) means the same; likewise for reads.
@@ -30,6 +38,8 @@
 #include "worker.hpp"
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -53,6 +63,27 @@ namespace {
 volatile sig_atomic_t g_stop = 0;
 
 void OnTerminate(int) { g_stop = 1; }
+
+// The freeze fault's request: how long to stay stopped (0: none pending).
+volatile sig_atomic_t g_freeze_ms = 0;
+
+void OnFreeze(int, siginfo_t *info, void *) { g_freeze_ms = info->si_value.sival_int; }
+
+// Stops the whole process for ms: a child sleeps, then sends SIGCONT.
+void FreezeProcess(int ms) {
+  const pid_t self = getpid();
+  const pid_t waker = fork();
+  if (waker < 0) return;  // no freeze this time
+  if (waker == 0) {
+    struct timespec pause = {ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
+    while (nanosleep(&pause, &pause) != 0) {
+    }
+    kill(self, SIGCONT);
+    _exit(0);
+  }
+  raise(SIGSTOP);
+  (void)waitpid(waker, nullptr, 0);
+}
 
 std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
 
@@ -259,11 +290,24 @@ class Worker {
                " lease=" + std::to_string(token) + " val=" + std::to_string(val));
     const std::string update =
         std::string("UPDATE ") + table + " SET token = $1, val = $2, write_id = $3 WHERE id = $4";
+    const int freeze_ms = missing || present_first ? 0 : static_cast<int>(g_freeze_ms);
+    if (freeze_ms > 0) g_freeze_ms = 0;
     std::string detail;
     const std::string outcome = Attempt(
         [&] {
           pqxx::result result;
-          if (missing || present_first) {
+          if (freeze_ms > 0) {
+            try {
+              pqxx::work tx(*db_);
+              result = pqxx_compat::ExecParams(tx, update, token, val, wid, row);
+              log_.Write(prefix_ + "ev=freeze wid=" + wid + " tok=" + std::to_string(token) +
+                         " ms=" + std::to_string(freeze_ms));
+              FreezeProcess(freeze_ms);
+              tx.commit();
+            } catch (const pqxx::sql_error &error) {
+              client::RethrowMapped(error);
+            }
+          } else if (missing || present_first) {
             try {
               pqxx::work tx(*db_);
               if (missing) {
@@ -427,6 +471,11 @@ int RunWorker(const WorkerConfig &config) {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  struct sigaction freeze {};
+  freeze.sa_sigaction = OnFreeze;
+  freeze.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&freeze.sa_mask);
+  sigaction(SIGUSR1, &freeze, nullptr);
   try {
     Worker worker(config);
     return worker.Run();
