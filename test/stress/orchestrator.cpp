@@ -450,8 +450,11 @@ class Orchestrator {
     for (const std::string &kind : o_.faults) {
       if (kind == "restore") continue;
       random_faults_.push_back(kind);
-      if (kind == "pause") random_faults_.push_back(kind);  // twice as often as the others
+      // Twice as often as the others: pauses, and freezes (a short run must
+      // judge some; and the first fault is one).
+      if (kind == "pause" || kind == "freeze") random_faults_.push_back(kind);
     }
+    bool first_fault = o_.faults.count("freeze") > 0;
     while (!g_interrupted && MonoMs() < end) {
       Reaper::Reap();
       RespawnExited();
@@ -460,7 +463,8 @@ class Orchestrator {
       // interval: a restored server that crashed at once would grant nothing.
       if (StepRestore()) next_fault = MonoMs() + Uniform(o_.fault_min_ms, o_.fault_max_ms);
       if (!random_faults_.empty() && MonoMs() >= next_fault) {
-        InjectFault();
+        InjectFault(first_fault ? "freeze" : "");
+        first_fault = false;
         next_fault = MonoMs() + Uniform(o_.fault_min_ms, o_.fault_max_ms);
       }
       if (MonoMs() >= next_progress) {
@@ -549,9 +553,12 @@ class Orchestrator {
     }
   }
 
-  void InjectFault() {
-    const std::string kind = random_faults_[static_cast<std::size_t>(
-        Uniform(0, static_cast<int>(random_faults_.size()) - 1))];
+  // A random fault, or the kind given.
+  void InjectFault(const std::string &given) {
+    const std::string kind =
+        !given.empty() ? given
+                       : random_faults_[static_cast<std::size_t>(
+                             Uniform(0, static_cast<int>(random_faults_.size()) - 1))];
     // A crash would break the base backup under way: not while it runs.
     if (kind == "crash" && restore_phase_ == RestorePhase::kBackingUp) return;
     const int index = Uniform(0, static_cast<int>(slots_.size()) - 1);
