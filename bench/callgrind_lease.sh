@@ -13,6 +13,8 @@
 #   bare_update      UPDATE t SET val = val + 1 WHERE id = 1  (one transaction)
 #   row_update       the same UPDATE on a table with a per-row fence, setting its token
 #   lock_update      the same on a table under a lock-wide fence (the holder's token)
+#   row_update_leased, lock_update_leased  the same two with the token of a live lease
+#                    (1.6: the transaction notes the lease and reads it again at COMMIT)
 #   grant            SELECT fencing_grant()  (one transaction)
 #   nextval          SELECT nextval() of a plain sequence, CACHE 1  (one transaction)
 # KINDS="..." picks the kinds (default: bare_update acquire_release renew).
@@ -21,7 +23,9 @@
 # LIVE_LOCKS other locks with live leases are made first (the scale curve).
 # PRELOAD=1: the server preloads pg_fencing (statistics counted);
 # ANNOUNCE=1: the cycled lock is announced (a NOTIFY per grant and release);
-# HISTORY_SIZE=N: pg_fencing.history_size (0: no history kept).
+# HISTORY_SIZE=N: pg_fencing.history_size (0: no history kept);
+# EXTVERSION=V: CREATE EXTENSION at version V (1.5: no transaction is tied
+# to a lease; the baseline of 1.6's cost, with the same library).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -50,7 +54,7 @@ q() { PGHOST=$work PGPORT=$port PGUSER=postgres psql -X -q -v ON_ERROR_STOP=1 -d
 # Set-up on a server without valgrind.
 as_postgres "$bindir/pg_ctl" -D "$work/data" -o "$settings" -w start >/dev/null
 q <<SQL
-CREATE EXTENSION pg_fencing;
+CREATE EXTENSION pg_fencing ${EXTVERSION:+VERSION '$EXTVERSION'};
 -- A grant first: the hand-written tokens below are then below the highest
 -- token the database has granted, which 1.5's guards require.
 SELECT fencing_grant() IS NOT NULL AS granted;
@@ -74,6 +78,14 @@ SELECT format('SELECT count(fencing_acquire(''scale-'' || i, ''h'', ''1 day'')) 
   FROM generate_series(1, $live, 1000) lo \gexec
 \o
 SELECT fencing_acquire('renewed', 'r', '1 day');
+-- Tables written under a live lease's token (lease 'leased', a day long).
+CREATE TABLE row_leased (id int PRIMARY KEY, tok fencing_token, val bigint NOT NULL);
+INSERT INTO row_leased VALUES (1, NULL, 0);
+SELECT fencing_protect('row_leased');
+CREATE TABLE lock_leased (id int PRIMARY KEY, tok fencing_token, val bigint NOT NULL);
+INSERT INTO lock_leased VALUES (1, NULL, 0);
+SELECT fencing_protect('lock_leased', lock_name => 'leased');
+SELECT fencing_acquire('leased', 'l', '1 day');
 SELECT fencing_create_lock('cycled');
 SELECT fencing_set_announce('cycled', ${ANNOUNCE:-0} = 1);
 VACUUM ANALYZE;
@@ -94,6 +106,7 @@ session() { # kind count
     echo '\o /dev/null'
     echo "SELECT pg_backend_pid() AS pid \\gset"
     echo "SELECT token AS renew_token FROM fencing_leases WHERE lock_name = 'renewed' \\gset"
+    echo "SELECT token AS leased_token FROM fencing_leases WHERE lock_name = 'leased' \\gset"
     echo "SELECT 1;"  # warm the caches the first operation would otherwise pay for
     case $kind in
       acquire_release)
@@ -115,6 +128,10 @@ session() { # kind count
         for _ in $(seq 0 "$count"); do echo "SELECT nextval('plain_seq');"; done ;;
       lock_update)
         for _ in $(seq 0 "$count"); do echo "UPDATE lock_fenced SET tok = 1000000, val = val + 1 WHERE id = 1;"; done ;;
+      row_update_leased)
+        for _ in $(seq 0 "$count"); do echo "UPDATE row_leased SET tok = :'leased_token', val = val + 1 WHERE id = 1;"; done ;;
+      lock_update_leased)
+        for _ in $(seq 0 "$count"); do echo "UPDATE lock_leased SET tok = :'leased_token', val = val + 1 WHERE id = 1;"; done ;;
     esac
     echo '\o'
     echo "SELECT :pid;"

@@ -44,6 +44,7 @@ extern "C" {
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -409,8 +410,13 @@ void NoteLeaseOfToken(Oid schema, Token token, const char *lock_name) {
     last_noted_token = token;
     return;
   }
+  // A database before 1.6 (before 1.2, it has not even the lease tables the
+  // cache reads): served as before, no transaction tied to a lease.
+  if (!OidIsValid(get_relname_relid("fencing_lease_token", schema))) {
+    last_noted_token = token;
+    return;
+  }
   const LeaseTableIds &ids = LeaseTablesOf(schema);
-  if (!OidIsValid(ids.lease_token_index)) return;  // a database before 1.6
   LeaseRow row = LeaseRow::kExclusive;
   LeaseLook look{};
   // Only a lease of a lock the writer may use binds its transaction: a
