@@ -28,6 +28,9 @@
 //
 // What is ended is judged by the lease's row alone, so a holder's live
 // lease never ends its transactions: its renewals keep the row's end ahead.
+// A lease once noted stays noted for the whole transaction, even when the
+// subtransaction that wrote under it rolls back: its locks may be gone, but
+// erring towards refusing a COMMIT never lets a stale write in.
 #include "lease_writers.hpp"
 
 #include <cerrno>
@@ -80,9 +83,14 @@ bool TextEquals(Datum value, const char *word) {
   return strcmp(TextDatumGetCString(value), word) == 0;
 }
 
-// The row of kind `row` that carries token, as committed now (in parallel
-// mode, as the statement sees it).
-LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token) {
+// What the lease rows are read with: as committed now (in parallel mode,
+// as the statement sees them).  Registered; the caller unregisters it.
+Snapshot LeaseSnapshot() {
+  return RegisterSnapshot(IsInParallelMode() ? GetActiveSnapshot() : GetLatestSnapshot());
+}
+
+// The row of kind `row` that carries token, as snapshot sees it.
+LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token, Snapshot snapshot) {
   LeaseLook look{};
   const bool exclusive = row == LeaseRow::kExclusive;
   const Oid table_id = exclusive ? ids.lease : ids.permit;
@@ -90,10 +98,7 @@ LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token) {
   if (!OidIsValid(table_id) || !OidIsValid(index_id)) return look;
   Relation table = table_open(table_id, AccessShareLock);
   Relation index = index_open(index_id, AccessShareLock);
-  Snapshot snapshot =
-      RegisterSnapshot(IsInParallelMode() ? GetActiveSnapshot() : GetLatestSnapshot());
   HeapTuple found = FetchRowByNumber(table, index, token, snapshot);
-  UnregisterSnapshot(snapshot);
   if (found != nullptr) {
     bool is_null = false;
     look.row.found = true;
@@ -115,14 +120,18 @@ LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token) {
 // The lease token belongs to, if any: the exclusive lease it is the token
 // of, or else the permit or shared holder's slot.
 bool FindLeaseOfToken(const LeaseTableIds &ids, Token token, LeaseRow *row, LeaseLook *look) {
+  Snapshot snapshot = LeaseSnapshot();
+  bool found = false;
   for (const LeaseRow kind : {LeaseRow::kExclusive, LeaseRow::kSlot}) {
-    *look = LookAtLease(ids, kind, token);
+    *look = LookAtLease(ids, kind, token, snapshot);
     if (look->row.found) {
       *row = kind;
-      return true;
+      found = true;
+      break;
     }
   }
-  return false;
+  UnregisterSnapshot(snapshot);
+  return found;
 }
 
 // The lease's life now; a lease this transaction itself released or
@@ -254,12 +263,17 @@ void CheckNotedLeases() {
   if (noted.Count() == 0) return;
   const LeaseTableIds &ids = LeaseTablesOf(noted_schema);
   const TimestampTz now = GetCurrentTimestamp();
+  Snapshot snapshot = LeaseSnapshot();
   for (int i = 0; i < noted.Count(); ++i) {
     const WrittenLease &lease = noted.At(i);
-    const LeaseLook look = LookAtLease(ids, lease.row, lease.token);
+    const LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
     const LeaseLife life = LifeOf(look, now);
-    if (life != LeaseLife::kLive) RefuseCommit(lease, noted_names[i], look, life);
+    if (life != LeaseLife::kLive) {
+      UnregisterSnapshot(snapshot);
+      RefuseCommit(lease, noted_names[i], look, life);
+    }
   }
+  UnregisterSnapshot(snapshot);
 }
 
 void OnTransactionEvent(XactEvent event, void *) {
@@ -381,7 +395,9 @@ void EndIfOverdue(int index, LocalTransactionId lxid, TimestampTz now, Timestamp
   const LeaseTableIds &ids = LeaseTablesOf(copy.schema);
   for (int i = 0; i < copy.count; ++i) {
     const WrittenLease &lease = copy.leases[i];
-    const LeaseLook look = LookAtLease(ids, lease.row, lease.token);
+    Snapshot snapshot = LeaseSnapshot();
+    const LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
+    UnregisterSnapshot(snapshot);
     // The owner's own release is not "ours" here: that flag is of this
     // backend's transaction.
     const LeaseLife life = PGF_CORE(JudgeLease(look.row, now));
@@ -392,6 +408,53 @@ void EndIfOverdue(int index, LocalTransactionId lxid, TimestampTz now, Timestamp
     *next = EarlierEnd(*next, EndTransaction(index, lxid, lease.token, look, life, now));
     return;
   }
+}
+
+// ---- Which lease a token is, remembered across transactions -------------------
+
+// What a token written under binds a transaction to, for the role that
+// wrote it.  A token's lease never changes (each grant hands out a new
+// token), and a token that is no lease's never becomes one, so the answer
+// is kept from one transaction to the next: the common case, a holder's
+// transactions under one token, looks nothing up but the lease's end at
+// COMMIT.  The end kept is the one last seen: when it has passed, the
+// lease is looked at again (renewed since, or ended).
+struct KnownToken {
+  Token token;
+  Oid role;
+  bool binds;         // a lease of a lock the role may use
+  LeaseRow row;
+  int64 known_end;    // the lease's end when last looked at
+  char *lock_name;    // in TopMemoryContext; nullptr unless binds
+};
+
+constexpr int kKnownTokens = 16;
+KnownToken known_tokens[kKnownTokens];
+
+const KnownToken *LookUpToken(Oid schema, Token token, TimestampTz now) {
+  const Oid role = GetUserId();
+  KnownToken &entry = known_tokens[static_cast<uint64>(token) % kKnownTokens];
+  if (entry.token == token && entry.role == role && (!entry.binds || entry.known_end > now)) {
+    return &entry;
+  }
+  if (entry.lock_name != nullptr) pfree(entry.lock_name);
+  entry = KnownToken{token, role, false, LeaseRow::kExclusive, 0, nullptr};
+  // A database before 1.6 (before 1.2, it has not even the lease tables
+  // the lookup reads): served as before, no transaction tied to a lease.
+  if (!OidIsValid(get_relname_relid("fencing_lease_token", schema))) return &entry;
+  LeaseLook look{};
+  LeaseRow row = LeaseRow::kExclusive;
+  if (!FindLeaseOfToken(LeaseTablesOf(schema), token, &row, &look)) return &entry;
+  // Only a lease of a lock the writer may use binds its transaction: a
+  // role that writes another's token into a table of its own neither
+  // learns of that lease (the COMMIT would name it) nor is ended with it.
+  int64 lock_id = 0;
+  if (!LockUsableBy(schema, look.lock_name, role, &lock_id)) return &entry;
+  entry.binds = true;
+  entry.row = row;
+  entry.known_end = look.row.expires_at;
+  entry.lock_name = MemoryContextStrdup(TopMemoryContext, look.lock_name);
+  return &entry;
 }
 
 }  // namespace
@@ -406,52 +469,35 @@ void RegisterLeaseWriters() {
 }
 
 void NoteLeaseOfToken(Oid schema, Token token, const char *lock_name) {
-  if (IsParallelWorker() || noted.Find(token) != nullptr) {
-    last_noted_token = token;
-    return;
-  }
-  // A database before 1.6 (before 1.2, it has not even the lease tables the
-  // cache reads): served as before, no transaction tied to a lease.
-  if (!OidIsValid(get_relname_relid("fencing_lease_token", schema))) {
-    last_noted_token = token;
-    return;
-  }
-  const LeaseTableIds &ids = LeaseTablesOf(schema);
-  LeaseRow row = LeaseRow::kExclusive;
-  LeaseLook look{};
-  // Only a lease of a lock the writer may use binds its transaction: a
-  // role that writes another's token into a table of its own neither
-  // learns of that lease (the COMMIT would name it) nor is ended with it.
-  int64 lock_id = 0;
-  if (!FindLeaseOfToken(ids, token, &row, &look) ||
-      !LockUsableBy(schema, look.lock_name, GetUserId(), &lock_id)) {
-    last_noted_token = token;  // not a lease's token, or not the writer's to write under
-    return;
-  }
-  const WrittenLease lease{token, row, look.row.expires_at};
+  last_noted_token = token;
+  if (IsParallelWorker() || noted.Find(token) != nullptr) return;
+  const TimestampTz now = GetCurrentTimestamp();
+  const KnownToken *known = LookUpToken(schema, token, now);
+  if (!known->binds) return;  // not a lease's token, or not the writer's to write under
+  const WrittenLease lease{token, known->row, known->known_end};
   switch (PGF_CORE(noted.Add(lease))) {
     case WrittenLeases::Added::kFull:
+      last_noted_token = 0;
       ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
                       errmsg("a transaction can write under at most %d fencing leases",
                              WrittenLeases::kCapacity),
                       errdetail("The lease of lock \"%s\" under token " INT64_FORMAT
                                 " would be one more.",
-                                look.lock_name, token)));
+                                known->lock_name, token)));
     case WrittenLeases::Added::kAlreadyThere:
       break;
     case WrittenLeases::Added::kAdded:
       noted_schema = schema;
       noted_names[noted.Count() - 1] = MemoryContextStrdup(
-          TopTransactionContext, look.lock_name != nullptr ? look.lock_name
-                                 : lock_name != nullptr    ? lock_name
-                                                           : "?");
+          TopTransactionContext, known->lock_name != nullptr ? known->lock_name
+                                 : lock_name != nullptr      ? lock_name
+                                                             : "?");
       Mirror(lease);
       // The worker looks when the lease can end by running out at the
       // earliest; a renewal by then leaves the transaction alone.
       ScheduleLookNoLaterThan(MyDatabaseId, static_cast<TimestampTz>(lease.known_end));
       break;
   }
-  last_noted_token = token;
 }
 
 void AcquireGate(const LOCKTAG &gate, LOCKMODE mode) {
