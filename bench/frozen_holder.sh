@@ -6,8 +6,9 @@
 # its input: a frozen client).  Waiter B is already waiting in
 # fencing_acquire(..., wait => 10 s).  Measured from A's lease end
 # (expires_at, the server's clock):
-#   lockwide,frozen     B's grant (granted_at): it waits for the fence gate
-#                       A holds until A's transaction is ended
+#   lockwide,frozen     B's grant returned (the server's clock right after,
+#                       in B's session): it waits for the fence gate A holds
+#                       until A's transaction is ended
 #   lockwide,baseline   the same without A's open transaction (A's lease just
 #                       runs out): the hand-over after an expiry
 #   perrow,frozen       B's UPDATE of the row A wrote, under B's token (it
@@ -20,16 +21,12 @@
 #
 # Usage (as root): bench/frozen_holder.sh OUT_DIR [ROUNDS]
 set -euo pipefail
-source "$(dirname "$0")/../scripts/lib.sh"
 if [[ ${1:-} != --inside ]]; then
+  source "$(dirname "$0")/../scripts/lib.sh"
   out=$(mkdir -p "$1" && cd "$1" && pwd)
   rounds=${2:-10}
-  copy=$(mktemp /tmp/pg_fencing_frozen.XXXXXX.sh)
-  cp "$0" "$copy"
-  chmod 755 "$copy"
-  trap 'rm -f "$copy"' EXIT
   pg_virtualenv -t -v "$PG_MAJOR" -c "-p $(free_port)" -o "shared_preload_libraries=pg_fencing" \
-    bash "$copy" --inside "$out" "$rounds"
+    bash "$0" --inside "$out" "$rounds"
   exit
 fi
 out=$2
@@ -70,14 +67,23 @@ round() {
   fi
   local ends
   ends=$(q -c "SELECT expires_at FROM fencing_leases WHERE lock_name = '$lock'")
-  local b ms
-  b=$(q -c "SELECT fencing_acquire('$lock', 'B', '1 minute', '10 s')")
+  # B, in one session: the acquire, then (lock-wide) the server's clock as
+  # soon as it returned, or (per-row) its write of A's row and the clock
+  # once the row was its.  (granted_at would not do: a grant writes its
+  # lease before it raises the mark, which is what waits for the gate.)
+  local ms since="round(extract(epoch FROM clock_timestamp() - '$ends'::timestamptz) * 1000, 3)"
   if [[ $kind == lockwide ]]; then
-    ms=$(q -c "SELECT round(extract(epoch FROM granted_at - '$ends'::timestamptz) * 1000, 3)
-               FROM fencing_leases WHERE lock_name = '$lock' AND holder = 'B'")
+    ms=$(q -q <<SQL | tail -n 1
+SELECT fencing_acquire('$lock', 'B', '1 minute', '10 s') AS b \gset
+SELECT $since;
+SQL
+    )
   else
-    ms=$(q -c "UPDATE $table SET tok = $b, v = 'by B' WHERE id = 1
-               RETURNING round(extract(epoch FROM clock_timestamp() - '$ends'::timestamptz) * 1000, 3)")
+    ms=$(q -q <<SQL | tail -n 1
+SELECT fencing_acquire('$lock', 'B', '1 minute', '10 s') AS b \gset
+UPDATE $table SET tok = :'b', v = 'by B' WHERE id = 1 RETURNING $since;
+SQL
+    )
   fi
   [[ -n $frozen_pid ]] && { kill "$frozen_pid" 2>/dev/null || true; wait "$frozen_pid" 2>/dev/null || true; }
   [[ $(q -c "SELECT v FROM $table") == "by A" ]] && { echo "round $i: A's write landed" >&2; exit 1; }
