@@ -1066,6 +1066,31 @@ TEST_F(ClientTest, ExecFencedMapsGuardErrorsAndReturnsRows) {
   EXPECT_EQ(row[1].as<std::string>(), "ten again");
 }
 
+// A COMMIT after the lease the write was made under ran out (1.6): refused
+// by the server, thrown as LeaseEndedError, and nothing of the write kept.
+TEST_F(ClientTest, ExecFencedThrowsLeaseEndedErrorForACommitAfterTheLease) {
+  const std::string table = MakeProtectedTable("ended");
+  Token token = 0;
+  {
+    pqxx::work tx(*conn_);
+    token = pqxx_compat::ExecParams(tx, "SELECT fencing_acquire($1, 'h', '100 ms')",
+                                    Name("ended-lock"))[0][0]
+                .as<Token>();
+    tx.commit();
+  }
+  // The statement outlasts the lease: the write is made while it lives, the
+  // COMMIT comes after its end.
+  EXPECT_THROW(ExecFenced(*conn_,
+                          "WITH slept AS (SELECT pg_sleep(0.3)) UPDATE " + table +
+                              " SET token = $1, val = $2 FROM slept WHERE id = $3",
+                          token, "late", 1),
+               LeaseEndedError);
+  pqxx::nontransaction tx(*conn_);
+  EXPECT_NE(pqxx_compat::Exec1(tx, "SELECT coalesce(val, '') FROM " + table + " WHERE id = 1")[0]
+                .as<std::string>(),
+            "late");
+}
+
 // ---- LeaderWatch (watch.hpp) -----------------------------------------------------
 //
 // The watches here use reread_period 0 unless a test is about the period:
@@ -1474,6 +1499,7 @@ TEST(RethrowMappedTest, MapsGuardStatesOutsideAHandler) {
   EXPECT_THROW(RethrowMapped(pqxx::sql_error("missing", "UPDATE", "55Z02")), MissingTokenError);
   EXPECT_THROW(RethrowMapped(pqxx::sql_error("never granted", "UPDATE", "55Z03")),
                NeverGrantedTokenError);
+  EXPECT_THROW(RethrowMapped(pqxx::sql_error("lease ended", "COMMIT", "55Z04")), LeaseEndedError);
   // Not being handled: a copy of the sql_error, not a terminate().
   EXPECT_THROW(RethrowMapped(pqxx::unique_violation("dup", "INSERT", "23505")), pqxx::sql_error);
 }
