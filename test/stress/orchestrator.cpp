@@ -559,8 +559,11 @@ class Orchestrator {
         !given.empty() ? given
                        : random_faults_[static_cast<std::size_t>(
                              Uniform(0, static_cast<int>(random_faults_.size()) - 1))];
-    // A crash would break the base backup under way: not while it runs.
+    // A crash would break the base backup under way: not while it runs;
+    // nor while a frozen holder is being judged (check F needs the server
+    // up from the freeze to the next grant).
     if (kind == "crash" && restore_phase_ == RestorePhase::kBackingUp) return;
+    if (kind == "crash" && MonoMs() < freeze_window_end_) return;
     const int index = Uniform(0, static_cast<int>(slots_.size()) - 1);
     Slot &slot = slots_[static_cast<std::size_t>(index)];
     const std::string who = "w=" + std::to_string(index) + " pid=" + std::to_string(slot.pid);
@@ -580,6 +583,9 @@ class Orchestrator {
       value.sival_int = ms;
       sigqueue(slot.pid, SIGUSR1, value);
       faults_.Write("ev=freeze_request " + who + " ms=" + std::to_string(ms));
+      // The worker freezes at its next write, soon; then the next grant is
+      // due within ttl + 2 s.
+      freeze_window_end_ = MonoMs() + ms + 2000;
     } else if (kind == "kill") {
       kill(slot.pid, SIGKILL);
       const std::optional<int> status = Reaper::WaitFor(slot.pid, 10000);
@@ -730,6 +736,7 @@ class Orchestrator {
   Stamp backup_end_;
   int crashes_since_backup_ = 0;
   std::int64_t last_restart_ms_ = 0;
+  std::int64_t freeze_window_end_ = 0;  // no crash before this (MonoMs)
   std::vector<Lost> lost_;
 };
 

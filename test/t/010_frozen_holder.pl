@@ -56,11 +56,15 @@ SELECT fencing_protect('readers', lock_name => 'sh');
 my $freeze = 30;    # seconds A would stay frozen
 my $bound = 3;      # B's statement_timeout, in seconds (see above)
 
-# Waits until the lease that A took at $granted_at (1 s) has run out.
+# Waits until the lease under $token has run out by the server's clock
+# (the same host's: its expires_at, read from the server, against ours).
 sub wait_for_the_end
 {
-	my ($granted_at) = @_;
-	my $left = $granted_at + 1.05 - time;
+	my ($token) = @_;
+	my $end = $node->safe_psql('postgres',
+		"SELECT extract(epoch FROM expires_at) FROM fencing_leases WHERE token = '$token'
+		 UNION ALL SELECT extract(epoch FROM expires_at) FROM fencing_permits WHERE token = '$token'");
+	my $left = $end + 0.02 - time;
 	usleep($left * 1e6) if $left > 0;
 }
 
@@ -128,7 +132,6 @@ for my $case (@cases)
 {
 	my $name = $case->{name};
 	my $log_offset = -s $node->logfile;
-	my $granted_at = time;
 	my $a_token = $node->safe_psql('postgres', $case->{a_acquire});
 	like($a_token, qr/^\d+$/, "$name: A has its lease");
 
@@ -142,7 +145,7 @@ for my $case (@cases)
 	my $client_pid = $a->{run}->{KIDS}[0]{PID};
 	kill 'STOP', $client_pid if $case->{sigstop};
 
-	wait_for_the_end($granted_at);
+	wait_for_the_end($a_token);
 	my ($granted, $grant_s, $b_token, $grant_err) = as_b($case->{b_acquire});
 	ok($granted && $b_token =~ /^\d+$/,
 		"$name: B's grant answers within ${bound} s of A's lease end (took "
@@ -175,7 +178,6 @@ for my $case (@cases)
 # lives on.
 ###############################################################################
 {
-	my $granted_at = time;
 	my $a_token = $node->safe_psql('postgres', "SELECT fencing_acquire('run', 'A', '1 s')");
 	$node->safe_psql('postgres',
 		"CREATE TABLE running (id int PRIMARY KEY, v text, tok fencing_token);
@@ -197,7 +199,7 @@ for my $case (@cases)
 	is($a->query_safe('SELECT pg_backend_pid()'), $a_pid, 'the session lives on');
 	$a->quit;
 	is($node->safe_psql('postgres', 'SELECT v FROM running'), 'initial', "A's write was rolled back");
-	wait_for_the_end($granted_at);
+	wait_for_the_end($a_token);
 	my ($granted) = as_b("SELECT fencing_acquire('run', 'B', '1 min')");
 	ok($granted, 'B takes the lock');
 }
