@@ -25,6 +25,7 @@
 extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "utils/elog.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
@@ -120,6 +121,65 @@ void WakeWaitersAtCommit(int64 lock_id) {
   }
 }
 
+void SleepUntilWoken(bool has_until, TimestampTz until) {
+  const TimestampTz now = GetCurrentTimestamp();
+  const int64 sleep_ms = PGF_CORE(WakeupSleepMs(now, has_until, until, wait_recheck_ms));
+  if (sleep_ms > 0) {
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                    static_cast<long>(sleep_ms), PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+  }
+  CHECK_FOR_INTERRUPTS();
+}
+
+bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline) {
+  LOCKTAG tag = room;
+  // Free: taken at once, no subtransaction needed.
+  if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL) return true;
+  // Taken: queue in the lock manager (first come, first served) for what is
+  // left of the wait, as lock_timeout.  Its 55P03 is the end of the wait,
+  // caught in a subtransaction, which a session lock does not belong to.
+  const TimestampTz now = GetCurrentTimestamp();
+  char timeout[32];
+  snprintf(timeout, sizeof timeout, "%lld",
+           static_cast<long long>(PGF_CORE(QueueTimeoutMs(now, deadline))));
+  const int guc_level = NewGUCNestLevel();
+  (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                          true, 0, false);
+  const MemoryContext context = CurrentMemoryContext;
+  const ResourceOwner owner = CurrentResourceOwner;
+  volatile bool queued = false;
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(context);
+  PG_TRY();
+  {
+    (void)LockAcquire(&tag, ExclusiveLock, true, false);
+    queued = true;
+    ReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    FlushErrorState();
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+    if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(error);
+    FreeErrorData(error);
+  }
+  PG_END_TRY();
+  AtEOXact_GUC(true, guc_level);
+  return queued;
+}
+
+void LeaveRoomAcrossTransactions(const LOCKTAG &room) {
+  LOCKTAG tag = room;
+  (void)LockRelease(&tag, ExclusiveLock, true);
+}
+
 void RegisterLeaseWakeup() {
   DefineCustomIntVariable(
       "pg_fencing.wait_recheck",
@@ -155,16 +215,7 @@ Datum fencing_wake_waiters_at_commit(PG_FUNCTION_ARGS) {
 // served when it wakes.
 PG_FUNCTION_INFO_V1(fencing_wait_for_wakeup);
 Datum fencing_wait_for_wakeup(PG_FUNCTION_ARGS) {
-  const bool has_until = !PG_ARGISNULL(0);
-  const TimestampTz until = has_until ? PG_GETARG_TIMESTAMPTZ(0) : 0;
-  const TimestampTz now = GetCurrentTimestamp();
-  const int64 sleep_ms = PGF_CORE(WakeupSleepMs(now, has_until, until, wait_recheck_ms));
-  if (sleep_ms > 0) {
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                    static_cast<long>(sleep_ms), PG_WAIT_EXTENSION);
-    ResetLatch(MyLatch);
-  }
-  CHECK_FOR_INTERRUPTS();
+  SleepUntilWoken(!PG_ARGISNULL(0), PG_ARGISNULL(0) ? 0 : PG_GETARG_TIMESTAMPTZ(0));
   PG_RETURN_VOID();
 }
 

@@ -6,6 +6,7 @@
 #include "boundary.hpp"
 
 extern "C" {
+#include "datatype/timestamp.h"
 #include "storage/lock.h"
 }
 
@@ -30,5 +31,20 @@ void WakeWaitersAtCommit(int64 lock_id);
 // the room was pg_advisory_xact_lock(fencing_waiting_room(lock_id)).
 constexpr uint16 kRoomField = 3;
 LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id);
+
+// Sleeps on the latch until it is set (WakeWaitersAtCommit's commit, or
+// any signal), until `until` (has_until false: no end known), or for
+// pg_fencing.wait_recheck, whichever comes first; then serves interrupts
+// (cancel, statement_timeout, terminate).
+void SleepUntilWoken(bool has_until, TimestampTz until);
+
+// The waiting room held across transactions, for fencing_await, which
+// commits between its attempts: queues for *room in arrival order, as a
+// session lock, and returns true once it is first in line; false when the
+// deadline came first.  Holds no snapshot and no transaction id while it
+// queues.  The caller must leave the room on every way out, errors
+// included: a session lock outlives the transaction.
+bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline);
+void LeaveRoomAcrossTransactions(const LOCKTAG &room);
 
 }  // namespace pg_fencing

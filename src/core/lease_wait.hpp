@@ -3,9 +3,57 @@
 // does the waiting and the waking).  Not installed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace pg_fencing {
+
+// The longest wait an acquire takes, in milliseconds: what lock_timeout
+// (an int of milliseconds) can express, 24.8 days.  Longer waits are made
+// of repeated calls.
+constexpr std::int64_t kMaxWaitMs = 2147483647;
+
+// What fencing_await waits for: its argument kind => 'exclusive' |
+// 'shared' | 'permit', the three acquires it stands for.
+enum class AwaitKind { kExclusive, kShared, kPermit, kUnknown };
+
+inline AwaitKind AwaitKindNamed(const char *name, std::size_t length) noexcept {
+  const auto is = [&](const char *word) {
+    return length == std::strlen(word) && std::memcmp(name, word, length) == 0;
+  };
+  if (is("exclusive")) return AwaitKind::kExclusive;
+  if (is("shared")) return AwaitKind::kShared;
+  if (is("permit")) return AwaitKind::kPermit;
+  return AwaitKind::kUnknown;
+}
+
+// Which of fencing_await's optional arguments does not fit its kind: each
+// takes what its acquire function takes -- permits only a permit, which
+// needs them, a payload only an exclusive lease.
+enum class AwaitArgumentProblem { kNone, kUnknownKind, kPermitsMissing, kPermitsNotForKind,
+                                  kPayloadNotForKind };
+
+constexpr AwaitArgumentProblem CheckAwaitArguments(AwaitKind kind, bool has_permits,
+                                                   bool has_payload) noexcept {
+  if (kind == AwaitKind::kUnknown) return AwaitArgumentProblem::kUnknownKind;
+  if (kind == AwaitKind::kPermit && !has_permits) return AwaitArgumentProblem::kPermitsMissing;
+  if (kind != AwaitKind::kPermit && has_permits) return AwaitArgumentProblem::kPermitsNotForKind;
+  if (kind != AwaitKind::kExclusive && has_payload) return AwaitArgumentProblem::kPayloadNotForKind;
+  return AwaitArgumentProblem::kNone;
+}
+
+// How long a waiter may still queue for the waiting room, as a lock_timeout
+// in whole milliseconds, rounded up and at least 1 (0 would mean no
+// timeout at all): until deadline_us, microseconds on now_us's clock.
+constexpr std::int64_t QueueTimeoutMs(std::int64_t now_us, std::int64_t deadline_us) noexcept {
+  if (deadline_us <= now_us) return 1;
+  const std::uint64_t span_us =
+      static_cast<std::uint64_t>(deadline_us) - static_cast<std::uint64_t>(now_us);
+  const std::uint64_t span_ms = span_us / 1000 + (span_us % 1000 != 0 ? 1 : 0);
+  if (span_ms > static_cast<std::uint64_t>(kMaxWaitMs)) return kMaxWaitMs;
+  return span_ms < 1 ? 1 : static_cast<std::int64_t>(span_ms);
+}
 
 // The advisory-lock key of a lock's waiting room: the same value as the SQL
 // function fencing_waiting_room(lock_id) (extension/pg_fencing--1.1--1.2.sql),

@@ -106,7 +106,7 @@ sub sql_error
 my $last_version = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_fencing'"
 );
-is($last_version, '1.6', 'the default version is 1.6');
+is($last_version, '1.7', 'the default version is 1.7');
 
 ###############################################################################
 # Database "upgraded": 1.0, in use, then updated.

@@ -1033,6 +1033,42 @@ TEST(LeaseWakeupTest, AnEndInThePastMeansNoSleep) {
   EXPECT_EQ(WakeupSleepMs(0, true, 10'000, -5), 0);
 }
 
+TEST(AwaitTest, KindsAreTheThreeAcquiresSpelledExactly) {
+  const auto named = [](const char *word) { return AwaitKindNamed(word, std::strlen(word)); };
+  EXPECT_EQ(named("exclusive"), AwaitKind::kExclusive);
+  EXPECT_EQ(named("shared"), AwaitKind::kShared);
+  EXPECT_EQ(named("permit"), AwaitKind::kPermit);
+  EXPECT_EQ(named("Exclusive"), AwaitKind::kUnknown);
+  EXPECT_EQ(named("permits"), AwaitKind::kUnknown);
+  EXPECT_EQ(named(""), AwaitKind::kUnknown);
+  EXPECT_EQ(AwaitKindNamed("shared", 5), AwaitKind::kUnknown);  // a prefix is not the word
+}
+
+TEST(AwaitTest, EachKindTakesTheArgumentsOfItsAcquire) {
+  using P = AwaitArgumentProblem;
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kExclusive, false, true), P::kNone);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kShared, false, false), P::kNone);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kPermit, true, false), P::kNone);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kPermit, false, false), P::kPermitsMissing);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kExclusive, true, false), P::kPermitsNotForKind);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kShared, true, false), P::kPermitsNotForKind);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kShared, false, true), P::kPayloadNotForKind);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kPermit, true, true), P::kPayloadNotForKind);
+  EXPECT_EQ(CheckAwaitArguments(AwaitKind::kUnknown, false, false), P::kUnknownKind);
+}
+
+TEST(AwaitTest, QueueTimeoutIsTheRestOfTheWaitRoundedUpNeverZero) {
+  EXPECT_EQ(QueueTimeoutMs(1'000'000, 1'000'001), 1);
+  EXPECT_EQ(QueueTimeoutMs(1'000'000, 1'250'000), 250);
+  EXPECT_EQ(QueueTimeoutMs(1'000'000, 1'250'001), 251);
+  EXPECT_EQ(QueueTimeoutMs(1'000'000, 1'000'000), 1);  // over: 0 would mean "no timeout"
+  EXPECT_EQ(QueueTimeoutMs(1'000'000, 0), 1);
+  EXPECT_EQ(QueueTimeoutMs(0, std::numeric_limits<std::int64_t>::max()), kMaxWaitMs);
+  EXPECT_EQ(QueueTimeoutMs(std::numeric_limits<std::int64_t>::min(),
+                           std::numeric_limits<std::int64_t>::max()),
+            kMaxWaitMs);
+}
+
 TEST(LeaseWakeupTest, ExtremeTimestampsDoNotOverflow) {
   constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();

@@ -1,0 +1,334 @@
+// CALL fencing_await(lock_name, holder, ttl, wait [, kind, permits,
+// payload]) (1.7): the waiting acquire as a procedure, which holds no
+// snapshot and no transaction id while it waits.
+//
+// A waiting function (fencing_acquire(..., wait) and the permit and shared
+// forms) runs inside one statement: its snapshot is the database's xmin
+// horizon for the whole wait, and VACUUM can remove nothing that died
+// since, in any table.  A procedure called on its own may end its
+// transaction.  So fencing_await makes each attempt in a short transaction
+// of its own and commits it before it sleeps:
+//
+//   attempt      the acquire function without a wait (fencing_acquire,
+//                fencing_acquire_permit or fencing_acquire_shared), as the
+//                caller, with all of its checks; a token: commit, done
+//   queue        the lock's waiting room, first come first served, as a
+//                session lock (lease_wakeup.hpp), so that it stays held
+//                across the commits; an acquire of someone else's gives
+//                way to it as to any waiter in the room (writer priority
+//                included: a shared grant gives way to an exclusive waiter)
+//   loop         attempt; when the lock may next be free (its lease's end,
+//                plus the lock-delay, as the function forms judge it);
+//                commit; sleep on the latch until then, the deadline or a
+//                release's commit (lease_wakeup.cpp sets the latch of the
+//                room's holder, whichever transaction it is in)
+//   leave        after the grant's commit, so that the next in line sees it
+//
+// The transactions it commits are its own: inside a transaction block (or
+// a function, or a procedure called from one) it cannot commit, and says
+// so.  Each runs at READ COMMITTED, as the waiting acquires require.
+#include "boundary.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include "extension_objects.hpp"
+#include "lease_arguments.hpp"
+#include "lease_decision.hpp"
+#include "lease_wait.hpp"
+#include "lease_wakeup.hpp"
+#include "locks.hpp"
+#include "pg_compat.hpp"  // VARSIZE_ANY_EXHDR: varatt.h from 16 on
+
+namespace pg_fencing {
+namespace {
+
+// The procedure's arguments, in the order of its signature.
+enum AwaitArg { kLockName, kHolder, kTtl, kWait, kKind, kPermits, kPayload };
+
+struct AwaitRequest {
+  Oid schema;
+  const char *lock_name;
+  AwaitKind kind;
+  Datum args[kPayload + 1];
+  bool nulls[kPayload + 1];
+};
+
+void RefuseAtomicCall(FunctionCallInfo fcinfo, const char *lock_name) {
+  const bool atomic = fcinfo->context == nullptr || !IsA(fcinfo->context, CallContext) ||
+                      castNode(CallContext, fcinfo->context)->atomic;
+  if (!atomic) return;
+  ereport(ERROR,
+          (errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+           errmsg("fencing_await() cannot wait for fencing lock \"%s\" inside a transaction block",
+                  lock_name),
+           errdetail("It commits each attempt before it sleeps, so that its wait holds no "
+                     "snapshot; inside BEGIN ... COMMIT, a function, or a procedure called from "
+                     "one, it cannot commit."),
+           errhint("CALL it on its own, outside a transaction block; inside one, "
+                   "fencing_acquire(lock_name, holder, ttl, wait) waits, holding the "
+                   "transaction's snapshot while it does.")));
+}
+
+AwaitRequest RequestFrom(FunctionCallInfo fcinfo) {
+  AwaitRequest request = {};
+  request.lock_name = CheckLeaseArguments(fcinfo, kHolder, kTtl);
+  RefuseAtomicCall(fcinfo, request.lock_name);
+  request.schema = ExtensionSchema(fcinfo);
+  for (int i = 0; i <= kPayload; ++i) {
+    request.nulls[i] = PG_ARGISNULL(i);
+    request.args[i] = request.nulls[i] ? Datum(0) : PG_GETARG_DATUM(i);
+  }
+  // Detoasted now, in the CALL's memory, which outlives the commits below.
+  request.args[kLockName] = PointerGetDatum(PG_GETARG_TEXT_PP(kLockName));
+  request.args[kHolder] = PointerGetDatum(PG_GETARG_TEXT_PP(kHolder));
+  if (!request.nulls[kPayload]) {
+    request.args[kPayload] = PointerGetDatum(PG_DETOAST_DATUM_COPY(PG_GETARG_DATUM(kPayload)));
+  }
+
+  // NULL is no kind (left out, the argument is 'exclusive').
+  const char *kind_name = request.nulls[kKind] ? "NULL" : text_to_cstring(PG_GETARG_TEXT_PP(kKind));
+  request.kind = request.nulls[kKind] ? AwaitKind::kUnknown
+                                      : PGF_CORE(AwaitKindNamed(kind_name, strlen(kind_name)));
+  switch (PGF_CORE(
+      CheckAwaitArguments(request.kind, !request.nulls[kPermits], !request.nulls[kPayload]))) {
+    case AwaitArgumentProblem::kNone:
+      break;
+    case AwaitArgumentProblem::kUnknownKind:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("kind must be 'exclusive', 'shared' or 'permit', got %s (lock \"%s\")",
+                             request.nulls[kKind] ? "NULL" : quote_literal_cstr(kind_name),
+                             request.lock_name)));
+      break;
+    case AwaitArgumentProblem::kPermitsMissing:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("permits must be between 1 and %d, got NULL (semaphore \"%s\")",
+                             kMaxPermits, request.lock_name),
+                      errhint("kind => 'permit' takes permits => N, the semaphore's number of "
+                              "permits.")));
+      break;
+    case AwaitArgumentProblem::kPermitsNotForKind:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("permits are for kind => 'permit', not '%s' (lock \"%s\")", kind_name,
+                             request.lock_name)));
+      break;
+    case AwaitArgumentProblem::kPayloadNotForKind:
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("a payload is for kind => 'exclusive', not '%s' (lock \"%s\")",
+                             kind_name, request.lock_name),
+                      errdetail("Permits and shared leases carry no payload.")));
+      break;
+  }
+
+  if (request.nulls[kWait]) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("wait must not be NULL (lock \"%s\")", request.lock_name),
+                    errhint("Give how long to wait; '0' makes one attempt.")));
+  }
+  const Datum wait = request.args[kWait];
+  Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  if (DatumGetBool(DirectFunctionCall2(interval_lt, wait, IntervalPGetDatum(zero)))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("wait must not be negative, got %s (lock \"%s\")",
+                           DatumGetCString(DirectFunctionCall1(interval_out, wait)),
+                           request.lock_name)));
+  }
+  Interval *longest = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  longest->time = kMaxWaitMs * 1000;
+  if (DatumGetBool(DirectFunctionCall2(interval_gt, wait, IntervalPGetDatum(longest)))) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("wait must be at most 2147483.647 seconds (24.8 days), got %s "
+                           "(lock \"%s\")",
+                           DatumGetCString(DirectFunctionCall1(interval_out, wait)),
+                           request.lock_name),
+                    errhint("Wait longer than that with repeated calls.")));
+  }
+  return request;
+}
+
+// One attempt, under the active snapshot a statement would have: the
+// acquire function of the kind, without a wait, as the caller (with its permission checks, the lock's creation, its kind's
+// checks).  Returns whether it granted a token (*token).
+bool Attempt(const AwaitRequest &r, int64 *token) {
+  FmgrInfo *fn = nullptr;
+  Datum args[5];
+  bool nulls[5];
+  int nargs = 0;
+  const auto arg = [&](AwaitArg which) {
+    args[nargs] = r.args[which];
+    nulls[nargs] = r.nulls[which];
+    ++nargs;
+  };
+  const auto no_wait = [&]() {
+    args[nargs] = Datum(0);
+    nulls[nargs] = true;
+    ++nargs;
+  };
+  switch (r.kind) {
+    case AwaitKind::kExclusive: {
+      static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INTERVALOID, JSONBOID};
+      fn = ExtensionFunction(r.schema, "fencing_acquire", 5, kTypes);
+      arg(kLockName), arg(kHolder), arg(kTtl), no_wait(), arg(kPayload);
+      break;
+    }
+    case AwaitKind::kPermit: {
+      static const Oid kTypes[] = {TEXTOID, TEXTOID, INT4OID, INTERVALOID, INTERVALOID};
+      fn = ExtensionFunction(r.schema, "fencing_acquire_permit", 5, kTypes);
+      arg(kLockName), arg(kHolder), arg(kPermits), arg(kTtl), no_wait();
+      break;
+    }
+    case AwaitKind::kShared:
+    case AwaitKind::kUnknown: {  // refused by RequestFrom
+      static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INTERVALOID};
+      fn = ExtensionFunction(r.schema, "fencing_acquire_shared", 4, kTypes);
+      arg(kLockName), arg(kHolder), arg(kTtl), no_wait();
+      break;
+    }
+  }
+  bool is_null = false;
+  const Datum granted = CallExtensionFunction(fn, nargs, args, nulls, &is_null);
+  if (is_null) return false;
+  *token = DatumGetInt64(granted);
+  return true;
+}
+
+// When the lock may next be granted, as the function forms' waiting loop
+// judges it (extension/pg_fencing--1.3--1.4.sql): read as the tables'
+// owner, in the attempt's transaction.  False: not known.
+bool NextChance(const AwaitRequest &r, int64 lock_id, TimestampTz *at) {
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(r.schema),
+                         saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  bool is_null = false;
+  Datum next;
+  if (r.kind == AwaitKind::kExclusive) {
+    static const Oid kTypes[] = {TEXTOID};
+    FmgrInfo *fn = ExtensionFunction(r.schema, "fencing_available_at", 1, kTypes);
+    const Datum args[] = {r.args[kLockName]};
+    next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
+  } else {
+    static const Oid kTypes[] = {INT8OID};
+    FmgrInfo *fn = ExtensionFunction(r.schema, "fencing_permit_available_at", 1, kTypes);
+    const Datum args[] = {Int64GetDatum(lock_id)};
+    next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
+  }
+  SetUserIdAndSecContext(saved_user, saved_context);
+  if (is_null) return false;
+  *at = DatumGetTimestampTz(next);
+  return true;
+}
+
+// Commits the current transaction and starts the next, at READ COMMITTED
+// whatever default_transaction_isolation says (every waiting acquire needs
+// to see the others' commits), with no snapshot yet.
+void CommitAndBegin() {
+  SPI_commit();
+  XactIsoLevel = XACT_READ_COMMITTED;
+}
+
+// The wait, once the first attempt found the lock taken: queue, then
+// attempt each time the lock may have come free, until the deadline.
+// Leaves the room on every way out.
+bool WaitAndAttempt(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
+  const int64 lock_id = AuthorizeLock(r.schema, r.lock_name, GetUserId(), false, InvalidOid);
+  const LOCKTAG room = WaitingRoomTag(r.schema, lock_id);
+  MemoryContext attempts = AllocSetContextCreate(CurrentMemoryContext, "fencing_await attempts",
+                                                 ALLOCSET_SMALL_SIZES);
+  CommitAndBegin();
+  volatile bool in_room = false;
+  bool granted = false;
+  PG_TRY();
+  {
+    InvalidateCatalogSnapshot();
+    in_room = QueueForRoomAcrossTransactions(room, deadline);
+    while (in_room) {
+      MemoryContextReset(attempts);
+      const MemoryContext saved = MemoryContextSwitchTo(attempts);
+      PushActiveSnapshot(GetTransactionSnapshot());
+      granted = Attempt(r, token);
+      TimestampTz next = 0;
+      const bool next_known = !granted && NextChance(r, lock_id, &next);
+      PopActiveSnapshot();
+      MemoryContextSwitchTo(saved);
+      // The grant commits before the next in line is let in, so that it
+      // sees the lease taken.
+      CommitAndBegin();
+      if (granted) break;
+      const TimestampTz now = GetCurrentTimestamp();
+      if (now >= deadline) break;
+      // No snapshot, no transaction id: the catalog snapshot the lookups
+      // may have left would hold the horizon too.
+      InvalidateCatalogSnapshot();
+      SleepUntilWoken(true, next_known && next < deadline ? next : deadline);
+    }
+    if (in_room) LeaveRoomAcrossTransactions(room);
+    in_room = false;
+  }
+  PG_CATCH();
+  {
+    if (in_room) LeaveRoomAcrossTransactions(room);
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  MemoryContextDelete(attempts);
+  return granted;
+}
+
+}  // namespace
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_await(lock_name text, holder text, ttl interval, wait interval,
+// kind text DEFAULT 'exclusive', permits integer DEFAULT NULL, payload
+// jsonb DEFAULT NULL, INOUT token fencing_token DEFAULT NULL): a procedure;
+// its row's token is the grant's, or NULL when the wait ran out.
+PG_FUNCTION_INFO_V1(fencing_await);
+Datum fencing_await(PG_FUNCTION_ARGS) {
+  const AwaitRequest request = RequestFrom(fcinfo);
+  TupleDesc row_type;
+  if (get_call_result_type(fcinfo, nullptr, &row_type) != TYPEFUNC_COMPOSITE) {
+    elog(ERROR, "pg_fencing: fencing_await() must be declared with INOUT token");
+  }
+  row_type = BlessTupleDesc(row_type);
+  const TimestampTz deadline = DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_pl_interval, TimestampTzGetDatum(GetCurrentTimestamp()), request.args[kWait]));
+
+  if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT) {
+    elog(ERROR, "pg_fencing: SPI_connect failed");
+  }
+  // The CALL's own transaction may have taken a snapshot, and has the
+  // session's isolation level: the attempts start in a fresh one.
+  CommitAndBegin();
+  int64 token = 0;
+  PushActiveSnapshot(GetTransactionSnapshot());
+  bool granted = Attempt(request, &token);
+  PopActiveSnapshot();
+  if (granted) {
+    CommitAndBegin();
+  } else {
+    granted = WaitAndAttempt(request, deadline, &token);
+  }
+  SPI_finish();
+
+  Datum value = Int64GetDatum(token);
+  bool is_null = !granted;
+  return HeapTupleGetDatum(heap_form_tuple(row_type, &value, &is_null));
+}
+
+}  // extern "C"

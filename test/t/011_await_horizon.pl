@@ -1,0 +1,85 @@
+# A follower waiting in CALL fencing_await (1.7) holds no snapshot and no
+# transaction id, so VACUUM removes the rows that died while it waits; a
+# follower waiting in fencing_acquire(..., wait) holds its statement's
+# snapshot, and VACUUM cannot (which is why the README sends long waits to
+# fencing_await).  Both cases run the same churn, so the second shows that
+# the first could fail.
+use strict;
+use warnings;
+
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('horizon');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_fencing');
+$node->safe_psql('postgres',
+	'CREATE TABLE churn (id int PRIMARY KEY, v int) WITH (autovacuum_enabled = off); '
+	  . 'INSERT INTO churn SELECT g, 0 FROM generate_series(1, 2000) g');
+$node->safe_psql('postgres', "SELECT fencing_acquire('hz', 'leader', '1 hour')");
+
+# Starts psql on $sql as application $name, in the background.
+sub start_psql
+{
+	my ($name, $sql) = @_;
+	my $file = "$PostgreSQL::Test::Utils::tmp_check/$name.sql";
+	unlink $file;
+	append_to_file($file, "$sql;\n");
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[
+			'psql', '-XAtq', '-f', $file, '-d',
+			$node->connstr('postgres') . " application_name=$name"
+		],
+		'<', \undef, '>', \$out, '2>', \$err);
+	return { h => $h, out => \$out, err => \$err };
+}
+
+# The follower's backend_xid and backend_xmin ('' when NULL), once it
+# sleeps on its latch.
+sub follower_ids
+{
+	my ($name) = @_;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = '$name' "
+		  . "AND wait_event_type = 'Extension'")
+	  or die "$name never slept on its latch";
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(backend_xid::text, '') || '/' || coalesce(backend_xmin::text, '') "
+		  . "FROM pg_stat_activity WHERE application_name = '$name'");
+}
+
+# Updates every row of churn (2,000 dead versions), then VACUUMs it and
+# returns how many dead rows it could not remove.
+sub churn_and_vacuum
+{
+	$node->safe_psql('postgres', 'UPDATE churn SET v = v + 1');
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', 'VACUUM (VERBOSE) churn', on_error_die => 1);
+	$err =~ /(\d+) are dead but not yet removable/
+	  or die "no dead-row count in VACUUM VERBOSE: $err";
+	return $1;
+}
+
+# 1. fencing_await: nothing held, everything removed.  The follower's wait
+# (8 s) outlasts the churn; it sleeps between short attempts meanwhile.
+my $await = start_psql('await-follower', "CALL fencing_await('hz', 'f1', '1 hour', '8 s')");
+is(follower_ids('await-follower'), '/', 'fencing_await waits with no xid and no xmin');
+is(churn_and_vacuum(), 0, 'VACUUM removes every row that died during fencing_await');
+is(follower_ids('await-follower'), '/', 'still none after the churn');
+$await->{h}->finish;
+like(${ $await->{out} }, qr/\A\s*\z/, 'the wait ran out: a NULL token');
+
+# 2. The function form: its snapshot holds the horizon for the whole wait.
+my $function = start_psql('function-follower',
+	"SELECT fencing_acquire('hz', 'f2', '1 hour', '8 s')");
+my $ids = follower_ids('function-follower');
+like($ids, qr{^/\d+$}, 'a waiting fencing_acquire holds an xmin');
+is(churn_and_vacuum(), 2000,
+	'VACUUM removes none of the rows that died during a waiting fencing_acquire');
+$function->{h}->finish;
+
+done_testing();
