@@ -22,3 +22,83 @@ CREATE PROCEDURE @extschema@.fencing_await(
   AS 'MODULE_PATHNAME', 'fencing_await' LANGUAGE C;
 COMMENT ON PROCEDURE @extschema@.fencing_await(text, text, interval, interval, text, integer, jsonb, @extschema@.fencing_token) IS
   'waits up to wait, in arrival order, for the lock (kind exclusive, shared, or permit with permits) and returns its new token, NULL if the wait ran out; commits between attempts, so that it holds no snapshot while it waits; not inside a transaction block';
+
+-- fencing_audit() as in 1.5, and the sessions that hold the horizon while
+-- they wait in a function form.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
+  RETURNS TABLE (table_name regclass, lock_name text, severity text, problem text, fix text)
+  LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+  BEGIN ATOMIC
+    SELECT g.table_name, g.lock_name, g.severity, g.problem, g.fix
+      FROM @extschema@.fencing_audit_guards() g
+    UNION ALL
+    -- Per-row guards that do not say where their tokens come from: made
+    -- before 1.5 (or by hand), they accept tokens this database never
+    -- granted.  Root tables only: protecting one again covers its tree.
+    SELECT t.tgrelid::pg_catalog.regclass, NULL, 'warning',
+           'the guard accepts tokens this database never granted: it dates from before 1.5, or was made without option granted_tokens',
+           pg_catalog.format('SELECT fencing_protect(%L, %L%s);  -- or with option external_tokens if its tokens come from another service',
+                             t.tgrelid::pg_catalog.regclass::text, a.args[1],
+                             CASE WHEN pg_catalog.cardinality(a.options) = 0 THEN ''
+                                  ELSE pg_catalog.format(', options => %L', a.options::text) END)
+      FROM pg_catalog.pg_trigger t
+      JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+      CROSS JOIN LATERAL (
+        SELECT w.args, pg_catalog.array_remove(w.args[2:], '') AS options
+          FROM (SELECT pg_catalog.string_to_array(pg_catalog.encode(t.tgargs, 'escape'), '\000') AS args) w) a
+     WHERE t.tgfoid = '@extschema@.fencing_guard()'::pg_catalog.regprocedure
+       AND t.tgname = 'fencing_guard' AND t.tgparentid = 0
+       AND pg_catalog.pg_has_role(c.relowner, 'USAGE')
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits i WHERE i.inhrelid = t.tgrelid)
+       AND NOT EXISTS (SELECT FROM pg_catalog.unnest(a.args) o
+                        WHERE o LIKE 'lock=%' OR o IN ('granted_tokens', 'external_tokens'))
+    UNION ALL
+    -- Locks from before 1.5: the update could not tell where their tokens
+    -- come from, so they accept any token, as they did.
+    SELECT NULL, k.lock_name, 'warning',
+           'the lock accepts tokens this database never granted: it dates from before 1.5, and the update could not tell where its tokens come from',
+           pg_catalog.format('SELECT fencing_set_token_source(%L, ''granted'');  -- or ''external'' if its tokens come from another service',
+                             k.lock_name)
+      FROM @extschema@.fencing_locks k
+     WHERE k.token_source = 'unknown'
+    UNION ALL
+    -- A lead of more than a second: not a reserved range (1,024 tokens),
+    -- nor any grant rate a server reaches.
+    SELECT NULL, NULL, 'warning',
+           pg_catalog.format('tokens run %s ahead of the server''s clock: the clock was set back, or fencing_bump_tokens() moved them on; until the clock catches up, a restored backup or a promoted asynchronous standby can grant again tokens granted in that span',
+                             pg_catalog.justify_hours(a.lead)),
+           pg_catalog.format('Check the server''s clock. After restoring a backup or promoting a standby before %s: SELECT fencing_bump_tokens(%s);',
+                             pg_catalog.clock_timestamp() + a.lead,
+                             pg_catalog.ceil(EXTRACT(epoch FROM a.lead) * 1000000)::bigint)
+      FROM (SELECT @extschema@.fencing_lead_over_clock() AS lead) a
+     WHERE a.lead > interval '1 second'
+    UNION ALL
+    -- Sessions waiting in a function form (fencing_acquire and the shared
+    -- and permit forms with a wait) for longer than
+    -- pg_fencing.audit_long_wait: the statement runs in one transaction, so
+    -- its snapshot holds back VACUUM everywhere for the whole wait.  A
+    -- CALL fencing_await commits as it goes: its transaction began after
+    -- its statement, and between attempts it has no xmin.  Only the
+    -- sessions pg_stat_activity shows the caller in full (its own roles',
+    -- or all with pg_read_all_stats), and the locks it may use.
+    SELECT NULL, k.lock_name, 'warning',
+           pg_catalog.format('session %s has waited %s for the lock in a function form: its snapshot (xmin %s) keeps VACUUM from removing any row deleted or updated since, in every table of the database',
+                             a.pid, pg_catalog.date_trunc('second', pg_catalog.clock_timestamp() - a.query_start),
+                             a.backend_xmin),
+           pg_catalog.format('Wait with CALL fencing_await(...) instead of fencing_acquire(..., wait) (README, "Waiting"). To end this wait now: SELECT pg_cancel_backend(%s);',
+                             a.pid)
+      FROM pg_catalog.pg_locks l
+      JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+      JOIN @extschema@.fencing_locks k ON k.lock_id = l.objid::bigint
+     WHERE l.locktype = 'advisory' AND l.objsubid = 3
+       AND l.classid = 1178947139  -- 'FENC': WaitingRoomKey in src/core/lease_wait.hpp
+       AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+       AND a.pid <> pg_catalog.pg_backend_pid()
+       AND a.state = 'active' AND a.backend_xmin IS NOT NULL
+       AND a.xact_start <= a.query_start
+       AND a.query_start < pg_catalog.clock_timestamp()
+             - COALESCE(pg_catalog.current_setting('pg_fencing.audit_long_wait', true), '1min')::interval
+    ORDER BY 1, 3, 4;
+  END;
+COMMENT ON FUNCTION @extschema@.fencing_audit() IS
+  'every table guarded by pg_fencing that the caller owns, with each thing that weakens its guard, a severity and the command that mends it; the locks it may use that accept tokens nobody granted; tokens that run ahead of the server''s clock; and sessions that have waited for a lock in a function form, holding their snapshot, for longer than pg_fencing.audit_long_wait';

@@ -48,6 +48,11 @@ namespace {
 // pg_fencing.wait_recheck, milliseconds.
 int wait_recheck_ms = 1000;
 
+// pg_fencing.audit_long_wait, seconds.  Read only by fencing_audit() (SQL,
+// through current_setting); defined here so that it has a unit, a range
+// and a description.
+int audit_long_wait_s = 60;
+
 // The waiting rooms to wake when the current transaction commits.
 PendingWakeups pending_wakeups;
 
@@ -188,6 +193,13 @@ void RegisterLeaseWakeup() {
       "this bounds its sleep when neither comes (a lease freed by hand, a release committed "
       "with COMMIT PREPARED).",
       &wait_recheck_ms, 1000, 1, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pg_fencing.audit_long_wait",
+      "How long a waiting acquire function may wait before fencing_audit() reports it.",
+      "A waiting fencing_acquire, fencing_acquire_shared or fencing_acquire_permit holds its "
+      "snapshot, and so the xmin horizon of the whole database, for as long as it waits; "
+      "CALL fencing_await waits without one.",
+      &audit_long_wait_s, 60, 1, INT_MAX, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr, nullptr);
   RegisterXactCallback(OnTransactionEvent, nullptr);
 }
 

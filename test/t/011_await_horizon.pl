@@ -3,7 +3,8 @@
 # follower waiting in fencing_acquire(..., wait) holds its statement's
 # snapshot, and VACUUM cannot (which is why the README sends long waits to
 # fencing_await).  Both cases run the same churn, so the second shows that
-# the first could fail.
+# the first could fail.  Then fencing_audit() names a function-form waiter
+# (to the roles that may see it), and not a fencing_await one.
 use strict;
 use warnings;
 
@@ -81,5 +82,51 @@ like($ids, qr{^/\d+$}, 'a waiting fencing_acquire holds an xmin');
 is(churn_and_vacuum(), 2000,
 	'VACUUM removes none of the rows that died during a waiting fencing_acquire');
 $function->{h}->finish;
+
+# 3. fencing_audit() names the function-form waiter (past
+# pg_fencing.audit_long_wait, 1 s here), not the one in fencing_await that
+# waits behind it in the lock's waiting room, and only to a role that may
+# both use the lock and see the session in pg_stat_activity.
+$node->safe_psql('postgres',
+	'CREATE ROLE stats_only LOGIN IN ROLE pg_read_all_stats; '
+	  . 'CREATE ROLE lock_only LOGIN; '
+	  . 'CREATE ROLE lock_and_stats LOGIN IN ROLE pg_read_all_stats; '
+	  . "SELECT fencing_grant_lock('hz', 'lock_only'); "
+	  . "SELECT fencing_grant_lock('hz', 'lock_and_stats'); "
+	  . "ALTER DATABASE postgres SET pg_fencing.audit_long_wait = '1s'");
+$function = start_psql('function-follower',
+	"SELECT fencing_acquire('hz', 'f3', '1 hour', '8 s')");
+follower_ids('function-follower');
+$await = start_psql('await-follower', "CALL fencing_await('hz', 'f4', '1 hour', '8 s')");
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'await-follower' "
+	  . "AND wait_event_type = 'Lock'")
+  or die 'await-follower never queued behind function-follower';
+my $function_pid = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE application_name = 'function-follower'");
+
+# The audit's reports of waits, as role $role.
+sub waits_reported
+{
+	my ($role) = @_;
+	return $node->safe_psql('postgres',
+		"SET ROLE $role; SELECT lock_name, substring(problem FROM '^session (\\d+) has waited') "
+		  . "FROM fencing_audit() WHERE problem LIKE 'session % has waited %'");
+}
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM fencing_audit() WHERE problem LIKE 'session $function_pid has waited %'")
+  or die 'fencing_audit() never reported the function-form waiter';
+is(waits_reported('postgres'), "hz|$function_pid",
+	'fencing_audit() reports the function-form waiter, not the fencing_await one');
+is($node->safe_psql('postgres',
+		"SET pg_fencing.audit_long_wait = '1min'; "
+		  . "SELECT count(*) FROM fencing_audit() WHERE problem LIKE 'session % has waited %'"),
+	'0', 'not before pg_fencing.audit_long_wait (the default: a minute)');
+is(waits_reported('lock_and_stats'), "hz|$function_pid",
+	'a role that may use the lock and read all statistics sees it');
+is(waits_reported('stats_only'), '', 'not a role that may not use the lock');
+is(waits_reported('lock_only'), '', 'not a role that cannot see the session');
+$function->{h}->finish;
+$await->{h}->finish;
 
 done_testing();
