@@ -17,6 +17,15 @@
 //   own, renews it every ttl/3 from a setInterval heartbeat on that client, and
 //   gives it back with fencing_release().  Renew and release must come from
 //   the role that acquired, which one connection guarantees.
+// - Given waitMs, it waits with CALL fencing_await() (pg_fencing 1.7), not
+//   with the function form fencing_acquire(..., wait): a follower's wait may
+//   last hours, and a function waits inside one statement whose snapshot pins
+//   the xmin horizon of the whole database all along (VACUUM removes nothing
+//   that died since, in any table).  The procedure commits each attempt before
+//   it sleeps, so while it waits the backend holds no snapshot and no
+//   transaction id.  It cannot run inside a transaction block (25001): it is
+//   sent as a plain query, outside BEGIN, which is autocommit.  Its attempts
+//   run at READ COMMITTED whatever default_transaction_isolation says.
 // - `lost` is judged on the monotonic clock (performance.now()),
 //   conservatively: the lease counts as lost once the send time of the last
 //   successful acquire or renew, plus ttl, minus a safety margin, has passed --
@@ -108,7 +117,8 @@ export class FencedLease extends EventEmitter {
   // holder      the application's label; default host:pid:random, unique per
   //             FencedLease, so two leases of one process never share a grant
   // ttlMs       the server ends the lease ttl after the last renewal
-  // waitMs      how long to wait for a busy lock (default: do not wait)
+  // waitMs      how long to wait for a busy lock, with CALL fencing_await
+  //             (default: do not wait; 0: one attempt)
   // heartbeatMs between renewals (default ttl/3)
   constructor({ connection, lockName, holder, ttlMs = 10_000, waitMs = null, heartbeatMs } = {}) {
     super();
@@ -147,19 +157,27 @@ export class FencedLease extends EventEmitter {
     const sent = performance.now();
     let value;
     try {
-      // The waiting form needs READ COMMITTED, whatever the role's
-      // default_transaction_isolation says.
-      await this.#client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-      const { rows } =
-        this.waitMs == null
-          ? await this.#client.query('SELECT fencing_acquire($1, $2, $3::interval) AS token', [
-              this.lockName, this.holder, interval(this.ttlMs),
-            ])
-          : await this.#client.query('SELECT fencing_acquire($1, $2, $3::interval, $4::interval) AS token', [
-              this.lockName, this.holder, interval(this.ttlMs), interval(this.waitMs),
-            ]);
-      await this.#client.query('COMMIT');
-      value = rows[0].token;
+      if (this.waitMs == null) {
+        // In READ COMMITTED, whatever the role's default_transaction_isolation
+        // says: at a stricter level an acquire that meets a just-changed lease
+        // row fails with 40001.
+        await this.#client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+        const { rows } = await this.#client.query('SELECT fencing_acquire($1, $2, $3::interval) AS token', [
+          this.lockName, this.holder, interval(this.ttlMs),
+        ]);
+        await this.#client.query('COMMIT');
+        value = rows[0].token;
+      } else {
+        // On its own, outside a transaction block (autocommit).  The procedure
+        // commits each attempt, so that nothing pins the database's xmin
+        // horizon while it waits; its one row is the token, null when the wait
+        // ran out.
+        const { rows } = await this.#client.query(
+          "CALL fencing_await($1, $2, $3::interval, $4::interval, kind => 'exclusive')",
+          [this.lockName, this.holder, interval(this.ttlMs), interval(this.waitMs)],
+        );
+        value = rows[0].token;
+      }
     } catch (err) {
       await this.#closeClient();
       throw err;

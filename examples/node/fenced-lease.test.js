@@ -63,6 +63,19 @@ function terminateLeaseConnection(l) {
   );
 }
 
+// { pid, state, wait_event_type, backend_xmin, backend_xid } of the one
+// backend with that application_name, or null; read afresh each call (admin
+// is in autocommit: each query has its own snapshot of pg_stat_activity).
+async function backendOf(applicationName) {
+  const { rows } = await admin.query(
+    `SELECT pid, state, wait_event_type, backend_xmin::text AS backend_xmin, backend_xid::text AS backend_xid
+       FROM pg_stat_activity WHERE application_name = $1`,
+    [applicationName],
+  );
+  assert.ok(rows.length <= 1, `${rows.length} backends named ${applicationName}`);
+  return rows[0] ?? null;
+}
+
 async function waitUntil(predicate, timeoutMs) {
   const end = performance.now() + timeoutMs;
   while (performance.now() < end) {
@@ -144,6 +157,63 @@ describe('FencedLease', () => {
     assert.ok(bToken > aToken);
     assert.ok(performance.now() - start >= 400, 'B did not wait for A');
     assert.equal(await leader(), b.holder);
+  });
+
+  test('a waiting acquire holds no snapshot and no xid', async () => {
+    // B waits in CALL fencing_await, which commits each attempt before it
+    // sleeps: its backend pins no xmin horizon.  The function form
+    // fencing_acquire(..., wait) would show a backend_xmin all along.
+    const a = lease('A', { ttlMs: 30_000 });
+    const aToken = await a.acquire();
+    const b = lease('B', { ttlMs: 5000, waitMs: 20_000 });
+    let done = false;
+    const acquiring = b.acquire().finally(() => {
+      done = true;
+    });
+    acquiring.catch(() => {}); // awaited below; not unhandled meanwhile
+    const name = `fenced_lease ${b.holder}`.slice(0, 63);
+    const waiting = []; // [backend_xmin, backend_xid] each time B was seen asleep in its wait
+    let released;
+    try {
+      const end = performance.now() + 5000;
+      while (waiting.length < 8 && !done && performance.now() < end) {
+        const row = await backendOf(name);
+        // Asleep on its latch between attempts (an attempt itself is a short
+        // transaction, which has a snapshot while it runs).
+        if (row !== null && row.state === 'active' && row.wait_event_type === 'Extension') {
+          waiting.push([row.backend_xmin, row.backend_xid]);
+        }
+        await sleep(100);
+      }
+      assert.equal(done, false, 'B stopped waiting while A held the lock');
+    } finally {
+      released = await a.release();
+    }
+    const bToken = await acquiring;
+    assert.equal(released, true, "A's lease was not live");
+    assert.ok(waiting.length >= 5, `B was seen waiting only ${waiting.length} times`);
+    assert.deepEqual(
+      waiting,
+      waiting.map(() => [null, null]),
+      '[backend_xmin, backend_xid] of B while it waited',
+    );
+    assert.notEqual(bToken, null, 'B did not get the lock once A released it');
+    assert.ok(bToken > aToken);
+    assert.equal(await leader(), b.holder);
+    assert.equal(b.held, true, b.lostReason);
+  });
+
+  test('a wait that runs out gets null', async () => {
+    const a = lease('A', { ttlMs: 30_000 });
+    assert.notEqual(await a.acquire(), null);
+    await assert.rejects(
+      withLease({ lockName: lock, holder: holder('B'), ttlMs: 1000, waitMs: 0 }, () =>
+        assert.fail('ran without the lock'),
+      ),
+      LeaseUnavailableError,
+    );
+    assert.equal(await lease('C', { waitMs: 200 }).acquire(), null);
+    assert.equal(await leader(), a.holder);
   });
 
   test('the heartbeat keeps the lease across several ttls', async () => {
@@ -323,6 +393,25 @@ describe('LeaderFollower', () => {
     const b = await acquired('B'); // another connection's grant
     assert.ok(await waitUntil(lastIs(b.holder), 5000), `grant not seen: ${holders()}`);
     assert.equal(f.leader.token, b.token);
+    assert.deepEqual(errors, []);
+  });
+
+  test('its idle connection holds no snapshot', async () => {
+    // Between reads it sits LISTENing: idle in autocommit, not idle in a
+    // transaction that would pin the xmin horizon.
+    await makeLock(true);
+    const a = await acquired('A');
+    await follow();
+    assert.ok(await waitUntil(lastIs(a.holder), 5000), `${holders()}`);
+    const name = `leader_follower ${lock}`.slice(0, 63);
+    const seen = [];
+    for (let i = 0; i < 5; i++) {
+      const row = await backendOf(name);
+      assert.notEqual(row, null, "the follower's connection was not found");
+      seen.push([row.state, row.backend_xmin, row.backend_xid]);
+      await sleep(50);
+    }
+    assert.deepEqual(seen, seen.map(() => ['idle', null, null]), '[state, backend_xmin, backend_xid]');
     assert.deepEqual(errors, []);
   });
 

@@ -16,6 +16,16 @@ What each part does, and what it cannot do:
   own, renews it every ttl/3 from a heartbeat thread on that same connection,
   and gives it back with fencing_release() on exit.  Renew and release must
   come from the role that acquired, which one connection guarantees.
+- Given a wait, it waits with CALL fencing_await() (pg_fencing 1.7), not with
+  the function form fencing_acquire(..., wait): a follower's wait may last
+  hours, and a function waits inside one statement whose snapshot pins the
+  xmin horizon of the whole database all along (VACUUM removes nothing that
+  died since, in any table).  The procedure commits each attempt before it
+  sleeps, so while it waits the backend holds no snapshot and no
+  transaction id.  It cannot run inside a transaction block (25001): the
+  lease's connection is asynchronous, which psycopg2 keeps in autocommit,
+  and the CALL is sent on its own.  Its attempts run at READ COMMITTED
+  whatever default_transaction_isolation says.
 - `lost` is judged on the client's monotonic clock, conservatively: the lease
   counts as lost once the send time of the last successful acquire or renew,
   plus ttl, minus a safety margin, has passed -- whether or not the heartbeat
@@ -140,7 +150,8 @@ class FencedLease:
     holder    the application's label; default host:pid:random, unique per
               FencedLease, so two leases of one process never share a grant
     ttl       seconds; the server ends the lease ttl after the last renewal
-    wait      seconds to wait for a busy lock (None: do not wait)
+    wait      seconds to wait for a busy lock, with CALL fencing_await (None:
+              do not wait; 0: one attempt)
     on_lost   called once, with a reason, from the heartbeat thread
     heartbeat seconds between renewals (default ttl/3)
     """
@@ -189,20 +200,26 @@ class FencedLease:
         self._conn = self._connect()
         sent = time.monotonic()
         try:
-            # The waiting form needs READ COMMITTED, whatever the role's
-            # default_transaction_isolation says.
-            self._query("BEGIN ISOLATION LEVEL READ COMMITTED")
             if self.wait is None:
+                # In READ COMMITTED, whatever the role's
+                # default_transaction_isolation says: at a stricter level an
+                # acquire that meets a just-changed lease row fails with 40001.
+                self._query("BEGIN ISOLATION LEVEL READ COMMITTED")
                 row = self._query(
                     "SELECT fencing_acquire(%s, %s, %s::interval)",
                     (self.lock_name, self.holder, _interval(self.ttl)),
                 )
+                self._query("COMMIT")
             else:
+                # On its own, outside a transaction block: an asynchronous
+                # connection is in autocommit, and no BEGIN is sent.  The
+                # procedure commits each attempt, so that nothing pins the
+                # database's xmin horizon while it waits; its one row is the
+                # token, NULL when the wait ran out.
                 row = self._query(
-                    "SELECT fencing_acquire(%s, %s, %s::interval, %s::interval)",
+                    "CALL fencing_await(%s, %s, %s::interval, %s::interval, kind => 'exclusive')",
                     (self.lock_name, self.holder, _interval(self.ttl), _interval(self.wait)),
                 )
-            self._query("COMMIT")
         except BaseException:
             self._close()
             raise

@@ -74,6 +74,22 @@ def terminate_lease_connection(lease):
     )
 
 
+def backend_of(application_name):
+    """(pid, state, wait_event_type, backend_xmin, backend_xid) of the one
+    backend with that application_name, or None; read afresh each call (the
+    admin connection is in autocommit, so each query has its own snapshot of
+    pg_stat_activity)."""
+    with admin.cursor() as cur:
+        cur.execute(
+            "SELECT pid, state, wait_event_type, backend_xmin::text, backend_xid::text"
+            " FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        )
+        rows = cur.fetchall()
+    assert len(rows) <= 1, f"{len(rows)} backends named {application_name!r}"
+    return rows[0] if rows else None
+
+
 def wait_until(predicate, timeout):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -156,6 +172,58 @@ class FencedLeaseTest(unittest.TestCase):
         self.assertGreater(b_token, a_token)
         self.assertGreaterEqual(time.monotonic() - start, 0.4, "B did not wait for A")
         self.assertEqual(leader(self.lock), b.holder)
+
+    def test_a_waiting_acquire_holds_no_snapshot_and_no_xid(self):
+        # A waits in CALL fencing_await, which commits each attempt before it
+        # sleeps: its backend pins no xmin horizon.  The function form
+        # fencing_acquire(..., wait) would show a backend_xmin all along.
+        a = self.lease("A", ttl=30.0)
+        a_token = a.acquire()
+        b = self.lease("B", ttl=5.0, wait=20.0)
+        outcome = {}
+
+        def take():
+            try:
+                outcome["token"] = b.acquire()
+            except BaseException as error:  # reported by the assertions below
+                outcome["error"] = error
+
+        waiter = threading.Thread(target=take, name="waiter B")
+        waiter.start()
+        name = f"fenced_lease {b.holder}"[:63]
+        waiting = []  # (backend_xmin, backend_xid) each time B was seen asleep in its wait
+        try:
+            end = time.monotonic() + 5.0
+            while len(waiting) < 8 and waiter.is_alive() and time.monotonic() < end:
+                row = backend_of(name)
+                # Asleep on its latch between attempts (an attempt itself is a
+                # short transaction, which has a snapshot while it runs).
+                if row is not None and row[1] == "active" and row[2] == "Extension":
+                    waiting.append((row[3], row[4]))
+                time.sleep(0.1)
+            self.assertTrue(waiter.is_alive(), f"B stopped waiting while A held the lock: {outcome}")
+        finally:
+            released = a.release()
+            waiter.join(10.0)
+        self.assertTrue(released, "A's lease was not live")
+        self.assertFalse(waiter.is_alive(), "B still waits after A released")
+        self.assertNotIn("error", outcome)
+        self.assertGreaterEqual(len(waiting), 5, f"B was seen waiting only {len(waiting)} times")
+        self.assertEqual(waiting, [(None, None)] * len(waiting),
+                         "(backend_xmin, backend_xid) of B while it waited")
+        self.assertIsNotNone(outcome["token"], "B did not get the lock once A released it")
+        self.assertGreater(outcome["token"], a_token)
+        self.assertEqual(leader(self.lock), b.holder)
+        self.assertTrue(b.held, b.lost_reason)
+
+    def test_a_wait_that_runs_out_is_unavailable(self):
+        a = self.lease("A", ttl=30.0)
+        self.assertIsNotNone(a.acquire())
+        with self.assertRaises(LeaseUnavailableError):
+            with self.lease("B", wait=0):  # one attempt
+                self.fail("entered the block without the lock")
+        self.assertIsNone(self.lease("C", wait=0.2).acquire())
+        self.assertEqual(leader(self.lock), a.holder)
 
     def test_heartbeat_keeps_the_lease_across_several_ttls(self):
         lost = []
@@ -334,6 +402,23 @@ class LeaderFollowerTest(unittest.TestCase):
         b = self.lease("B")  # another connection's grant
         self.assertTrue(self.changes.wait_for(b.holder), f"grant not seen: {self.changes.holders()}")
         self.assertEqual(follower.leader.token, b.token)
+        self.assertEqual(self.changes.errors, [])
+
+    def test_its_idle_connection_holds_no_snapshot(self):
+        # Between reads it sits LISTENing: idle in autocommit, not idle in a
+        # transaction that would pin the xmin horizon.
+        self.make_lock(announce=True)
+        a = self.lease("A")
+        self.follow()
+        self.assertTrue(self.changes.wait_for(a.holder), self.changes.holders())
+        name = f"leader_follower {self.lock}"[:63]
+        seen = []
+        for _ in range(5):
+            row = backend_of(name)
+            self.assertIsNotNone(row, "the follower's connection was not found")
+            seen.append(row[1:2] + row[3:])
+            time.sleep(0.05)
+        self.assertEqual(seen, [("idle", None, None)] * 5, "(state, backend_xmin, backend_xid)")
         self.assertEqual(self.changes.errors, [])
 
     def test_reports_neither_a_rolled_back_grant_nor_a_forged_notification(self):
