@@ -110,7 +110,8 @@ struct LeaseOptions {
   std::string lock_name;  // fencing_acquire's lock_name
   std::string holder;     // unique per process, e.g. host:pid
   std::chrono::milliseconds ttl{10000};
-  // Wait up to this long for a busy lock; nullopt: try once.
+  // Wait up to this long for a busy lock (CALL fencing_await: the waiting
+  // connection holds no snapshot, however long it waits); nullopt: try once.
   std::optional<std::chrono::milliseconds> wait;
   // Heartbeat period; zero means ttl / 3.
   std::chrono::milliseconds heartbeat{0};
@@ -139,8 +140,8 @@ struct LeaseOptions {
 
 class Lease final : public HeldLock {
  public:
-  // Acquires the lease (fencing_acquire with or without wait) and starts the
-  // heartbeat.  Throws LeaseUnavailableError when the lock is busy, and
+  // Acquires the lease (the acquire function of its mode, or CALL
+  // fencing_await when it may wait) and starts the heartbeat.  Throws LeaseUnavailableError when the lock is busy, and
   // pqxx errors for database trouble; std::invalid_argument if ttl is not
   // positive or the heartbeat is not shorter than ttl - SafetyMargin(ttl).
   // For a permit, "busy" means every permit is taken.

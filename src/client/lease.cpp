@@ -82,6 +82,61 @@ bool RenewOn(pqxx::connection &conn, const std::string &lock_name, Token token, 
       .as<bool>();
 }
 
+// One attempt, with the acquire function of the lease's mode.  In READ
+// COMMITTED: pqxx's BEGIN leaves the level to default_transaction_isolation,
+// and at a stricter one an attempt that meets a just-changed lease row fails
+// with a serialization error.
+std::optional<Token> AcquireAtOnce(pqxx::connection &conn, const LeaseOptions &options) {
+  pqxx::work tx(conn);
+  pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  std::optional<Token> granted;
+  switch (options.mode) {
+    case LeaseOptions::Mode::kExclusive:
+      // A null char pointer is SQL NULL to libpqxx 6 and 7 alike.
+      granted = TokenFromField(pqxx_compat::ExecParams1(
+          tx, "SELECT fencing_acquire($1, $2, $3::interval, payload => $4::jsonb)",
+          options.lock_name, options.holder, IntervalText(options.ttl),
+          options.payload ? options.payload->c_str() : nullptr)[0]);
+      break;
+    case LeaseOptions::Mode::kShared:
+      granted = TokenFromField(pqxx_compat::ExecParams1(
+          tx, "SELECT fencing_acquire_shared($1, $2, $3::interval)", options.lock_name,
+          options.holder, IntervalText(options.ttl))[0]);
+      break;
+    case LeaseOptions::Mode::kPermit:
+      granted = TokenFromField(pqxx_compat::ExecParams1(
+          tx, "SELECT fencing_acquire_permit($1, $2, $3::integer, $4::interval)",
+          options.lock_name, options.holder, options.permits, IntervalText(options.ttl))[0]);
+      break;
+  }
+  tx.commit();
+  return granted;
+}
+
+// Waits up to options.wait with CALL fencing_await, outside any transaction
+// block (a nontransaction: the procedure must end its own transactions).
+// It commits each attempt before it sleeps, so that a follower waiting for
+// hours holds no snapshot all that time; the function form
+// fencing_acquire(..., wait) would hold the xmin horizon of the whole
+// database for as long as it waits.
+std::optional<Token> AcquireWaiting(pqxx::connection &conn, const LeaseOptions &options) {
+  const char *kind = "exclusive";
+  std::string permits;
+  if (options.mode == LeaseOptions::Mode::kShared) kind = "shared";
+  if (options.mode == LeaseOptions::Mode::kPermit) {
+    kind = "permit";
+    permits = std::to_string(options.permits);
+  }
+  pqxx::nontransaction tx(conn);
+  return TokenFromField(pqxx_compat::ExecParams1(
+      tx,
+      "CALL fencing_await($1, $2, $3::interval, $4::interval, kind => $5, "
+      "permits => $6::integer, payload => $7::jsonb)",
+      options.lock_name, options.holder, IntervalText(options.ttl), IntervalText(*options.wait),
+      kind, permits.empty() ? nullptr : permits.c_str(),
+      options.payload ? options.payload->c_str() : nullptr)[0]);
+}
+
 }  // namespace
 
 Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
@@ -99,38 +154,8 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
   heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
 
   const Clock::time_point sent = Clock::now();
-  std::optional<Token> granted;
-  {
-    pqxx::work tx(*heartbeat_conn_);
-    // The waiting form needs READ COMMITTED; pqxx's BEGIN leaves the level to
-    // default_transaction_isolation, which may say otherwise.  The other
-    // form then cannot fail on a serialization conflict either.
-    pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
-    // One function for both forms: a NULL wait is no wait.  A null char
-    // pointer is SQL NULL to libpqxx 6 and 7 alike.
-    const std::string wait = options_.wait ? IntervalText(*options_.wait) : std::string();
-    const char *wait_or_null = options_.wait ? wait.c_str() : nullptr;
-    switch (options_.mode) {
-      case LeaseOptions::Mode::kExclusive:
-        granted = TokenFromField(pqxx_compat::ExecParams1(
-            tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval, payload => $5::jsonb)",
-            options_.lock_name, options_.holder, IntervalText(options_.ttl), wait_or_null,
-            options_.payload ? options_.payload->c_str() : nullptr)[0]);
-        break;
-      case LeaseOptions::Mode::kShared:
-        granted = TokenFromField(pqxx_compat::ExecParams1(
-            tx, "SELECT fencing_acquire_shared($1, $2, $3::interval, $4::interval)",
-            options_.lock_name, options_.holder, IntervalText(options_.ttl), wait_or_null)[0]);
-        break;
-      case LeaseOptions::Mode::kPermit:
-        granted = TokenFromField(pqxx_compat::ExecParams1(
-            tx, "SELECT fencing_acquire_permit($1, $2, $3::integer, $4::interval, $5::interval)",
-            options_.lock_name, options_.holder, options_.permits, IntervalText(options_.ttl),
-            wait_or_null)[0]);
-        break;
-    }
-    tx.commit();
-  }
+  const std::optional<Token> granted = options_.wait ? AcquireWaiting(*heartbeat_conn_, options_)
+                                                     : AcquireAtOnce(*heartbeat_conn_, options_);
   if (!granted) {
     throw LeaseUnavailableError(
         Describe() +

@@ -343,6 +343,70 @@ TEST_F(ClientTest, WaitingAcquireGetsLockAfterReleaseOrDestruction) {
   }
 }
 
+// A waiting Lease holds no snapshot and no transaction id while it waits, in
+// each mode: its connection shows backend_xmin and backend_xid NULL at every
+// look while it sleeps for the lock (so VACUUM is not held back however long
+// a follower waits), then gets the lock when the holder lets go.
+TEST_F(ClientTest, WaitingLeaseHoldsNoSnapshotWhileItWaits) {
+  for (const LeaseOptions::Mode mode :
+       {LeaseOptions::Mode::kExclusive, LeaseOptions::Mode::kShared, LeaseOptions::Mode::kPermit}) {
+    const int index = static_cast<int>(mode);
+    SCOPED_TRACE("mode " + std::to_string(index));
+    const std::string lock = Name("lock" + std::to_string(index));
+    LeaseOptions options = Options(lock, "holder", 30s);
+    options.mode = mode;
+    options.permits = 1;
+    // A shared lease waits for an exclusive holder.
+    if (mode == LeaseOptions::Mode::kShared) options.mode = LeaseOptions::Mode::kExclusive;
+    auto first = std::make_unique<Lease>(options);
+    const Token first_token = first->token();
+
+    const std::string app = "ct_wait_" + std::to_string(getpid()) + "_" + std::to_string(index);
+    LeaseOptions waiting = options;
+    waiting.mode = mode;
+    waiting.holder = "follower";
+    waiting.conninfo = std::string(Dsn()) + " application_name=" + app;
+    waiting.wait = 20s;
+    std::unique_ptr<Lease> second;
+    std::string failure;
+    std::thread follower([&] {
+      try {
+        second = std::make_unique<Lease>(waiting);
+      } catch (const std::exception &e) {
+        failure = e.what();
+      }
+    });
+
+    // Looks while the follower sleeps for the lock (wait_event_type
+    // Extension: on its latch, between attempts).
+    int sleeping_looks = 0;
+    int holding_looks = 0;
+    const Clock::time_point start = Clock::now();
+    while (sleeping_looks < 5 && Since(start) < 10000) {
+      pqxx::nontransaction tx(*conn_);
+      const pqxx::result r = pqxx_compat::ExecParams(
+          tx,
+          "SELECT backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
+          "WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Extension'",
+          app);
+      if (!r.empty()) {
+        ++sleeping_looks;
+        if (r[0][0].as<bool>()) ++holding_looks;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_GE(sleeping_looks, 5) << "the follower was never seen waiting";
+    EXPECT_EQ(holding_looks, 0) << "the waiting follower held a snapshot or an xid";
+
+    EXPECT_TRUE(first->Release());
+    follower.join();
+    ASSERT_EQ(failure, "");
+    ASSERT_NE(second, nullptr);
+    EXPECT_GT(second->token(), first_token);
+    EXPECT_TRUE(second->held());
+  }
+}
+
 // The server starts the ttl when it grants, after the wait: a lease granted
 // after waiting longer than its ttl is held, not born expired.
 TEST_F(ClientTest, LeaseGrantedAfterWaitingLongerThanItsTtlIsHeld) {
@@ -1230,6 +1294,28 @@ TEST_F(WatchTest, ReportsTheLeaderAtStartThenEachGrantReleaseAndRevoke) {
     ASSERT_TRUE(probe.WaitForLeader(std::nullopt, 5s)) << "revoke not seen: " << probe.History();
   }
   EXPECT_EQ(probe.errors(), 0u);
+}
+
+// Between reads the watch's connection sits idle outside any transaction:
+// a follower that watches for hours holds back no VACUUM.
+TEST_F(WatchTest, HoldsNoSnapshotBetweenReads) {
+  const std::string lock = Name("lock");
+  MakeLock(lock, true);
+  Lease leader(Options(lock, "leader", 30s));
+  WatchProbe probe;
+  LeaderWatch watch(WatchOptions(lock, probe));
+  ASSERT_TRUE(probe.WaitForLeader("leader", 5s)) << probe.History();
+  for (int look = 0; look < 5; ++look) {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx,
+        "SELECT state, backend_xmin IS NULL AND backend_xid IS NULL FROM pg_stat_activity "
+        "WHERE application_name = $1",
+        AppName());
+    EXPECT_EQ(row[0].as<std::string>(), "idle");
+    EXPECT_TRUE(row[1].as<bool>()) << "the idle watch holds a snapshot or an xid";
+    std::this_thread::sleep_for(50ms);
+  }
 }
 
 // What the watch reports is fencing_leases, never a notification's word: a

@@ -147,6 +147,40 @@ is($node->safe_psql('postgres',
 	'0', 'no advisory lock is left on the pooled server connections');
 
 ###############################################################################
+# CALL fencing_await through the pooler: one statement, so PgBouncer keeps
+# its server connection until the CALL returns, though the procedure
+# commits inside; it sleeps with no snapshot, is woken by the release, and
+# leaves no session lock (its place in the waiting room) on the connection
+# that goes back to the pool.
+###############################################################################
+
+my $held2 = via_bouncer("SELECT fencing_acquire('pooled-await', 'holder', '1 minute')");
+my ($await_out, $await_err) = ('', '');
+my $awaiter = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $pooled, '-c',
+		"CALL fencing_await('pooled-await', 'awaiter', '1 minute', '120 s')"
+	],
+	'<', \undef, '>', \$await_out, '2>', \$await_err);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'CALL fencing_await%' "
+	  . "AND wait_event_type = 'Extension' AND backend_xmin IS NULL AND backend_xid IS NULL"
+) or die 'the awaiter did not start sleeping without a snapshot';
+$released = time;
+is(via_bouncer("SELECT fencing_release('pooled-await', '$held2')"),
+	't', 'released through the pooler while fencing_await occupies a server connection');
+$awaiter->finish;
+chomp $await_out;
+cmp_ok($await_out, '>', $held2, 'fencing_await got the lock through the pooler')
+  or diag $await_err;
+$took = time - $released;
+cmp_ok($took, '<', 5, 'fencing_await was woken by the release through the pooler')
+  or diag "handed over after $took s";
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"),
+	'0', 'fencing_await leaves no advisory lock on the pooled server connections');
+
+###############################################################################
 # The guard through the pooler.
 ###############################################################################
 
