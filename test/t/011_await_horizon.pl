@@ -4,7 +4,9 @@
 # snapshot, and VACUUM cannot (which is why the README sends long waits to
 # fencing_await).  Both cases run the same churn, so the second shows that
 # the first could fail.  Then fencing_audit() names a function-form waiter
-# (to the roles that may see it), and not a fencing_await one.
+# (to the roles that may see it), and not a fencing_await one; and an
+# exclusive acquirer in fencing_await keeps its priority over new shared
+# grants.
 use strict;
 use warnings;
 
@@ -128,5 +130,21 @@ is(waits_reported('stats_only'), '', 'not a role that may not use the lock');
 is(waits_reported('lock_only'), '', 'not a role that cannot see the session');
 $function->{h}->finish;
 $await->{h}->finish;
+
+# 4. Writer priority through fencing_await: an exclusive acquirer waiting
+# in it holds the lock's waiting room, so no new shared lease is granted
+# until it has had its turn; the last shared release hands it the lock.
+my $reader1 = $node->safe_psql('postgres', "SELECT fencing_acquire_shared('wp', 'reader1', '1 hour')");
+my $reader2 = $node->safe_psql('postgres', "SELECT fencing_acquire_shared('wp', 'reader2', '1 hour')");
+like($reader2, qr/^\d+$/, 'two shared leases side by side');
+$node->safe_psql('postgres', "SELECT fencing_release('wp', '$reader2')");
+my $writer = start_psql('await-writer', "CALL fencing_await('wp', 'writer', '1 hour', '60 s')");
+follower_ids('await-writer');
+is($node->safe_psql('postgres', "SELECT fencing_acquire_shared('wp', 'reader3', '1 hour') IS NULL"),
+	't', 'no new shared lease while an exclusive acquirer waits in fencing_await');
+$node->safe_psql('postgres', "SELECT fencing_release('wp', '$reader1')");
+$writer->{h}->finish;
+cmp_ok(${ $writer->{out} }, '>', $reader2, 'the last shared release hands the lock to the writer');
+is($node->safe_psql('postgres', "SELECT fencing_leader('wp')"), 'writer', 'the writer leads');
 
 done_testing();
