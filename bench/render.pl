@@ -84,24 +84,32 @@ my $percentiles = sub {
 	return sprintf('%d | %s | %s | %s | %s | %s', scalar @h, fmt($h[0]), fmt($p->(0.5)), fmt($p->(0.9)),
 		fmt($p->(0.99)), fmt($h[-1]));
 };
-my @waiter_counts = sort { $a <=> $b } grep { defined }
-  map { /^handover_latency\|before_commit\|(\d+)$/ ? $1 : undef } keys %samples;
+# The function form's variants carry no prefix (the names of the runs before
+# 1.7), CALL fencing_await's carry "await_".
+my %waiting_form = ('' => 'fencing_acquire()', 'await_' => 'CALL fencing_await');
+my @waiter_counts = sort { $a <=> $b } keys %{ { map { /^handover_latency\|(?:await_)?before_commit\|(\d+)$/ ? ($1 => 1) : () }
+	  keys %samples } };
 if (@waiter_counts) {
 	push @md, '', '### Hand-over to a waiting acquirer (ms from the release\'s commit to the next grant)', '',
 	  'The commit is bracketed: *before* = the release transaction\'s last statement before COMMIT (includes',
-	  'its WAL flush); *after* = the releaser\'s first statement after COMMIT returned.', '',
-	  '| waiters, from | samples | min | p50 | p90 | p99 | max |', '|---|---|---|---|---|---|---|';
+	  'its WAL flush); *after* = the releaser\'s first statement after COMMIT returned. The waiters wait in',
+	  '`fencing_acquire(…, wait)` or in `CALL fencing_await(…)`, each form on a lock of its own.', '',
+	  '| waiters, form, from | samples | min | p50 | p90 | p99 | max |', '|---|---|---|---|---|---|---|';
 	for my $w (@waiter_counts) {
-		for my $from (qw(before_commit after_commit)) {
-			my $h = $samples{"handover_latency|$from|$w"} or next;
-			(my $label = $from) =~ s/_commit//;
-			push @md, "| $w, $label | " . $percentiles->(@$h) . ' |';
+		for my $form ('', 'await_') {
+			for my $from (qw(before_commit after_commit)) {
+				my $h = $samples{"handover_latency|$form$from|$w"} or next;
+				(my $label = $from) =~ s/_commit//;
+				push @md, "| $w, $waiting_form{$form}, $label | " . $percentiles->(@$h) . ' |';
+			}
 		}
 	}
 }
-if (my $h = $samples{'handover_after_expiry|wait|1'}) {
+my @expiry = grep { $samples{"handover_after_expiry|$_->[0]|1"} } ([ wait => 'fencing_acquire()' ], [ await => 'CALL fencing_await' ]);
+if (@expiry) {
 	push @md, '', '### Hand-over at a lease\'s end (ms from expires_at to the waiter\'s grant)', '',
-	  '| samples | min | p50 | p90 | p99 | max |', '|---|---|---|---|---|---|', '| ' . $percentiles->(@$h) . ' |';
+	  '| form | samples | min | p50 | p90 | p99 | max |', '|---|---|---|---|---|---|---|';
+	push @md, "| $_->[1] | " . $percentiles->(@{ $samples{"handover_after_expiry|$_->[0]|1"} }) . ' |' for @expiry;
 }
 
 open my $md, '>', $md_out or die "$md_out: $!";

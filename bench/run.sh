@@ -60,6 +60,10 @@ if [[ ${QUICK:-0} == 1 ]]; then
   for b in bulk_update single_row_tps grant_tps_sync_on lease_cycle_tps lease_renew_tps handover_latency handover_after_expiry; do
     grep -q "^$b," "$raw" || { echo "bench: no $b figures" >&2; exit 1; }
   done
+  # Both waiting forms of the hand-over.
+  for v in handover_latency,await_before_commit handover_after_expiry,await; do
+    grep -q "^$v," "$raw" || { echo "bench: no $v figures" >&2; exit 1; }
+  done
   [[ -s $out/chart.png ]] || { echo "bench: no chart" >&2; exit 1; }
   rm -rf "$out"
 else
