@@ -102,3 +102,14 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
   END;
 COMMENT ON FUNCTION @extschema@.fencing_audit() IS
   'every table guarded by pg_fencing that the caller owns, with each thing that weakens its guard, a severity and the command that mends it; the locks it may use that accept tokens nobody granted; tokens that run ahead of the server''s clock; and sessions that have waited for a lock in a function form, holding their snapshot, for longer than pg_fencing.audit_long_wait';
+
+-- The expiry worker looks at permits and shared leases too (the library's
+-- change; this is its description).
+COMMENT ON FUNCTION @extschema@.fencing_announce_expiries() IS
+  'announces (and counts) every lease, permit and shared lease that has run out and was not yet announced, marks it ended = ''expired'', and returns the end of the next live one (NULL: none); the background worker calls it, or a scheduled job where the library is not preloaded; superuser only';
+
+-- Renewing and releasing a permit or a shared lease moved into the C lease
+-- engine (src/backend/lease_engine.cpp, MovePermitEnd), which also counts
+-- the renewals and schedules the expiry worker's look; the library serves
+-- databases not yet updated the same way, so the SQL of 1.4 is unused.
+DROP FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fencing_token, interval, text);

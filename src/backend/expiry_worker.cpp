@@ -393,31 +393,36 @@ void pg_fencing_expiry_worker_main(Datum arg) {
   proc_exit(0);
 }
 
-// fencing_announce_expiries() RETURNS timestamptz: every lease that ran
-// out and was not announced is announced (if its lock is) and counted as
-// an expiry, and marked ended = 'expired'; returns the end of the next
-// live lease (NULL: none).  PUBLIC may not call it.
-PG_FUNCTION_INFO_V1(fencing_announce_expiries);
-Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
-  PreventCommandIfReadOnly("fencing_announce_expiries()");
-  const char *s = quote_identifier(get_namespace_name(ExtensionSchema(fcinfo)));
-  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  // Rows locked by a transaction still running (a grant over this very
-  // lease, say) are skipped, not waited for: the worker must not stall a
-  // database's announcements behind one transaction.  READ COMMITTED
-  // re-checks a row a grant changed meanwhile: a lease granted again is
-  // live, and left alone.
+}  // extern "C"
+
+namespace pg_fencing {
+namespace {
+
+// Marks ended = 'expired' every row of `table` (fencing_lease, or
+// fencing_permit: a semaphore's permits and a lock's shared leases) whose
+// lease ran out unannounced, announcing (if its lock is announced) and
+// counting each; `key` is the row's key, matched between the look and the
+// update.  Rows locked by a transaction still running (a grant over this
+// very lease, say) are skipped, not waited for: the worker must not stall a
+// database's announcements behind one transaction.  READ COMMITTED
+// re-checks a row changed meanwhile: a lease granted again is live, and
+// left alone.
+void MarkExpired(const char *schema, const char *table, const char *key, const char *lock_join) {
   const int marked = SPI_execute(
-      psprintf("WITH due AS (SELECT d.lock_name FROM %s.fencing_lease d "
+      psprintf("WITH due AS (SELECT %s FROM %s.%s d "
                "WHERE d.ended IS NULL AND d.expires_at <= pg_catalog.clock_timestamp() "
                "FOR NO KEY UPDATE SKIP LOCKED) "
-               "UPDATE %s.fencing_lease l SET ended = 'expired' FROM due, %s.fencing_lock k "
-               "WHERE l.lock_name = due.lock_name AND k.lock_name = l.lock_name "
-               "AND l.ended IS NULL "
-               "RETURNING l.lock_name, k.lock_id, k.announce, l.holder, l.token",
-               s, s, s),
+               "UPDATE %s.%s l SET ended = 'expired' FROM due, %s.fencing_lock k "
+               "WHERE %s AND %s AND l.ended IS NULL "
+               "RETURNING k.lock_name, k.lock_id, k.announce, l.holder, l.token",
+               key, schema, table, schema, table, schema,
+               strcmp(table, "fencing_lease") == 0 ? "l.lock_name = due.lock_name"
+                                                   : "l.lock_id = due.lock_id AND l.slot = due.slot",
+               lock_join),
       false, 0);
-  if (marked != SPI_OK_UPDATE_RETURNING) elog(ERROR, "pg_fencing: marking expired leases failed");
+  if (marked != SPI_OK_UPDATE_RETURNING) {
+    elog(ERROR, "pg_fencing: marking expired rows of %s failed", table);
+  }
   SPITupleTable *expired = SPI_tuptable;
   for (uint64 i = 0; i < SPI_processed; ++i) {
     HeapTuple row = expired->vals[i];
@@ -432,12 +437,42 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
     event.token = DatumGetInt64(SPI_getbinval(row, expired->tupdesc, 5, &is_null));
     PublishLeaseEvent(event, announce);
   }
+}
+
+}  // namespace
+}  // namespace pg_fencing
+
+extern "C" {
+
+// fencing_announce_expiries() RETURNS timestamptz: every lease, permit and
+// shared lease that ran out and was not announced is announced (if its lock
+// is) and counted as an expiry, and marked ended = 'expired'; returns the
+// end of the next live one (NULL: none).  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_announce_expiries);
+Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
+  PreventCommandIfReadOnly("fencing_announce_expiries()");
+  const Oid schema = ExtensionSchema(fcinfo);
+  const char *s = quote_identifier(get_namespace_name(schema));
+  // fencing_permit from 1.4: a database not yet updated has leases only.
+  // 'expired' on a slot means what it means on a lease (1.4's grants mark a
+  // slot so when they announce its expiry): it ran out, its lock-delay
+  // applies, and nobody renews it any more.
+  const bool has_permits = OidIsValid(get_relname_relid("fencing_permit", schema));
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name");
+  if (has_permits) MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id");
   // The earliest end of a lease not marked, past or future: one that ended
   // after the marking's look (or was skipped) is due at once, so none falls
-  // between the two statements.
+  // between the statements.
   const int next = SPI_execute(
-      psprintf("SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l WHERE l.ended IS NULL",
-               s),
+      has_permits
+          // LEAST is a construct of the grammar, not a function of pg_catalog.
+          ? psprintf("SELECT LEAST("
+                     "(SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l WHERE l.ended IS NULL), "
+                     "(SELECT pg_catalog.min(p.expires_at) FROM %s.fencing_permit p WHERE p.ended IS NULL))",
+                     s, s)
+          : psprintf("SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l WHERE l.ended IS NULL",
+                     s),
       false, 1);  // not read-only: it must see the marks just made
   if (next != SPI_OK_SELECT || SPI_processed != 1) {
     elog(ERROR, "pg_fencing: reading the next lease end failed");

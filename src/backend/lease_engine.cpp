@@ -521,6 +521,83 @@ AttemptRequest RequestFrom(FunctionCallInfo fcinfo, Oid schema, int payload_arg)
 
 // ---- Renew and release ------------------------------------------------------------
 
+// What moving a lease's end did: whether it moved, and whether the lock's
+// first waiter must look again.
+struct EndMoved {
+  bool moved;
+  bool wake;
+};
+
+// What a moved end tells, for an exclusive lease, a permit or a shared
+// lease alike: a release is announced, a renewal counted and scheduled for
+// the expiry worker; returns whether the lock's first waiter must look
+// again.  A release frees the lock and a renew that brings the end closer
+// makes it free sooner; a renew that moves the end later need not wake it:
+// it sleeps until the old end at most, then sees the new one.
+bool PublishMovedEnd(const char *lock_name, int64 lock_id, bool announced, Datum holder, int64 token,
+                     const char *ended, TimestampTz old_end, TimestampTz new_end) {
+  if (ended != nullptr) {
+    LeaseEvent release = {};
+    release.lock_name = lock_name;
+    release.lock_id = lock_id;
+    release.kind = LeaseEventKind::kReleased;
+    release.holder = holder;
+    release.has_token = true;
+    release.token = token;
+    PublishLeaseEvent(release, announced);
+  } else {
+    CountLeaseEventAtCommit(lock_name, LeaseCounter::kRenewals);
+    ScheduleExpiryCheckAtCommit(new_end);
+  }
+  return ended != nullptr || new_end < old_end;
+}
+
+// The part of fencing_renew and fencing_release for a permit or a shared
+// lease of lock_id (the row of fencing_permit whose token is token): as for
+// the exclusive lease, only the live one of the caller's login role moves,
+// a race lost is judged again on the newer version, a release is announced
+// and a renewal counted and scheduled.  1.4 did this in SQL
+// (fencing_move_permit_end).
+EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lock_id, int64 token,
+                       Datum holder_role, Datum remaining, const char *ended, bool announced) {
+  EndMoved result = {false, false};
+  Relation permit = table_open(ids.permit, RowExclusiveLock);
+  Relation probe = index_open(ids.permit_token, AccessShareLock);
+  for (;;) {
+    Snapshot snapshot = TakeSnapshot();
+    const TimestampTz now = GetCurrentTimestamp();
+    HeapTuple row = FetchRowByNumber(permit, probe, token, snapshot);
+    UnregisterSnapshot(snapshot);
+    if (row == nullptr) break;
+    bool is_null = false;
+    const TimestampTz old_end =
+        DatumGetTimestampTz(RowColumn(permit, row, ids.permit_expires_at, &is_null));
+    bool ended_null = false;
+    (void)RowColumn(permit, row, ids.permit_ended, &ended_null);
+    const bool theirs =
+        DatumGetInt64(RowColumn(permit, row, ids.permit_lock_id, &is_null)) == lock_id &&
+        SameName(RowColumn(permit, row, ids.permit_holder_role, &is_null), holder_role) &&
+        ended_null && old_end > now;
+    if (!theirs) break;
+    PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
+    const Datum new_end = TimestampPlus(now, remaining);
+    const int columns[] = {ids.permit_expires_at, ids.permit_ended};
+    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
+    const bool nulls[] = {false, ended == nullptr};
+    if (ReplaceRow(permit, row, 2, columns, values, nulls)) {
+      result.moved = true;
+      result.wake = PublishMovedEnd(lock_name, lock_id, announced,
+                                    RowColumn(permit, row, ids.permit_holder, &is_null), token,
+                                    ended, old_end, DatumGetTimestampTz(new_end));
+      break;
+    }
+    // Renewed, released or revoked meanwhile: judge the newer version.
+  }
+  index_close(probe, NoLock);
+  table_close(permit, NoLock);
+  return result;
+}
+
 // Moves the end of a live lease the caller's login role holds under token
 // to now + remaining; ended 'released' marks a release (which spares the
 // lock its lock-delay).  False for any lease that is not the caller's, and
@@ -541,6 +618,7 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   bool wake = false;
   int64 lock_id = 0;
   LockKind kind = LockKind::kExclusive;
+  bool announced = false;
   for (;;) {
     Snapshot snapshot = TakeSnapshot();
     const TimestampTz now = GetCurrentTimestamp();
@@ -552,6 +630,7 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     may_use = CallerMayUse(t, lock, caller);
     kind = LockKindOfRow(t.lock, lock);
     lock_id = LockIdOf(t, lock);
+    announced = LockIsAnnounced(t, lock);
     if (!may_use || lease == nullptr || token_null) break;
     bool is_null = false;
     const TimestampTz old_end =
@@ -568,44 +647,25 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     const bool nulls[] = {false, ended == nullptr};
     if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
       moved = true;
-      if (ended != nullptr) {
-        LeaseEvent release = {};
-        release.lock_name = lock_name;
-        release.lock_id = LockIdOf(t, lock);
-        release.kind = LeaseEventKind::kReleased;
-        release.holder = RowColumn(t.lease, lease, ids.lease_holder, &is_null);
-        release.has_token = true;
-        release.token = token;
-        PublishLeaseEvent(release, LockIsAnnounced(t, lock));
-      } else {
-        CountLeaseEventAtCommit(lock_name, LeaseCounter::kRenewals);
-        ScheduleExpiryCheckAtCommit(DatumGetTimestampTz(new_end));
-      }
-      // A release frees the lock and a renew that brings the end closer
-      // makes it free sooner: the first waiter must look again.  A renew
-      // that moves the end later need not wake it: it sleeps until the old
-      // end at most, then sees the new one.
-      wake = ended != nullptr || DatumGetTimestampTz(new_end) < old_end;
-      lock_id = LockIdOf(t, lock);
+      wake = PublishMovedEnd(lock_name, lock_id, announced,
+                             RowColumn(t.lease, lease, ids.lease_holder, &is_null), token, ended,
+                             old_end, DatumGetTimestampTz(new_end));
       break;
     }
     // Renewed, released or revoked meanwhile: judge the newer version.
+  }
+  // Not the exclusive lease: a permit or a shared lease (1.4).
+  if (lock_exists && may_use && !moved && !token_null && kind != LockKind::kExclusive &&
+      OidIsValid(ids.permit)) {
+    const EndMoved slot = MovePermitEnd(ids, lock_name, lock_id, token, holder_role, remaining,
+                                        ended, announced);
+    moved = slot.moved;
+    wake = slot.wake;
   }
   CloseTables(t);
   if (!lock_exists) return false;  // no lock, no lease: as for any lease not the caller's
   // A role that may not use the lock learns nothing else: the usual 42501.
   if (!may_use) (void)AuthorizeLock(schema, lock_name, caller, false, InvalidOid);
-  // Not the exclusive lease: a permit or a shared lease, in SQL (1.4).
-  if (!moved && !token_null && kind != LockKind::kExclusive) {
-    const Oid arg_types[] = {INT8OID, TokenTypeOid(schema), INTERVALOID, TEXTOID};
-    FmgrInfo *fn = ExtensionFunction(schema, "fencing_move_permit_end", 4, arg_types);
-    const Datum args[] = {Int64GetDatum(lock_id), Int64GetDatum(token), remaining,
-                          ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
-    const bool nulls[] = {false, false, false, ended == nullptr};
-    bool is_null = false;
-    const Datum permit_moved = CallExtensionFunction(fn, 4, args, nulls, &is_null);
-    return !is_null && DatumGetBool(permit_moved);
-  }
   if (!moved) return false;
   RequireDurableCommit();
   if (wake) WakeWaitersAtCommit(lock_id);
@@ -632,6 +692,10 @@ Datum AcquirePermits(FunctionCallInfo fcinfo, Datum permits, bool permits_null, 
   bool is_null = false;
   const Datum token = CallExtensionFunction(fn, 6, args, nulls, &is_null);
   if (is_null) PG_RETURN_NULL();
+  // The SQL set the permit's end to its clock_timestamp() + ttl, before
+  // now: the worker's look at now + ttl finds it ended, and announces it.
+  ScheduleExpiryCheckAtCommit(
+      DatumGetTimestampTz(TimestampPlus(GetCurrentTimestamp(), PG_GETARG_DATUM(ttl_arg))));
   return token;
 }
 

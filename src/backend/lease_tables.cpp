@@ -242,6 +242,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
     ids.permit_lock_name = ColumnOf(ids.permit, "lock_name");
     ids.permit_expires_at = ColumnOf(ids.permit, "expires_at");
     ids.permit_ended = ColumnOf(ids.permit, "ended");
+    ids.permit_holder = ColumnOf(ids.permit, "holder");
+    ids.permit_holder_role = ColumnOf(ids.permit, "holder_role");
   }
   ids.lease_token_index = get_relname_relid("fencing_lease_token", schema);
   ids.lease_lock_name = ColumnOf(ids.lease, "lock_name");

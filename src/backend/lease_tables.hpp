@@ -33,9 +33,10 @@ struct LeaseTableIds {
   // Added in 1.5 (InvalidAttrNumber before): where the lock's tokens come from.
   AttrNumber lock_token_source;
   // fencing_permit and its index on token (1.4; InvalidOid before), and
-  // the columns the guard reads.
+  // the columns the guard, renew and release read.
   Oid permit, permit_token;
-  AttrNumber permit_lock_id, permit_slot, permit_lock_name, permit_expires_at, permit_ended;
+  AttrNumber permit_lock_id, permit_slot, permit_lock_name, permit_expires_at, permit_ended,
+      permit_holder, permit_holder_role;
   // fencing_lease's index on token (1.6; InvalidOid before): which lease a
   // token written under belongs to (src/backend/lease_writers.cpp).
   Oid lease_token_index;

@@ -272,8 +272,29 @@ is( summary(@events),
 );
 is_deeply([ map { $_->{token} } @events ], [ $p1, $p1, $p2, $p2, $p3 ],
 	'each with its permit\'s token');
-is( sql("SELECT grants, releases, expiries FROM fencing_lock_stats WHERE lock_name = 'watched-sem'"),
-	'3|1|1', 'and counted in fencing_lock_stats');
+is( sql("SELECT grants, renewals, releases, expiries FROM fencing_lock_stats WHERE lock_name = 'watched-sem'"),
+	'3|1|1|1', 'and counted in fencing_lock_stats, the renewal too');
+
+# The worker looks at permits and shared leases too (1.7): one that runs out
+# with nobody acting on its lock is marked, announced and counted.
+sql("SELECT fencing_create_lock('quiet-sem', 'tenant_a'); SELECT fencing_set_announce('quiet-sem', true); "
+	  . "SELECT fencing_create_lock('quiet-shared', 'tenant_a'); SELECT fencing_set_announce('quiet-shared', true)");
+$listener = start_listening();
+my $lone_permit = sql("SELECT fencing_acquire_permit('quiet-sem', 'lone-permit', 2, '300 ms')", 'tenant_a');
+my $lone_shared = sql("SELECT fencing_acquire_shared('quiet-shared', 'lone-reader', '300 ms')", 'tenant_a');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM fencing_permit WHERE holder IN ('lone-permit', 'lone-reader') AND ended = 'expired'"),
+	'the worker marks a permit and a shared lease that ran out');
+@events = stop_listening($listener);
+# One statement marks both: in no particular order.
+my @expiries = sort { $a->{holder} cmp $b->{holder} } grep { $_->{event} eq 'expired' } @events;
+is( summary(@expiries),
+	'quiet-sem expired lone-permit, quiet-shared expired lone-reader',
+	'and announces their expiries with nobody acting on the locks');
+is_deeply([ map { $_->{token} } @expiries ], [ $lone_permit, $lone_shared ], 'with their tokens');
+is( sql("SELECT string_agg(lock_name || ':' || expiries, ',' ORDER BY lock_name) FROM fencing_lock_stats "
+		  . "WHERE lock_name IN ('quiet-sem', 'quiet-shared')"),
+	'quiet-sem:1,quiet-shared:1', 'and counts them');
 
 # ---- Who sees what -------------------------------------------------------------
 
@@ -299,7 +320,7 @@ is( sql(
 is( sql("SELECT count(*) FROM fencing_lock_stats", 'monitor')
 	  . ' '
 	  . sql("SELECT count(*) FROM fencing_rejections WHERE role IS NOT NULL", 'monitor'),
-	'4 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, quiet, b-lock, watched-sem) and every refused write in full');
+	'6 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, quiet, b-lock, watched-sem, quiet-sem, quiet-shared) and every refused write in full');
 like(sql_error('SELECT fencing_stats_reset()', 'tenant_a'),
 	qr/permission denied/, 'only a superuser resets the statistics');
 
