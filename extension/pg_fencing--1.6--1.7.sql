@@ -113,3 +113,155 @@ COMMENT ON FUNCTION @extschema@.fencing_announce_expiries() IS
 -- the renewals and schedules the expiry worker's look; the library serves
 -- databases not yet updated the same way, so the SQL of 1.4 is unused.
 DROP FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fencing_token, interval, text);
+
+-- One attempt at a permit or a shared lease, as in 1.4 but for the slot's
+-- last lease, now read under a row lock: the expiry worker marks permits
+-- too (1.7), and a grant that read the slot while the worker was marking it
+-- announced and counted its expiry a second time.
+CREATE OR REPLACE FUNCTION @extschema@.fencing_try_permit(
+    p_lock_id bigint, p_holder text, p_permits integer, p_ttl interval)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  want CONSTANT text := CASE WHEN p_permits IS NULL THEN 'shared' ELSE 'semaphore' END;
+  l @extschema@.fencing_lock;
+  now timestamptz;
+  own @extschema@.fencing_permit;
+  exclusive @extschema@.fencing_lease;
+  free_slots integer[];
+  free_slot integer;
+  candidate integer;
+  granted @extschema@.fencing_token;
+  mark @extschema@.fencing_token;
+  previous @extschema@.fencing_permit;
+BEGIN
+  IF NOT @extschema@.fencing_try_waiting_room(p_lock_id) THEN
+    RETURN NULL;
+  END IF;
+  -- The errors first; the kind itself changes only with a grant, below.
+  l := @extschema@.fencing_lock_of_kind(p_lock_id, want, p_permits, false);
+  now := clock_timestamp();
+
+  -- The caller's own live lease (say, a retry after a lost reply): the same
+  -- token, its end moved.
+  UPDATE @extschema@.fencing_permit p SET expires_at = now + p_ttl
+   WHERE p.lock_id = p_lock_id AND p.holder = p_holder AND p.holder_role = session_user
+     AND p.expires_at > now AND p.ended IS NULL
+  RETURNING * INTO own;
+  IF FOUND THEN
+    PERFORM @extschema@.fencing_commit_durably();
+    RETURN own.token;
+  END IF;
+
+  -- The grant runs in a subtransaction: an attempt that grants nothing
+  -- gives back what it changed (a kind), locked (rows) or took (gates)
+  -- at once, and the room too, so that a caller that stays in its
+  -- transaction holds up no renew, no writer and no other acquire.
+  BEGIN
+    IF l.kind = 'exclusive' THEN
+      l := @extschema@.fencing_lock_of_kind(p_lock_id, want, p_permits, true);
+    END IF;
+    IF want = 'shared' THEN
+      -- A revoke waits for this grant (it takes the gate exclusively).
+      PERFORM @extschema@.fencing_share_fence_gate(p_lock_id);
+      -- Not beside a live exclusive lease, nor in its lock-delay.  A lease
+      -- that is free is written (to itself), so that a renew racing this
+      -- grant at the instant of expiry finds it changed and looks again
+      -- (it then sees the lease expired); a live one is not touched.
+      SELECT * INTO exclusive FROM @extschema@.fencing_lease e WHERE e.lock_name = l.lock_name;
+      IF FOUND THEN
+        IF @extschema@.fencing_permit_free_at(exclusive.expires_at, exclusive.ended,
+                                               l.lock_delay) > now THEN
+          RAISE SQLSTATE 'PFBSY';
+        END IF;
+        UPDATE @extschema@.fencing_lease e SET expires_at = e.expires_at
+         WHERE e.lock_name = l.lock_name
+           AND @extschema@.fencing_permit_free_at(e.expires_at, e.ended, l.lock_delay) <= now
+        RETURNING * INTO exclusive;
+        IF NOT FOUND THEN
+          RAISE SQLSTATE 'PFBSY';  -- renewed or granted meanwhile
+        END IF;
+      END IF;
+      SELECT coalesce(min(p.slot) FILTER (
+               WHERE @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) <= now
+                 AND p.expires_at <= now),
+             coalesce(max(p.slot), 0) + 1)
+        INTO free_slot
+        FROM @extschema@.fencing_permit p WHERE p.lock_id = p_lock_id;
+    ELSE
+      SELECT array_agg(s ORDER BY s) INTO free_slots
+        FROM generate_series(1, l.permits) s
+       WHERE NOT EXISTS (
+         SELECT FROM @extschema@.fencing_permit p
+          WHERE p.lock_id = p_lock_id AND p.slot = s
+            AND @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) > now);
+      IF free_slots IS NULL THEN
+        RAISE SQLSTATE 'PFBSY';
+      END IF;
+      -- The slot's gate waits for the writes in flight under its old token:
+      -- a slot without any is taken first, and only when every free slot
+      -- has some does the grant wait (at most lock_timeout: the waiting
+      -- acquire sets it to what is left of its wait).
+      FOREACH candidate IN ARRAY free_slots LOOP
+        IF @extschema@.fencing_try_permit_gate(p_lock_id, candidate) THEN
+          free_slot := candidate;
+          EXIT;
+        END IF;
+      END LOOP;
+      IF free_slot IS NULL THEN
+        free_slot := free_slots[1];
+        PERFORM @extschema@.fencing_lock_permit_gate(p_lock_id, free_slot);
+      END IF;
+    END IF;
+
+    -- The slot's last lease, for the announcements below, locked as it
+    -- stands: the expiry worker may be marking it expired (and announcing
+    -- that) at this instant; then this waits for it and sees the mark,
+    -- and announces the expiry no second time.
+    SELECT * INTO previous FROM @extschema@.fencing_permit p
+     WHERE p.lock_id = p_lock_id AND p.slot = free_slot
+       FOR NO KEY UPDATE;
+    granted := @extschema@.fencing_grant();
+    INSERT INTO @extschema@.fencing_permit AS p
+        (lock_id, slot, lock_name, holder, holder_role, token, granted_at, expires_at)
+      VALUES (p_lock_id, free_slot, l.lock_name, p_holder, session_user, granted, now, now + p_ttl)
+      ON CONFLICT (lock_id, slot) DO UPDATE
+        SET holder = EXCLUDED.holder, holder_role = EXCLUDED.holder_role, token = EXCLUDED.token,
+            granted_at = EXCLUDED.granted_at, expires_at = EXCLUDED.expires_at, ended = NULL
+        -- Judged again on the row as it stands: a renew that committed since
+        -- the look keeps the slot.
+        WHERE @extschema@.fencing_permit_free_at(p.expires_at, p.ended, l.lock_delay) <= now
+          AND p.expires_at <= now;
+    IF NOT FOUND THEN
+      RAISE SQLSTATE 'PFBSY';
+    END IF;
+
+    IF want = 'shared' AND exclusive.token IS NOT NULL THEN
+      -- The first shared grant after an exclusive one fences the exclusive
+      -- holder: the mark goes just above its token (shared holders' own
+      -- tokens are all above it, and no shared grant raises it further).
+      SELECT f.high_water INTO mark FROM @extschema@.fencing_fence f
+       WHERE f.lock_name = l.lock_name;
+      IF mark IS NULL OR mark OPERATOR(@extschema@.<=) exclusive.token THEN
+        PERFORM @extschema@.fencing_lock_fence_gate(p_lock_id);
+        INSERT INTO @extschema@.fencing_fence AS f
+          VALUES (l.lock_name, (exclusive.token::bigint + 1)::@extschema@.fencing_token)
+          ON CONFLICT ON CONSTRAINT fencing_fence_pkey
+          DO UPDATE SET high_water = GREATEST(f.high_water, EXCLUDED.high_water);
+      END IF;
+    END IF;
+    -- Announced (if the lock is) and counted at commit, as a lease's: a
+    -- slot's last lease that ran out is its expiry, then the grant.
+    IF previous.token IS NOT NULL AND previous.ended IS NULL THEN
+      PERFORM @extschema@.fencing_lease_event(l.lock_name, 'expired', previous.holder,
+                                              previous.token);
+    END IF;
+    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'granted', p_holder, granted);
+  EXCEPTION WHEN SQLSTATE 'PFBSY' OR lock_not_available THEN
+    PERFORM @extschema@.fencing_leave_waiting_room(p_lock_id, false);
+    RETURN NULL;
+  END;
+  PERFORM @extschema@.fencing_forget_fence(l.lock_name);
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN granted;
+END $$;

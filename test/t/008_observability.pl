@@ -296,6 +296,44 @@ is( sql("SELECT string_agg(lock_name || ':' || expiries, ',' ORDER BY lock_name)
 		  . "WHERE lock_name IN ('quiet-sem', 'quiet-shared')"),
 	'quiet-sem:1,quiet-shared:1', 'and counts them');
 
+# A grant that meets the worker marking the same slot waits for the mark
+# and announces the expiry no second time.  The marking transaction here
+# plays the worker: it locks the slot before the lease runs out (so that
+# the real worker skips it), marks it, and holds it while the grant comes.
+sql("SELECT fencing_create_lock('race-sem', 'tenant_a'); SELECT fencing_set_announce('race-sem', true)");
+$listener = start_listening();
+my $doomed = sql("SELECT fencing_acquire_permit('race-sem', 'doomed', 1, '1 s')", 'tenant_a');
+my $marker = $node->background_psql('postgres');
+$marker->query_safe(
+	"BEGIN; SELECT 1 FROM fencing_permit WHERE token = '$doomed' FOR NO KEY UPDATE");
+$node->poll_query_until('postgres',
+	"SELECT clock_timestamp() > expires_at FROM fencing_permits WHERE lock_name = 'race-sem'")
+  or die 'the doomed permit never ran out';
+$marker->query_safe('SELECT fencing_announce_expiries()');
+my ($next_out, $next_err) = ('', '');
+my $next = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-c',
+		"SELECT fencing_acquire_permit('race-sem', 'next', 1, '1 minute')", '-d',
+		$node->connstr('postgres') . ' user=tenant_a application_name=race-next'
+	],
+	'>', \$next_out, '2>', \$next_err);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = 'race-next' "
+	  . "AND wait_event_type = 'Lock'")
+  or die 'the grant never waited for the marking transaction';
+$marker->query_safe('COMMIT');
+$marker->quit;
+$next->finish;
+chomp $next_out;
+cmp_ok($next_out, '>', $doomed, 'the grant after the marking got the slot') or diag $next_err;
+@events = stop_listening($listener);
+is( summary(@events),
+	'race-sem granted doomed, race-sem expired doomed, race-sem granted next',
+	'its expiry announced once, by the marking');
+is( sql("SELECT expiries FROM fencing_lock_stats WHERE lock_name = 'race-sem'"),
+	'1', 'and counted once');
+
 # ---- Who sees what -------------------------------------------------------------
 
 is( sql("SELECT string_agg(lock_name, ',' ORDER BY lock_name) FROM fencing_lock_stats", 'tenant_b'),
@@ -320,7 +358,7 @@ is( sql(
 is( sql("SELECT count(*) FROM fencing_lock_stats", 'monitor')
 	  . ' '
 	  . sql("SELECT count(*) FROM fencing_rejections WHERE role IS NOT NULL", 'monitor'),
-	'6 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, quiet, b-lock, watched-sem, quiet-sem, quiet-shared) and every refused write in full');
+	'7 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, quiet, b-lock, watched-sem, quiet-sem, quiet-shared, race-sem) and every refused write in full');
 like(sql_error('SELECT fencing_stats_reset()', 'tenant_a'),
 	qr/permission denied/, 'only a superuser resets the statistics');
 
