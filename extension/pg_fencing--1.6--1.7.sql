@@ -77,10 +77,10 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
     -- and permit forms with a wait) for longer than
     -- pg_fencing.audit_long_wait: the statement runs in one transaction, so
     -- its snapshot holds back VACUUM everywhere for the whole wait.  A
-    -- CALL fencing_await commits as it goes: its transaction began after
-    -- its statement, and between attempts it has no xmin.  Only the
-    -- sessions pg_stat_activity shows the caller in full (its own roles',
-    -- or all with pg_read_all_stats), and the locks it may use.
+    -- CALL fencing_await commits as it goes: queued or asleep it has no
+    -- xmin.  Only the sessions pg_stat_activity shows the caller in full
+    -- (its own roles', or all with pg_read_all_stats), and the locks it
+    -- may use.
     SELECT NULL, k.lock_name, 'warning',
            pg_catalog.format('session %s has waited %s for the lock in a function form: its snapshot (xmin %s) keeps VACUUM from removing any row deleted or updated since, in every table of the database',
                              a.pid, pg_catalog.date_trunc('second', pg_catalog.clock_timestamp() - a.query_start),
@@ -94,8 +94,11 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
        AND l.classid = 1178947139  -- 'FENC': WaitingRoomKey in src/core/lease_wait.hpp
        AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
        AND a.pid <> pg_catalog.pg_backend_pid()
+       -- Waiting: queued for the room, or first in line asleep on its
+       -- latch; not a holder granted the lock inside a longer transaction
+       -- (a grant keeps the room until its transaction ends).
+       AND (NOT l.granted OR a.wait_event_type = 'Extension')
        AND a.state = 'active' AND a.backend_xmin IS NOT NULL
-       AND a.xact_start <= a.query_start
        AND a.query_start < pg_catalog.clock_timestamp()
              - COALESCE(pg_catalog.current_setting('pg_fencing.audit_long_wait', true), '1min')::interval
     ORDER BY 1, 3, 4;
@@ -109,10 +112,11 @@ COMMENT ON FUNCTION @extschema@.fencing_announce_expiries() IS
   'announces (and counts) every lease, permit and shared lease that has run out and was not yet announced, marks it ended = ''expired'', and returns the end of the next live one (NULL: none); the background worker calls it, or a scheduled job where the library is not preloaded; superuser only';
 
 -- Renewing and releasing a permit or a shared lease moved into the C lease
--- engine (src/backend/lease_engine.cpp, MovePermitEnd), which also counts
--- the renewals and schedules the expiry worker's look; the library serves
--- databases not yet updated the same way, so the SQL of 1.4 is unused.
-DROP FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fencing_token, interval, text);
+-- engine (src/backend/lease_engine.cpp, MovePermitEnd).  The SQL of 1.4
+-- stays: a backend that loaded an older library before the update still
+-- calls it.
+COMMENT ON FUNCTION @extschema@.fencing_move_permit_end(bigint, @extschema@.fencing_token, interval, text) IS
+  'renews or releases the caller''s live permit or shared lease, for the libraries before 1.7 (which do it in C); internal';
 
 -- One attempt at a permit or a shared lease, as in 1.4 but for the slot's
 -- last lease, now read under a row lock: the expiry worker marks permits

@@ -56,5 +56,43 @@ SELECT op, lock_name, holder, token = :'audited_1' AS first_token, ended
 DROP TRIGGER audit_lease ON fencing_lease;
 DROP FUNCTION audit_lease();
 DROP TABLE lease_audit;
+
+-- Renew and release of a permit (1.7) write fencing_permit the same way:
+-- 300 renewals in one transaction fill its page, the indexes stay sound,
+-- the token index finds the live version, and a trigger on the table fires
+-- for each renewal and for the release.
+SELECT fencing_acquire_permit('engine-sem', 'h', 2, '1 minute') AS permit \gset
+DO $$
+DECLARE
+  t fencing_token := (SELECT token FROM fencing_permits WHERE lock_name = 'engine-sem');
+BEGIN
+  FOR i IN 1 .. 300 LOOP
+    IF NOT fencing_renew('engine-sem', t, '1 minute') THEN
+      RAISE EXCEPTION 'renewal % failed', i;
+    END IF;
+  END LOOP;
+END $$;
+SELECT pg_relation_size('fencing_permit') > 2 * current_setting('block_size')::int
+       AS permit_versions_on_several_pages;
+SELECT i AS index_checked, bt_index_check(i, true)
+  FROM unnest('{fencing_permit_pkey, fencing_permit_token}'::regclass[]) i;
+SET enable_seqscan = off;
+SELECT count(*) AS permit_rows, bool_and(state = 'live') AS live
+  FROM fencing_permits WHERE token = :'permit';
+RESET enable_seqscan;
+CREATE TABLE permit_audit (op text, slot integer, holder text, token fencing_token, ended text);
+CREATE FUNCTION audit_permit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO permit_audit VALUES (TG_OP, NEW.slot, NEW.holder, NEW.token, NEW.ended);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER audit_permit AFTER UPDATE ON fencing_permit
+  FOR EACH ROW EXECUTE FUNCTION audit_permit();
+SELECT fencing_renew('engine-sem', :'permit', '2 minutes') AS renewed;
+SELECT fencing_release('engine-sem', :'permit') AS released;
+SELECT op, slot, holder, token = :'permit' AS its_token, ended FROM permit_audit ORDER BY ctid;
+DROP TRIGGER audit_permit ON fencing_permit;
+DROP FUNCTION audit_permit();
+DROP TABLE permit_audit;
 \c contrib_regression
 DROP DATABASE fencing_engine_probe;

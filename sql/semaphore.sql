@@ -176,6 +176,7 @@ SELECT pg_temp.outcome('SELECT fencing_try_permit(1, ''evil'', 3, ''1 hour'')');
 SELECT pg_temp.outcome('SELECT fencing_acquire_permits_as(10, ''pool'', ''evil'', 3, ''1 hour'', NULL)');
 SELECT pg_temp.outcome('SELECT fencing_lock_permit_gate(1, 1)');
 SELECT pg_temp.outcome('SELECT fencing_try_waiting_room(1)');
+SELECT pg_temp.outcome(format('SELECT fencing_move_permit_end(1, %L, %L, NULL)', :'p6', '1 hour'));
 SELECT pg_temp.outcome('SELECT fencing_end_shared_holders(1, ''0'')');
 SELECT pg_temp.outcome('SELECT fencing_try_permit_gate(1, 1)');
 SELECT pg_temp.outcome('SELECT fencing_share_fence_gate(1)');

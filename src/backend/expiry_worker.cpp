@@ -31,6 +31,7 @@ extern "C" {
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -453,11 +454,22 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
   PreventCommandIfReadOnly("fencing_announce_expiries()");
   const Oid schema = ExtensionSchema(fcinfo);
   const char *s = quote_identifier(get_namespace_name(schema));
-  // fencing_permit from 1.4: a database not yet updated has leases only.
-  // 'expired' on a slot means what it means on a lease (1.4's grants mark a
-  // slot so when they announce its expiry): it ran out, its lock-delay
-  // applies, and nobody renews it any more.
-  const bool has_permits = OidIsValid(get_relname_relid("fencing_permit", schema));
+  // Permits and shared leases from 1.7 on, whose grants read a slot's last
+  // lease under a row lock: the 1.4 to 1.6 ones do not, and would announce
+  // an expiry the worker is marking a second time (and before 1.4 the
+  // schema may hold a table of that name that is not ours).  'expired' on a
+  // slot means what it means on a lease (1.4's grants mark a slot so when
+  // they announce its expiry): it ran out, its lock-delay applies, and
+  // nobody renews it any more.
+  static const Oid kAwaitArgs[] = {TEXTOID,     TEXTOID, INTERVALOID, INTERVALOID,
+                                   TEXTOID,     INT4OID, JSONBOID,    InvalidOid};
+  Oid await_args[lengthof(kAwaitArgs)];
+  memcpy(await_args, kAwaitArgs, sizeof kAwaitArgs);
+  await_args[lengthof(kAwaitArgs) - 1] = TokenTypeOid(schema);
+  // A procedure: the function lookups (LookupFuncName) pass over it.
+  const bool has_permits = SearchSysCacheExists3(
+      PROCNAMEARGSNSP, CStringGetDatum("fencing_await"),
+      PointerGetDatum(buildoidvector(await_args, lengthof(await_args))), ObjectIdGetDatum(schema));
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
   MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name");
   if (has_permits) MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id");

@@ -203,6 +203,23 @@ bool Attempt(const AwaitRequest &r, int64 *token) {
   return true;
 }
 
+// Attempt(), its lock waits (a lease row, the lock's fence gate while
+// writes under the old token finish, a permit's gate) bounded by what is
+// left of the wait, as the function forms bound theirs: a 55P03 is "not
+// granted", whatever lock_timeout the session set.  In a subtransaction,
+// so that an attempt cut short keeps nothing.  While it waits the attempt
+// holds its snapshot, behind a transaction that is itself open.
+bool AttemptWithin(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
+  bool granted = false;
+  int64 got = 0;
+  const TimestampTz now = GetCurrentTimestamp();
+  const bool finished = WithLockTimeout(
+      PGF_CORE(QueueTimeoutMs(now, deadline)),
+      [&] { granted = Attempt(r, &got); }, [](bool) {});
+  *token = got;
+  return finished && granted;
+}
+
 // When the lock may next be granted, as the function forms' waiting loop
 // judges it (extension/pg_fencing--1.3--1.4.sql): read as the tables'
 // owner, in the attempt's transaction.  False: not known.
@@ -258,7 +275,7 @@ bool WaitAndAttempt(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
       MemoryContextReset(attempts);
       const MemoryContext saved = MemoryContextSwitchTo(attempts);
       PushActiveSnapshot(GetTransactionSnapshot());
-      granted = Attempt(r, token);
+      granted = AttemptWithin(r, deadline, token);
       TimestampTz next = 0;
       const bool next_known = !granted && NextChance(r, lock_id, &next);
       PopActiveSnapshot();
@@ -317,7 +334,7 @@ Datum fencing_await(PG_FUNCTION_ARGS) {
   CommitAndBegin();
   int64 token = 0;
   PushActiveSnapshot(GetTransactionSnapshot());
-  bool granted = Attempt(request, &token);
+  bool granted = AttemptWithin(request, deadline, &token);
   PopActiveSnapshot();
   if (granted) {
     CommitAndBegin();

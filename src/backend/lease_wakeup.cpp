@@ -14,11 +14,13 @@
 // waker acts inside one transaction, so both work through a
 // transaction-pooling connection pooler.
 //
-// No wake-up is lost: the waiter makes its attempt after its latch was
-// reset, and the release is visible to every snapshot taken after the latch
-// is set.  A waiter that is not woken (a lease freed by hand, a release
-// committed with COMMIT PREPARED, a set of more than PendingWakeups::kCapacity
-// locks in one transaction) still wakes at the lease's end, or after
+// No wake-up of a waiting function is lost: the waiter makes its attempt
+// after its latch was reset, and the release is visible to every snapshot
+// taken after the latch is set.  A waiter that is not woken (a lease freed
+// by hand, a release committed with COMMIT PREPARED, a set of more than
+// PendingWakeups::kCapacity locks in one transaction, a CALL fencing_await
+// caught between two of its transactions, when the lock manager finds no
+// transaction of its to name) still wakes at the lease's end, or after
 // pg_fencing.wait_recheck at the latest.
 #include "lease_wakeup.hpp"
 
@@ -144,40 +146,21 @@ bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline) {
   // Taken: queue in the lock manager (first come, first served) for what is
   // left of the wait, as lock_timeout.  Its 55P03 is the end of the wait,
   // caught in a subtransaction, which a session lock does not belong to.
+  bool granted_anyway = false;
   const TimestampTz now = GetCurrentTimestamp();
-  char timeout[32];
-  snprintf(timeout, sizeof timeout, "%lld",
-           static_cast<long long>(PGF_CORE(QueueTimeoutMs(now, deadline))));
-  const int guc_level = NewGUCNestLevel();
-  (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-                          true, 0, false);
-  const MemoryContext context = CurrentMemoryContext;
-  const ResourceOwner owner = CurrentResourceOwner;
-  volatile bool queued = false;
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(context);
-  PG_TRY();
-  {
-    (void)LockAcquire(&tag, ExclusiveLock, true, false);
-    queued = true;
-    ReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-  }
-  PG_CATCH();
-  {
-    MemoryContextSwitchTo(context);
-    ErrorData *error = CopyErrorData();
-    FlushErrorState();
-    RollbackAndReleaseCurrentSubTransaction();
-    MemoryContextSwitchTo(context);
-    CurrentResourceOwner = owner;
-    if (error->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE) ReThrowError(error);
-    FreeErrorData(error);
-  }
-  PG_END_TRY();
-  AtEOXact_GUC(true, guc_level);
-  return queued;
+  const bool queued = WithLockTimeout(
+      PGF_CORE(QueueTimeoutMs(now, deadline)),
+      [&] { (void)LockAcquire(&tag, ExclusiveLock, true, false); },
+      [&](bool timed_out) {
+        // A timeout or a cancel that fired just as the lock manager
+        // granted the room leaves it held, recorded as a session lock that
+        // no abort gives back (LockErrorCleanup keeps what was granted):
+        // kept after the timeout, as if queued; given back on any other
+        // error.  The caller's transaction holds no room of its own.
+        granted_anyway = compat::LockHeldByMe(tag, ExclusiveLock);
+        if (granted_anyway && !timed_out) (void)LockRelease(&tag, ExclusiveLock, true);
+      });
+  return queued || granted_anyway;
 }
 
 void LeaveRoomAcrossTransactions(const LOCKTAG &room) {

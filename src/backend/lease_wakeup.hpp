@@ -6,9 +6,16 @@
 #include "boundary.hpp"
 
 extern "C" {
+#include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "storage/lock.h"
+#include "utils/elog.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 }
+
+#include <cstdio>
 
 namespace pg_fencing {
 
@@ -42,9 +49,57 @@ void SleepUntilWoken(bool has_until, TimestampTz until);
 // commits between its attempts: queues for *room in arrival order, as a
 // session lock, and returns true once it is first in line; false when the
 // deadline came first.  Holds no snapshot and no transaction id while it
-// queues.  The caller must leave the room on every way out, errors
-// included: a session lock outlives the transaction.
+// queues.  The caller's transaction must not hold the room itself (a
+// fresh one after a commit).  The caller must leave the room on every way
+// out, errors included: a session lock outlives the transaction.
 bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline);
 void LeaveRoomAcrossTransactions(const LOCKTAG &room);
+
+// Runs body() in an internal subtransaction with lock_timeout set to
+// timeout_ms, whatever the session set, so that its lock waits end where a
+// wait must (fencing_await's deadline).  Returns true when body() ran to
+// its end; false when one of its lock waits ran out (55P03), after the
+// subtransaction was rolled back.  Any other error is thrown again.  Either
+// way after_rollback(timed_out) runs first, when the subtransaction has
+// been rolled back: what a rollback does not undo (a session lock) is the
+// caller's to look at.  body must leave nothing with a destructor on the
+// stack when it throws (an ereport is a longjmp).
+template <typename Body, typename AfterRollback>
+bool WithLockTimeout(long long timeout_ms, Body &&body, AfterRollback &&after_rollback) {
+  char timeout[32];
+  snprintf(timeout, sizeof timeout, "%lld", timeout_ms);
+  const int guc_level = NewGUCNestLevel();
+  (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                          true, 0, false);
+  const MemoryContext context = CurrentMemoryContext;
+  const ResourceOwner owner = CurrentResourceOwner;
+  volatile bool finished = false;
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(context);
+  PG_TRY();
+  {
+    body();
+    finished = true;
+    ReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+  }
+  PG_CATCH();
+  {
+    MemoryContextSwitchTo(context);
+    ErrorData *error = CopyErrorData();
+    FlushErrorState();
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+    const bool timed_out = error->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+    after_rollback(timed_out);
+    if (!timed_out) ReThrowError(error);
+    FreeErrorData(error);
+  }
+  PG_END_TRY();
+  AtEOXact_GUC(true, guc_level);
+  return finished;
+}
 
 }  // namespace pg_fencing

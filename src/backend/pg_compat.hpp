@@ -233,4 +233,14 @@ inline LocalTransactionId ProcLocalTransactionId(const PGPROC *proc) {
 #endif
 }
 
+// Whether this backend holds lock tag in mode (at session or transaction
+// level); 17 added whether a stronger mode counts (orstronger).
+inline bool LockHeldByMe(const LOCKTAG &tag, LOCKMODE mode) {
+#if PG_VERSION_NUM >= 170000
+  return ::LockHeldByMe(&tag, mode, false);
+#else
+  return ::LockHeldByMe(&tag, mode);
+#endif
+}
+
 }  // namespace pg_fencing::compat

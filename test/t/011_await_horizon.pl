@@ -6,7 +6,7 @@
 # the first could fail.  Then fencing_audit() names a function-form waiter
 # (to the roles that may see it), and not a fencing_await one; and an
 # exclusive acquirer in fencing_await keeps its priority over new shared
-# grants.
+# grants; and its attempts' lock waits end with the wait.
 use strict;
 use warnings;
 
@@ -74,6 +74,7 @@ is(follower_ids('await-follower'), '/', 'fencing_await waits with no xid and no 
 is(churn_and_vacuum(), 0, 'VACUUM removes every row that died during fencing_await');
 is(follower_ids('await-follower'), '/', 'still none after the churn');
 $await->{h}->finish;
+is($await->{h}->result(0), 0, 'the CALL ended without an error') or diag ${ $await->{err} };
 like(${ $await->{out} }, qr/\A\s*\z/, 'the wait ran out: a NULL token');
 
 # 2. The function form: its snapshot holds the horizon for the whole wait.
@@ -96,6 +97,10 @@ $node->safe_psql('postgres',
 	  . "SELECT fencing_grant_lock('hz', 'lock_only'); "
 	  . "SELECT fencing_grant_lock('hz', 'lock_and_stats'); "
 	  . "ALTER DATABASE postgres SET pg_fencing.audit_long_wait = '1s'");
+# A holder granted a lock inside a longer transaction keeps the lock's
+# waiting room until it ends, but waits for nothing: not reported.
+my $busy_leader = start_psql('busy-leader',
+	"BEGIN; SELECT fencing_acquire('hz-2', 'busy', '1 hour') IS NOT NULL; SELECT pg_sleep(6); COMMIT");
 $function = start_psql('function-follower',
 	"SELECT fencing_acquire('hz', 'f3', '1 hour', '8 s')");
 follower_ids('function-follower');
@@ -119,7 +124,7 @@ $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM fencing_audit() WHERE problem LIKE 'session $function_pid has waited %'")
   or die 'fencing_audit() never reported the function-form waiter';
 is(waits_reported('postgres'), "hz|$function_pid",
-	'fencing_audit() reports the function-form waiter, not the fencing_await one');
+	'fencing_audit() reports the function-form waiter, not the fencing_await one, nor a holder busy in its transaction');
 is($node->safe_psql('postgres',
 		"SET pg_fencing.audit_long_wait = '1min'; "
 		  . "SELECT count(*) FROM fencing_audit() WHERE problem LIKE 'session % has waited %'"),
@@ -130,6 +135,7 @@ is(waits_reported('stats_only'), '', 'not a role that may not use the lock');
 is(waits_reported('lock_only'), '', 'not a role that cannot see the session');
 $function->{h}->finish;
 $await->{h}->finish;
+$busy_leader->{h}->finish;
 
 # 4. Writer priority through fencing_await: an exclusive acquirer waiting
 # in it holds the lock's waiting room, so no new shared lease is granted
@@ -146,5 +152,22 @@ $node->safe_psql('postgres', "SELECT fencing_release('wp', '$reader1')");
 $writer->{h}->finish;
 cmp_ok(${ $writer->{out} }, '>', $reader2, 'the last shared release hands the lock to the writer');
 is($node->safe_psql('postgres', "SELECT fencing_leader('wp')"), 'writer', 'the writer leads');
+
+# 5. An attempt's own lock waits end with the wait, whatever lock_timeout
+# the session set: a shared holder renewing inside an open transaction
+# keeps its row locked, which an exclusive attempt must lock to judge it.
+my $reader = $node->safe_psql('postgres', "SELECT fencing_acquire_shared('bw', 'reader', '1 hour')");
+my $renewer = $node->background_psql('postgres');
+$renewer->query_safe("BEGIN; SELECT fencing_renew('bw', '$reader', '1 hour')");
+my $bounded = start_psql('bounded-writer',
+	"SET lock_timeout = '10ms';\nCALL fencing_await('bw', 'writer', '1 hour', '2 s')");
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'bounded-writer'"),
+	'fencing_await returns while the blocking transaction is still open');
+$bounded->{h}->finish;
+is(${ $bounded->{err} }, '', 'with no lock_timeout error') ;
+like(${ $bounded->{out} }, qr/\A\s*\z/, 'and a NULL token: the wait ran out');
+$renewer->query_safe('COMMIT');
+$renewer->quit;
 
 done_testing();
