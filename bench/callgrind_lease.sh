@@ -17,7 +17,20 @@
 #                    (1.6: the transaction notes the lease and reads it again at COMMIT)
 #   grant            SELECT fencing_grant()  (one transaction)
 #   nextval          SELECT nextval() of a plain sequence, CACHE 1  (one transaction)
-# KINDS="..." picks the kinds (default: bare_update acquire_release renew).
+#   permit_cycle     SELECT fencing_acquire_permit(...) (one permit of a semaphore of 4);
+#                    SELECT fencing_release(...)  (two transactions)
+#   shared_cycle     SELECT fencing_acquire_shared(...); SELECT fencing_release(...)  (two transactions)
+#   permit_renew     SELECT fencing_renew(...) of a held permit  (one transaction)
+#   shared_renew     SELECT fencing_renew(...) of a held shared lease  (one transaction)
+# KINDS="..." picks the kinds (default: bare_update acquire_release renew);
+# KINDS=permits is "acquire_release permit_cycle shared_cycle renew
+# permit_renew shared_renew" (issue 25: the permit and shared forms against
+# the exclusive lease's, whose ratios are written to
+# OUT_DIR/callgrind_lease_ratios.csv: each cycle against acquire_release,
+# each renew against renew, when both were counted).  Each cycled lock
+# (cycled, cycled-sem, cycled-rw) has its kind settled by a first cycle at
+# set-up, and every session runs one uncounted operation of its kind first;
+# a grant that returns NULL, or a renew that returns false, stops the script.
 #
 # Usage (as root): bench/callgrind_lease.sh OUT_DIR [N] [LIVE_LOCKS]
 # LIVE_LOCKS other locks with live leases are made first (the scale curve).
@@ -25,7 +38,10 @@
 # ANNOUNCE=1: the cycled lock is announced (a NOTIFY per grant and release);
 # HISTORY_SIZE=N: pg_fencing.history_size (0: no history kept);
 # EXTVERSION=V: CREATE EXTENSION at version V (1.5: no transaction is tied
-# to a lease; the baseline of 1.6's cost, with the same library).
+# to a lease; the baseline of 1.6's cost, with the same library);
+# EXTENSION_DESTDIR=DIR: the server's extension_destdir (Debian's setting):
+# a build installed with make install DESTDIR=DIR is used before the
+# installed one (a build of its own, which a reinstall cannot change mid-run).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/lib.sh"
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -47,7 +63,15 @@ cleanup() {
 trap cleanup EXIT
 as_postgres "$bindir/initdb" -D "$work/data" -A trust -U postgres >/dev/null
 settings="-p $port -k $work -c listen_addresses= -c jit=off -c autovacuum=off -c fsync=off"
-[[ ${PRELOAD:-0} == 1 ]] && settings+=" -c shared_preload_libraries=pg_fencing"
+library=pg_fencing
+if [[ -n ${EXTENSION_DESTDIR:-} ]]; then
+  settings+=" -c extension_destdir=$EXTENSION_DESTDIR"
+  # The preload by its path: by its name it would be the installed library,
+  # and the SQL's $libdir/pg_fencing the other one.
+  library=$EXTENSION_DESTDIR$("$bindir/pg_config" --pkglibdir)/pg_fencing.so
+  [[ -f $library ]] || { echo "callgrind_lease: no $library" >&2; exit 1; }
+fi
+[[ ${PRELOAD:-0} == 1 ]] && settings+=" -c shared_preload_libraries=$library"
 [[ -n ${HISTORY_SIZE:-} ]] && settings+=" -c pg_fencing.history_size=$HISTORY_SIZE"
 q() { PGHOST=$work PGPORT=$port PGUSER=postgres psql -X -q -v ON_ERROR_STOP=1 -d postgres "$@"; }
 
@@ -88,6 +112,32 @@ SELECT fencing_protect('lock_leased', lock_name => 'leased');
 SELECT fencing_acquire('leased', 'l', '1 day');
 SELECT fencing_create_lock('cycled');
 SELECT fencing_set_announce('cycled', ${ANNOUNCE:-0} = 1);
+-- What a failed check (below and in the sessions) calls: an error, which
+-- stops psql (ON_ERROR_STOP) and the script.
+CREATE FUNCTION bench_fail(what text) RETURNS void LANGUAGE plpgsql AS
+  \$\$BEGIN RAISE EXCEPTION 'callgrind_lease: %', what; END\$\$;
+-- The permit and shared forms' locks, cycled as 'cycled' is, their kind (a
+-- semaphore of 4, a shared lock) settled here by a first cycle; then a
+-- permit and a shared lease held for a day, renewed by their tokens.
+SELECT fencing_create_lock('cycled-sem');
+SELECT fencing_set_announce('cycled-sem', ${ANNOUNCE:-0} = 1);
+SELECT fencing_acquire_permit('cycled-sem', 'c', 4, '1 minute') AS tok \gset
+SELECT fencing_release('cycled-sem', :'tok') AS released \gset
+\if :released
+\else
+SELECT bench_fail('the first permit of cycled-sem was not released');
+\endif
+SELECT fencing_create_lock('cycled-rw');
+SELECT fencing_set_announce('cycled-rw', ${ANNOUNCE:-0} = 1);
+SELECT fencing_acquire_shared('cycled-rw', 'c', '1 minute') AS tok \gset
+SELECT fencing_release('cycled-rw', :'tok') AS released \gset
+\if :released
+\else
+SELECT bench_fail('the first shared lease of cycled-rw was not released');
+\endif
+CREATE TABLE held_tokens (what text PRIMARY KEY, tok fencing_token NOT NULL);
+INSERT INTO held_tokens VALUES ('permit', fencing_acquire_permit('renewed-sem', 'r', 4, '1 day'));
+INSERT INTO held_tokens VALUES ('shared', fencing_acquire_shared('renewed-rw', 'r', '1 day'));
 VACUUM ANALYZE;
 SQL
 stop_server
@@ -107,6 +157,8 @@ session() { # kind count
     echo "SELECT pg_backend_pid() AS pid \\gset"
     echo "SELECT token AS renew_token FROM fencing_leases WHERE lock_name = 'renewed' \\gset"
     echo "SELECT token AS leased_token FROM fencing_leases WHERE lock_name = 'leased' \\gset"
+    echo "SELECT tok AS permit_token FROM held_tokens WHERE what = 'permit' \\gset"
+    echo "SELECT tok AS shared_token FROM held_tokens WHERE what = 'shared' \\gset"
     echo "SELECT 1;"  # warm the caches the first operation would otherwise pay for
     case $kind in
       acquire_release)
@@ -132,6 +184,33 @@ session() { # kind count
         for _ in $(seq 0 "$count"); do echo "UPDATE row_leased SET tok = :'leased_token', val = val + 1 WHERE id = 1;"; done ;;
       lock_update_leased)
         for _ in $(seq 0 "$count"); do echo "UPDATE lock_leased SET tok = :'leased_token', val = val + 1 WHERE id = 1;"; done ;;
+      permit_cycle | shared_cycle)
+        # As acquire_release, one uncounted cycle first.  Every result is
+        # checked in psql (the server's work is the same as unchecked): a
+        # NULL grant unsets tok and the release's :'tok' is then a syntax
+        # error; a release that returns false calls bench_fail.
+        local acquire lock
+        if [[ $kind == permit_cycle ]]; then
+          acquire="fencing_acquire_permit('cycled-sem', 'c', 4, '1 minute')" lock=cycled-sem
+        else
+          acquire="fencing_acquire_shared('cycled-rw', 'c', '1 minute')" lock=cycled-rw
+        fi
+        for _ in $(seq 0 "$count"); do
+          echo "SELECT $acquire AS tok \\gset"
+          echo "SELECT fencing_release('$lock', :'tok') AS ok \\gset"
+          echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: a release returned false');"; echo "\\endif"
+        done ;;
+      permit_renew | shared_renew)
+        local renew
+        if [[ $kind == permit_renew ]]; then
+          renew="fencing_renew('renewed-sem', :'permit_token', '1 day')"
+        else
+          renew="fencing_renew('renewed-rw', :'shared_token', '1 day')"
+        fi
+        for _ in $(seq 0 "$count"); do
+          echo "SELECT $renew AS ok \\gset"
+          echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: a renew returned false');"; echo "\\endif"
+        done ;;
     esac
     echo '\o'
     echo "SELECT :pid;"
@@ -145,13 +224,31 @@ count_of() { # pid: the backend's instruction count once it has exited
 }
 
 echo "kind,live_locks,operations,instructions_per_operation" >"$out/callgrind_lease.csv"
-for kind in ${KINDS:-bare_update acquire_release renew}; do
+kinds=${KINDS:-bare_update acquire_release renew}
+[[ $kinds == permits ]] && kinds="acquire_release permit_cycle shared_cycle renew permit_renew shared_renew"
+for kind in $kinds; do
   p0=$(session "$kind" 0)
   p1=$(session "$kind" "$n")
   c0=$(count_of "$p0")
   c1=$(count_of "$p1")
   per=$(( (c1 - c0) / n ))
   echo "$kind,$live,$n,$per" >>"$out/callgrind_lease.csv"
-  [[ $kind == acquire_release || $kind == lock_update ]] && cp "$work/cg.$p1" "$out/callgrind.$kind.out"
+  case $kind in
+    acquire_release | lock_update | permit_cycle | shared_cycle) cp "$work/cg.$p1" "$out/callgrind.$kind.out" ;;
+  esac
 done
 cat "$out/callgrind_lease.csv"
+# The permit and shared forms against the exclusive lease's (issue 25's
+# target: a cycle within 1.2 x the exclusive cycle's instructions).
+awk -F, '
+  NR > 1 { per[$1] = $4; order[++n] = $1 }
+  END {
+    base["permit_cycle"] = base["shared_cycle"] = "acquire_release"
+    base["permit_renew"] = base["shared_renew"] = "renew"
+    print "kind,instructions_per_operation,baseline,baseline_instructions,ratio"
+    for (i = 1; i <= n; i++) {
+      k = order[i]; b = base[k]
+      if (b != "" && (b in per) && per[b] > 0) printf "%s,%d,%s,%d,%.3f\n", k, per[k], b, per[b], per[k] / per[b]
+    }
+  }' "$out/callgrind_lease.csv" >"$out/callgrind_lease_ratios.csv"
+if [[ $(wc -l <"$out/callgrind_lease_ratios.csv") -gt 1 ]]; then cat "$out/callgrind_lease_ratios.csv"; else rm -f "$out/callgrind_lease_ratios.csv"; fi
