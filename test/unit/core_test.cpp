@@ -4,6 +4,7 @@
 #include "lease_decision.hpp"
 #include "lease_wait.hpp"
 #include "pg_fencing/token.hpp"
+#include "slot_decision.hpp"
 #include "token_clock.hpp"
 #include "transaction_fences.hpp"
 #include "written_leases.hpp"
@@ -1127,6 +1128,91 @@ TEST(DecideAttemptTest, AReleasedOrRevokedLeaseFreesTheLockAtOnce) {
             LeaseAttempt::kGrantEnded);
   EXPECT_EQ(DecideAttempt(Seen(true, true, kNow - 10, kNow + 1'000'000), kNow),
             LeaseAttempt::kGrantEnded);
+}
+
+// ---- Slots: the permits of a semaphore and the holders of a shared lock -----------
+
+namespace {
+// A slot's latest grant: live until expires_at, free from free_at.
+SlotSeen Slot(std::int32_t slot, std::int64_t expires_at, std::int64_t free_at, bool ours = false,
+              bool ended = false) {
+  return SlotSeen{slot, ours, ended, expires_at, free_at};
+}
+
+std::vector<std::int32_t> FreeOf(const std::vector<SlotSeen> &seen, int permits) {
+  std::vector<std::int32_t> free(static_cast<size_t>(permits));
+  const int found =
+      FreePermitSlots(seen.data(), static_cast<int>(seen.size()), permits, kNow, free.data());
+  free.resize(static_cast<size_t>(found));
+  return free;
+}
+}  // namespace
+
+TEST(SlotDecisionTest, TheCallersOwnLiveSlotIsFoundAmongOthers) {
+  const std::vector<SlotSeen> seen = {Slot(1, kNow + 5, kNow + 5), Slot(2, kNow + 5, kNow + 5, true),
+                                      Slot(3, kNow + 5, kNow + 5)};
+  EXPECT_EQ(OwnLiveSlot(seen.data(), 3, kNow), 1);
+}
+
+TEST(SlotDecisionTest, AnOwnSlotThatEndedOrRanOutIsNotKept) {
+  // Released: a new grant, with a new token.
+  const std::vector<SlotSeen> released = {Slot(1, kNow + 5, kNow + 5, true, true)};
+  EXPECT_EQ(OwnLiveSlot(released.data(), 1, kNow), -1);
+  // expires_at is the first instant the permit is no longer held.
+  const std::vector<SlotSeen> ran_out = {Slot(1, kNow, kNow + 10, true)};
+  EXPECT_EQ(OwnLiveSlot(ran_out.data(), 1, kNow), -1);
+  EXPECT_EQ(OwnLiveSlot(nullptr, 0, kNow), -1);
+}
+
+TEST(SlotDecisionTest, ASemaphoreGrantsSlotsWithoutALiveGrantInOrder) {
+  // Slot 2 was never granted; 3 is live; 4 ended; 1 expired past its lock-delay.
+  const std::vector<SlotSeen> seen = {Slot(1, kNow - 20, kNow - 10), Slot(3, kNow + 5, kNow + 5),
+                                      Slot(4, kNow - 1, kNow - 1, false, true)};
+  EXPECT_EQ(FreeOf(seen, 4), (std::vector<std::int32_t>{1, 2, 4}));
+  // Slots above permits are never granted.
+  EXPECT_EQ(FreeOf(seen, 2), (std::vector<std::int32_t>{1, 2}));
+}
+
+TEST(SlotDecisionTest, ASemaphoreSlotWaitsOutItsLockDelay) {
+  const std::vector<SlotSeen> seen = {Slot(1, kNow - 10, kNow + 5), Slot(2, kNow + 1, kNow + 1)};
+  EXPECT_TRUE(FreeOf(seen, 2).empty());
+  // Free at the instant free_at comes.
+  const std::vector<SlotSeen> at_end = {Slot(1, kNow - 10, kNow)};
+  EXPECT_EQ(FreeOf(at_end, 1), (std::vector<std::int32_t>{1}));
+}
+
+TEST(SlotDecisionTest, ANewSemaphoreHasEveryPermitFree) {
+  EXPECT_EQ(FreeOf({}, 3), (std::vector<std::int32_t>{1, 2, 3}));
+}
+
+TEST(SlotDecisionTest, ASharedLeaseTakesTheLowestSlotWhoseHolderIsGone) {
+  const std::vector<SlotSeen> seen = {Slot(1, kNow + 5, kNow + 5), Slot(2, kNow - 3, kNow - 3),
+                                      Slot(3, kNow - 9, kNow - 9)};
+  EXPECT_EQ(SharedSlot(seen.data(), 3, kNow), 2);
+}
+
+TEST(SlotDecisionTest, ASharedLeaseOpensASlotAboveTheHighestWhenNoneIsFree) {
+  // Slot 2 expired but is in its lock-delay; slot 1 is live.
+  const std::vector<SlotSeen> seen = {Slot(1, kNow + 5, kNow + 5), Slot(2, kNow - 3, kNow + 7)};
+  EXPECT_EQ(SharedSlot(seen.data(), 2, kNow), 3);
+  EXPECT_EQ(SharedSlot(nullptr, 0, kNow), 1);
+}
+
+TEST(SlotDecisionTest, ASharedSlotReleasedEarlyIsNotFreeBeforeItsEnd) {
+  // A free_at at or before now is not enough while the grant still runs: a
+  // shared holder's slot is free only once its end has passed too.
+  const std::vector<SlotSeen> seen = {Slot(1, kNow + 5, kNow - 1, false, true)};
+  EXPECT_EQ(SharedSlot(seen.data(), 1, kNow), 2);
+}
+
+TEST(SlotDecisionTest, AnAcquireFitsOnlyALockOfItsKind) {
+  EXPECT_EQ(FitKind(LockKind::kSemaphore, 3, LockKind::kSemaphore, 3), KindFit::kFits);
+  EXPECT_EQ(FitKind(LockKind::kSemaphore, 3, LockKind::kSemaphore, 4), KindFit::kRefused);
+  EXPECT_EQ(FitKind(LockKind::kShared, 0, LockKind::kShared, 0), KindFit::kFits);
+  EXPECT_EQ(FitKind(LockKind::kShared, 0, LockKind::kSemaphore, 2), KindFit::kRefused);
+  EXPECT_EQ(FitKind(LockKind::kSemaphore, 2, LockKind::kShared, 0), KindFit::kRefused);
+  EXPECT_EQ(FitKind(LockKind::kExclusive, 0, LockKind::kShared, 0), KindFit::kConvert);
+  EXPECT_EQ(FitKind(LockKind::kExclusive, 0, LockKind::kSemaphore, 5), KindFit::kConvert);
 }
 
 // ---- PendingLeaseCounts: a transaction's lease events until commit ----------------
