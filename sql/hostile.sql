@@ -77,6 +77,17 @@ SELECT fencing_try_acquire('h-tenant-7', 'x', '1 minute', 1, NULL);
 SELECT fencing_try_acquire('h-mallory-new', 'x', '1 minute', 1, NULL);
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION fencing_try_acquire(text, text, interval, bigint, jsonb) FROM fencing_mallory;
+-- The same for the attempt at a permit or a shared lease (in C from 1.7):
+-- granted EXECUTE, it still takes no permit of a lock the role may not use.
+SET ROLE fencing_mallory;
+SELECT fencing_try_permit(1, 'x', 2, '1 minute');
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION fencing_try_permit(bigint, text, integer, interval) TO fencing_mallory;
+SET ROLE fencing_mallory;
+SELECT fencing_try_permit(1, 'x', 2, '1 minute');
+SELECT fencing_try_permit(1, 'x', NULL, '1 minute');
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION fencing_try_permit(bigint, text, integer, interval) FROM fencing_mallory;
 
 -- The holder's writes are untouched by all that: the mark is the holder's
 -- token, the lease the holder's.

@@ -333,6 +333,31 @@ void TakeFenceGateExclusively(Oid schema, int64 lock_id) {
   AcquireGate(gate, ExclusiveLock);
 }
 
+void TakeFenceGateShared(int64 lock_id) {
+  LOCKTAG gate = GateTag(lock_id);
+  AcquireGate(gate, ShareLock);
+}
+
+void GiveBackFenceGateShared(int64 lock_id) {
+  LOCKTAG gate = GateTag(lock_id);
+  (void)LockRelease(&gate, ShareLock, false);
+}
+
+void TakePermitGate(int64 lock_id, int32 slot) {
+  LOCKTAG gate = PermitGateTag(lock_id, slot);
+  AcquireGate(gate, ExclusiveLock);
+}
+
+bool TryTakePermitGate(int64 lock_id, int32 slot) {
+  LOCKTAG gate = PermitGateTag(lock_id, slot);
+  return LockAcquire(&gate, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+void GiveBackPermitGate(int64 lock_id, int32 slot) {
+  LOCKTAG gate = PermitGateTag(lock_id, slot);
+  (void)LockRelease(&gate, ExclusiveLock, false);
+}
+
 void RegisterFenceCallbacks() {
   DefineCustomBoolVariable(
       "pg_fencing.shared_fence",
@@ -578,8 +603,7 @@ Datum fencing_present(PG_FUNCTION_ARGS) {
 // old token.  PUBLIC may not call it.
 PG_FUNCTION_INFO_V1(fencing_lock_permit_gate);
 Datum fencing_lock_permit_gate(PG_FUNCTION_ARGS) {
-  LOCKTAG gate = PermitGateTag(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
-  AcquireGate(gate, ExclusiveLock);
+  TakePermitGate(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
   PG_RETURN_VOID();
 }
 
@@ -589,8 +613,7 @@ Datum fencing_lock_permit_gate(PG_FUNCTION_ARGS) {
 // not call it.
 PG_FUNCTION_INFO_V1(fencing_try_permit_gate);
 Datum fencing_try_permit_gate(PG_FUNCTION_ARGS) {
-  LOCKTAG gate = PermitGateTag(PG_GETARG_INT64(0), PG_GETARG_INT32(1));
-  PG_RETURN_BOOL(LockAcquire(&gate, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
+  PG_RETURN_BOOL(TryTakePermitGate(PG_GETARG_INT64(0), PG_GETARG_INT32(1)));
 }
 
 // fencing_share_fence_gate(lock_id bigint) RETURNS void: takes the lock's
@@ -599,8 +622,7 @@ Datum fencing_try_permit_gate(PG_FUNCTION_ARGS) {
 // the lease it made.  PUBLIC may not call it.
 PG_FUNCTION_INFO_V1(fencing_share_fence_gate);
 Datum fencing_share_fence_gate(PG_FUNCTION_ARGS) {
-  LOCKTAG gate = GateTag(PG_GETARG_INT64(0));
-  AcquireGate(gate, ShareLock);
+  TakeFenceGateShared(PG_GETARG_INT64(0));
   PG_RETURN_VOID();
 }
 

@@ -56,4 +56,16 @@ void ForgetLockFence(const char *lock_name);
 // under the current mark.  Nothing in a database without the gate.
 void TakeFenceGateExclusively(Oid extension_schema, int64 lock_id);
 
+// The gates of a shared grant and of a permit's grant (1.4).  A shared
+// grant holds the lock's gate shared, so that a revoke (which takes it
+// exclusively) waits for the grant; a permit's grant takes its slot's gate
+// exclusively and so waits for the writes in flight under the slot's old
+// token.  Held until the transaction ends, or given back by an attempt
+// that granted nothing.
+void TakeFenceGateShared(int64 lock_id);
+void GiveBackFenceGateShared(int64 lock_id);
+void TakePermitGate(int64 lock_id, int32 slot);
+bool TryTakePermitGate(int64 lock_id, int32 slot);  // false: a writer holds it
+void GiveBackPermitGate(int64 lock_id, int32 slot);
+
 }  // namespace pg_fencing

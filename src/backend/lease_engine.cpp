@@ -52,6 +52,7 @@ extern "C" {
 #include "grant.hpp"
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
+#include "slot_decision.hpp"
 #include "lease_events.hpp"
 #include "lease_tables.hpp"
 #include "lease_wait.hpp"
@@ -672,13 +673,18 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   return true;
 }
 
-// ---- Permits and shared leases (1.4) ------------------------------------------
+// ---- Permits and shared leases (1.4; their attempt in C from 1.7) ---------------
 
 // fencing_acquire_permits_as(caller, lock_name, holder, permits, ttl, wait):
-// the SQL that grants permits and shared leases (permits NULL), called with
-// the caller's role as the gates call the _as functions (locks.cpp).
-Datum AcquirePermits(FunctionCallInfo fcinfo, Datum permits, bool permits_null, int ttl_arg,
-                     int wait_arg) {
+// the SQL that checks an acquire of a permit or of a shared lease (permits
+// NULL) and, with a wait, waits for it (fencing_wait_to_acquire), called
+// with the caller's role as the gates call the _as functions (locks.cpp).
+// The attempt it makes is fencing_try_permit, AttemptSlot() below.  Taken
+// for a lock that does not exist yet, one the caller may not use, one whose
+// kind is not what is asked (its error, or the first permit or shared lease
+// that decides its kind), and for every wait.
+Datum AcquireSlotInSql(FunctionCallInfo fcinfo, Datum permits, bool permits_null, int ttl_arg,
+                       int wait_arg) {
   const Oid schema = ExtensionSchema(fcinfo);
   static const Oid kArgTypes[] = {OIDOID, TEXTOID, TEXTOID, INT4OID, INTERVALOID, INTERVALOID};
   FmgrInfo *fn = ExtensionFunction(schema, "fencing_acquire_permits_as", 6, kArgTypes);
@@ -692,11 +698,405 @@ Datum AcquirePermits(FunctionCallInfo fcinfo, Datum permits, bool permits_null, 
   bool is_null = false;
   const Datum token = CallExtensionFunction(fn, 6, args, nulls, &is_null);
   if (is_null) PG_RETURN_NULL();
-  // The SQL set the permit's end to its clock_timestamp() + ttl, before
-  // now: the worker's look at now + ttl finds it ended, and announces it.
+  // For a database whose fencing_try_permit is still 1.4's SQL (which sets
+  // the permit's end to its clock_timestamp() + ttl, before now): the
+  // worker's look at now + ttl finds it ended, and announces it.
   ScheduleExpiryCheckAtCommit(
       DatumGetTimestampTz(TimestampPlus(GetCurrentTimestamp(), PG_GETARG_DATUM(ttl_arg))));
   return token;
+}
+
+// An acquire of a permit of a semaphore (want kSemaphore, with permits) or
+// of a shared lease (kShared).
+struct SlotRequest {
+  AttemptRequest lease;  // lock_name, holder, holder_role, ttl; no payload
+  LockKind want;
+  int permits;
+  const char *what;  // the acquire function, for messages
+};
+
+SlotRequest SlotRequestOf(Oid schema, Datum lock_name, Datum holder, Datum ttl, LockKind want,
+                          int permits) {
+  SlotRequest request;
+  request.lease.schema = schema;
+  request.lease.lock_name = lock_name;
+  request.lease.holder = holder;
+  request.lease.holder_role = SessionUserName();
+  request.lease.ttl = ttl;
+  request.lease.payload = Datum(0);
+  request.lease.payload_null = true;
+  request.want = want;
+  request.permits = permits;
+  request.what =
+      want == LockKind::kSemaphore ? "fencing_acquire_permit()" : "fencing_acquire_shared()";
+  return request;
+}
+
+// The slots of a lock as an attempt found them: the rows of fencing_permit
+// (its latest grant of each slot) and what each says, in slot order.
+struct SlotLook {
+  int count;
+  HeapTuple *rows;
+  SlotSeen *seen;
+};
+
+bool IsZeroInterval(Datum interval) {
+  const Interval *i = DatumGetIntervalP(interval);
+  return i->time == 0 && i->day == 0 && i->month == 0;
+}
+
+SlotLook LookAtSlots(Relation permit, Relation key, const LeaseTableIds &ids,
+                     const SlotRequest &request, int64 lock_id, Datum lock_delay,
+                     Snapshot snapshot) {
+  List *rows = FetchRowsByNumber(permit, key, lock_id, snapshot);
+  SlotLook look;
+  look.count = list_length(rows);
+  look.rows = static_cast<HeapTuple *>(palloc(sizeof(HeapTuple) * (look.count + 1)));
+  look.seen = static_cast<SlotSeen *>(palloc(sizeof(SlotSeen) * (look.count + 1)));
+  const bool no_delay = IsZeroInterval(lock_delay);
+  int i = 0;
+  ListCell *cell;
+  foreach (cell, rows) {
+    HeapTuple row = static_cast<HeapTuple>(lfirst(cell));
+    bool is_null = false, ended_null = false;
+    SlotSeen &seen = look.seen[i];
+    seen.slot = DatumGetInt32(RowColumn(permit, row, ids.permit_slot, &is_null));
+    seen.expires_at = DatumGetTimestampTz(RowColumn(permit, row, ids.permit_expires_at, &is_null));
+    const Datum ended = RowColumn(permit, row, ids.permit_ended, &ended_null);
+    seen.ended = !ended_null;
+    // Released or revoked: free at its end; expired (marked or not): after
+    // the lock-delay too.
+    const bool ended_early = seen.ended && !TextIs(ended, "expired");
+    seen.free_at = ended_early || no_delay
+                       ? seen.expires_at
+                       : DatumGetTimestampTz(TimestampPlus(seen.expires_at, lock_delay));
+    seen.ours = SameName(RowColumn(permit, row, ids.permit_holder_role, &is_null),
+                         request.lease.holder_role) &&
+                DatumGetBool(DirectFunctionCall2Coll(
+                    texteq, DEFAULT_COLLATION_OID,
+                    RowColumn(permit, row, ids.permit_holder, &is_null), request.lease.holder));
+    look.rows[i++] = row;
+  }
+  return look;
+}
+
+// The error fencing_lock_of_kind() raises for a lock that is not of the
+// kind asked for (its messages are the SQL's, one definition of them); or,
+// with convert, a lock still exclusive made the kind asked for, which that
+// function first checks it may become.
+void CheckLockKindInSql(Oid schema, int64 lock_id, const SlotRequest &request, bool convert) {
+  static const Oid kArgTypes[] = {INT8OID, TEXTOID, INT4OID, BOOLOID};
+  FmgrInfo *fn = ExtensionFunction(schema, "fencing_lock_of_kind", 4, kArgTypes);
+  const bool semaphore = request.want == LockKind::kSemaphore;
+  const Datum args[] = {Int64GetDatum(lock_id),
+                        CStringGetTextDatum(semaphore ? "semaphore" : "shared"),
+                        Int32GetDatum(request.permits), BoolGetDatum(convert)};
+  const bool nulls[] = {false, false, !semaphore, false};
+  bool is_null = false;
+  (void)CallExtensionFunction(fn, 4, args, nulls, &is_null);
+}
+
+enum class SlotOutcome {
+  kGranted,    // a new grant of a slot
+  kExtended,   // the caller's own live slot, its end moved
+  kBusy,       // nothing can be granted now
+  kLookAgain,  // a row changed between the look and the write
+  kNeedsSql,   // the lock must first become a semaphore or a shared lock
+};
+
+// The caller's own live slot (a retry after a lost reply, say): the same
+// token, its end moved, counted as a renewal.
+SlotOutcome ExtendOwnSlot(Relation permit, const LeaseTableIds &ids, const SlotRequest &request,
+                          HeapTuple row, TimestampTz now, int64 *token) {
+  PreventCommandIfReadOnly(request.what);
+  const Datum expires_at = TimestampPlus(now, request.lease.ttl);
+  const int columns[] = {ids.permit_expires_at};
+  const Datum values[] = {expires_at};
+  const bool nulls[] = {false};
+  if (!ReplaceRow(permit, row, 1, columns, values, nulls)) return SlotOutcome::kLookAgain;
+  bool is_null = false;
+  *token = DatumGetInt64(RowColumn(permit, row, ids.permit_token_column, &is_null));
+  RequireDurableCommit();
+  CountLeaseEventAtCommit(text_to_cstring(DatumGetTextPP(request.lease.lock_name)),
+                          LeaseCounter::kRenewals);
+  ScheduleExpiryCheckAtCommit(DatumGetTimestampTz(expires_at));
+  return SlotOutcome::kExtended;
+}
+
+// The slot's gate for a permit's grant: the first free slot whose old
+// holder has no write in flight, else the first free slot, waiting for its
+// writes (at most lock_timeout: the waiting acquire sets it to what is left
+// of its wait).  0 when that wait ran out.
+int32 GatedPermitSlot(int64 lock_id, const int32 *free, int free_count) {
+  for (int i = 0; i < free_count; ++i) {
+    if (TryTakePermitGate(lock_id, free[i])) return free[i];
+  }
+  const int32 slot = free[0];
+  const bool taken = UnlessLockTimeout([&] { TakePermitGate(lock_id, slot); }, [](bool) {});
+  return taken ? slot : 0;
+}
+
+// A new grant of the slot: the row of its latest grant replaced (previous),
+// or its first row.
+void WriteSlotGrant(Relation permit, const LeaseTableIds &ids, const SlotRequest &request,
+                    int64 lock_id, int32 slot, HeapTuple previous, int64 granted,
+                    TimestampTz now, Datum expires_at) {
+  if (previous != nullptr) {
+    const int columns[] = {ids.permit_holder,     ids.permit_holder_role, ids.permit_token_column,
+                           ids.permit_granted_at, ids.permit_expires_at,  ids.permit_ended};
+    const Datum values[] = {request.lease.holder,     request.lease.holder_role,
+                            Int64GetDatum(granted),   TimestampTzGetDatum(now),
+                            expires_at,               Datum(0)};
+    const bool nulls[] = {false, false, false, false, false, true};
+    if (!ReplaceRow(permit, previous, 6, columns, values, nulls)) {
+      // Cannot happen while the room and the row lock hold.
+      ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                      errmsg("slot %d of fencing lock \"%s\" changed while it was locked", slot,
+                             text_to_cstring(DatumGetTextPP(request.lease.lock_name)))));
+    }
+    return;
+  }
+  const int natts = RelationGetDescr(permit)->natts;
+  Datum *values = static_cast<Datum *>(palloc0(sizeof(Datum) * natts));
+  bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * natts));
+  for (int i = 0; i < natts; ++i) nulls[i] = true;
+  const auto set = [&](AttrNumber column, Datum value) {
+    values[column - 1] = value;
+    nulls[column - 1] = false;
+  };
+  set(ids.permit_lock_id, Int64GetDatum(lock_id));
+  set(ids.permit_slot, Int32GetDatum(slot));
+  set(ids.permit_lock_name, request.lease.lock_name);
+  set(ids.permit_holder, request.lease.holder);
+  set(ids.permit_holder_role, request.lease.holder_role);
+  set(ids.permit_token_column, Int64GetDatum(granted));
+  set(ids.permit_granted_at, TimestampTzGetDatum(now));
+  set(ids.permit_expires_at, expires_at);
+  InsertRow(permit, values, nulls);
+}
+
+// The first shared grant after an exclusive one fences the exclusive
+// holder: the lock's mark goes just above its token (shared holders' own
+// tokens are all above it, and no shared grant raises it further).  A mark
+// already there is not touched, so that the grant does not wait for the
+// shared holders writing under the lock.
+void FenceExclusiveHolder(const Tables &t, int64 lock_id, Datum lock_name, int64 exclusive_token) {
+  Relation fence = table_open(t.ids->fence, AccessShareLock);
+  Relation fence_probe = index_open(t.ids->fence_probe, AccessShareLock);
+  Snapshot snapshot = TakeSnapshot();
+  HeapTuple mark = FetchRow(fence, fence_probe, t.ids->name_collation, lock_name, snapshot);
+  UnregisterSnapshot(snapshot);
+  bool is_null = false;
+  const bool raise =
+      mark == nullptr ||
+      DatumGetInt64(RowColumn(fence, mark, t.ids->fence_high_water, &is_null)) <= exclusive_token;
+  index_close(fence_probe, NoLock);
+  table_close(fence, NoLock);
+  if (raise) RaiseMark(t, t.ids->schema, lock_id, lock_name, exclusive_token + 1);
+}
+
+// One look at the lock and its slots, in its waiting room, and what it
+// allows: the caller's own live slot extended, a free slot granted, or
+// nothing.  may_convert: the lock may be made a semaphore or a shared lock
+// here (the SQL that checked its owner asks for it).
+SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
+                            const SlotRequest &request, int64 lock_id, bool may_convert,
+                            int64 *token) {
+  const LeaseTableIds &ids = *t.ids;
+  Snapshot snapshot = TakeSnapshot();
+  const TimestampTz now = GetCurrentTimestamp();
+  HeapTuple lock = FetchLock(t, request.lease.lock_name, snapshot);
+  if (lock == nullptr) {
+    UnregisterSnapshot(snapshot);
+    return SlotOutcome::kBusy;  // dropped since it was checked
+  }
+  bool is_null = false;
+  const LockKind kind = LockKindOfRow(t.lock, lock);
+  const int lock_permits =
+      kind == LockKind::kSemaphore ? DatumGetInt32(RowColumn(t.lock, lock, ids.lock_permits, &is_null))
+                                   : 0;
+  const KindFit fit = PGF_CORE(FitKind(kind, lock_permits, request.want, request.permits));
+  if (fit == KindFit::kRefused) {
+    UnregisterSnapshot(snapshot);
+    CheckLockKindInSql(ids.schema, lock_id, request, false);
+    elog(ERROR, "pg_fencing: fencing_lock_of_kind() accepted a lock of another kind");
+  }
+  if (fit == KindFit::kConvert && !may_convert) {
+    UnregisterSnapshot(snapshot);
+    return SlotOutcome::kNeedsSql;
+  }
+  const Datum lock_delay = RowColumn(t.lock, lock, ids.lock_delay, &is_null);
+  const bool shared = request.want == LockKind::kShared;
+  HeapTuple lease = shared ? FetchLease(t, request.lease.lock_name, snapshot) : nullptr;
+  const SlotLook slots = LookAtSlots(permit, key, ids, request, lock_id, lock_delay, snapshot);
+  UnregisterSnapshot(snapshot);
+
+  const int own = PGF_CORE(OwnLiveSlot(slots.seen, slots.count, now));
+  if (own >= 0) return ExtendOwnSlot(permit, ids, request, slots.rows[own], now, token);
+
+  // Not beside a live exclusive lease, nor in its lock-delay.
+  if (lease != nullptr) {
+    bool ended_null = false;
+    const TimestampTz end =
+        DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
+    const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
+    const bool ended_early = !ended_null && !TextIs(ended, "expired");
+    const TimestampTz free_at =
+        ended_early ? end : DatumGetTimestampTz(TimestampPlus(end, lock_delay));
+    if (free_at > now) return SlotOutcome::kBusy;
+  }
+  int32 slot = 0;
+  int32 *free = nullptr;
+  int free_count = 0;
+  if (shared) {
+    slot = PGF_CORE(SharedSlot(slots.seen, slots.count, now));
+  } else {
+    free = static_cast<int32 *>(palloc(sizeof(int32) * request.permits));
+    free_count =
+        PGF_CORE(FreePermitSlots(slots.seen, slots.count, request.permits, now, free));
+    if (free_count == 0) return SlotOutcome::kBusy;
+  }
+  PreventCommandIfReadOnly(request.what);
+
+  int64 exclusive_token = 0;
+  if (shared) {
+    // A revoke waits for this grant (it takes the gate exclusively).
+    TakeFenceGateShared(lock_id);
+    if (lease != nullptr) {
+      // The free exclusive lease is written (to itself), so that a renew
+      // racing this grant at the instant of expiry finds it changed and
+      // looks again (it then sees the lease expired).
+      const int columns[] = {ids.lease_expires_at};
+      const Datum values[] = {RowColumn(t.lease, lease, ids.lease_expires_at, &is_null)};
+      const bool nulls[] = {false};
+      if (!ReplaceRow(t.lease, lease, 1, columns, values, nulls)) {
+        GiveBackFenceGateShared(lock_id);
+        return SlotOutcome::kBusy;  // renewed or granted meanwhile
+      }
+      exclusive_token = DatumGetInt64(RowColumn(t.lease, lease, ids.lease_token, &is_null));
+    }
+  }
+  // The lock's first permit or shared lease decides its kind; nothing
+  // after this can find it busy (a lock still exclusive has no slots, and
+  // its exclusive lease, if any, is locked above).
+  if (fit == KindFit::kConvert) CheckLockKindInSql(ids.schema, lock_id, request, true);
+  if (!shared) {
+    slot = GatedPermitSlot(lock_id, free, free_count);
+    if (slot == 0) return SlotOutcome::kBusy;
+  }
+  // The slot's latest grant, locked as it stands: the expiry worker may be
+  // marking it expired (and announcing that) at this instant; then this
+  // waits for it and looks again, and announces the expiry no second time.
+  HeapTuple previous = nullptr;
+  for (int i = 0; i < slots.count; ++i) {
+    if (slots.seen[i].slot == slot) previous = slots.rows[i];
+  }
+  if (previous != nullptr && !LockRow(permit, previous)) {
+    if (shared) {
+      GiveBackFenceGateShared(lock_id);
+    } else {
+      GiveBackPermitGate(lock_id, slot);
+    }
+    return SlotOutcome::kLookAgain;
+  }
+
+  const int64 granted = GrantToken(ids.schema);
+  const Datum expires_at = TimestampPlus(now, request.lease.ttl);
+  WriteSlotGrant(permit, ids, request, lock_id, slot, previous, granted, now, expires_at);
+  if (exclusive_token != 0) {
+    FenceExclusiveHolder(t, lock_id, request.lease.lock_name, exclusive_token);
+  }
+  // Announced (if the lock is) and counted at commit, as a lease's: a slot's
+  // last grant that ran out is its expiry, then the grant.
+  const char *lock_name = text_to_cstring(DatumGetTextPP(request.lease.lock_name));
+  const bool announce = LockIsAnnounced(t, lock);
+  if (previous != nullptr) {
+    bool ended_null = false;
+    (void)RowColumn(permit, previous, ids.permit_ended, &ended_null);
+    if (ended_null) {
+      LeaseEvent expiry = {};
+      expiry.lock_name = lock_name;
+      expiry.lock_id = lock_id;
+      expiry.kind = LeaseEventKind::kExpired;
+      expiry.holder = RowColumn(permit, previous, ids.permit_holder, &is_null);
+      expiry.has_token = true;
+      expiry.token = DatumGetInt64(RowColumn(permit, previous, ids.permit_token_column, &is_null));
+      PublishLeaseEvent(expiry, announce);
+    }
+  }
+  LeaseEvent grant = {};
+  grant.lock_name = lock_name;
+  grant.lock_id = lock_id;
+  grant.kind = LeaseEventKind::kGranted;
+  grant.holder = request.lease.holder;
+  grant.has_token = true;
+  grant.token = granted;
+  PublishLeaseEvent(grant, announce);
+  // This transaction judges its own next write under the lock afresh.
+  ForgetLockFence(lock_name);
+  RequireDurableCommit();
+  ScheduleExpiryCheckAtCommit(DatumGetTimestampTz(expires_at));
+  *token = granted;
+  return SlotOutcome::kGranted;
+}
+
+// One attempt at a permit or a shared lease of lock_id (whose use the
+// caller has checked).  Grants of one lock, of every kind, take turns in
+// its waiting room, so that nobody takes one from under the first waiter in
+// line, and a waiting exclusive acquirer, which sits in the room, holds off
+// every new shared grant.  An attempt that grants nothing gives back the
+// room and the gates it took, so that a caller that stays in its
+// transaction holds up no other acquire and no writer.
+SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_id,
+                        bool may_convert, int64 *token) {
+  LOCKTAG room = WaitingRoomTag(request.lease.schema, lock_id);
+  if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) {
+    return SlotOutcome::kBusy;
+  }
+  Relation permit = table_open(t.ids->permit, RowExclusiveLock);
+  Relation key = index_open(t.ids->permit_key, AccessShareLock);
+  constexpr int kMaxLooks = 3;
+  SlotOutcome outcome = SlotOutcome::kLookAgain;
+  for (int looks = 0; looks < kMaxLooks && outcome == SlotOutcome::kLookAgain; ++looks) {
+    outcome = AttemptSlotOnce(t, permit, key, request, lock_id, may_convert, token);
+  }
+  index_close(key, NoLock);
+  table_close(permit, NoLock);
+  // A grant keeps the room until its commit, as an exclusive grant does.
+  if (outcome != SlotOutcome::kGranted) (void)LockRelease(&room, ExclusiveLock, false);
+  return outcome == SlotOutcome::kLookAgain ? SlotOutcome::kBusy : outcome;
+}
+
+// fencing_acquire_permit and fencing_acquire_shared without a wait: the
+// attempt at once, here, for a lock that exists, that the caller may use
+// and that is of the kind asked for, at READ COMMITTED; everything else in
+// SQL (AcquireSlotInSql), which raises the error or makes the lock.
+Datum AcquireSlot(FunctionCallInfo fcinfo, LockKind want, int permits, int ttl_arg, int wait_arg) {
+  const bool semaphore = want == LockKind::kSemaphore;
+  const Datum permits_datum = semaphore ? Int32GetDatum(permits) : Datum(0);
+  if (!PG_ARGISNULL(wait_arg) || XactIsoLevel != XACT_READ_COMMITTED) {
+    return AcquireSlotInSql(fcinfo, permits_datum, !semaphore, ttl_arg, wait_arg);
+  }
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();  // before OpenTables() acts as the tables' owner
+  // Detoasted: the values go into the slot's row as they are.
+  const SlotRequest request =
+      SlotRequestOf(schema, PointerGetDatum(PG_GETARG_TEXT_PP(0)),
+                    PointerGetDatum(PG_GETARG_TEXT_PP(1)), PG_GETARG_DATUM(ttl_arg), want, permits);
+  const Tables t = OpenTables(schema);
+  Snapshot snapshot = TakeSnapshot();
+  HeapTuple lock = FetchLock(t, request.lease.lock_name, snapshot);
+  UnregisterSnapshot(snapshot);
+  bool at_once = lock != nullptr && OidIsValid(t.ids->permit) && CallerMayUse(t, lock, caller);
+  int64 token = 0;
+  SlotOutcome outcome = SlotOutcome::kNeedsSql;
+  if (at_once) outcome = AttemptSlot(t, request, LockIdOf(t, lock), false, &token);
+  CloseTables(t);
+  if (outcome == SlotOutcome::kNeedsSql) {
+    return AcquireSlotInSql(fcinfo, permits_datum, !semaphore, ttl_arg, wait_arg);
+  }
+  if (outcome == SlotOutcome::kBusy) PG_RETURN_NULL();
+  PG_RETURN_INT64(token);
 }
 
 }  // namespace
@@ -804,7 +1204,7 @@ Datum fencing_acquire_permit(PG_FUNCTION_ARGS) {
              errmsg("permits must be between 1 and %d, got %s (semaphore \"%s\")", kMaxPermits,
                     PG_ARGISNULL(2) ? "NULL" : psprintf("%d", PG_GETARG_INT32(2)), lock_name)));
   }
-  return AcquirePermits(fcinfo, PG_GETARG_DATUM(2), false, 3, 4);
+  return AcquireSlot(fcinfo, LockKind::kSemaphore, PG_GETARG_INT32(2), 3, 4);
 }
 
 // fencing_acquire_shared(lock_name text, holder text, ttl interval, wait
@@ -812,7 +1212,53 @@ Datum fencing_acquire_permit(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_acquire_shared);
 Datum fencing_acquire_shared(PG_FUNCTION_ARGS) {
   (void)CheckLeaseArguments(fcinfo, 1, 2);
-  return AcquirePermits(fcinfo, Datum(0), true, 2, 3);
+  return AcquireSlot(fcinfo, LockKind::kShared, 0, 2, 3);
+}
+
+// fencing_try_permit(lock_id bigint, holder text, permits integer, ttl
+// interval) RETURNS fencing_token: one attempt at a permit (permits given)
+// or a shared lease (NULL), for the SQL that checked the acquire
+// (fencing_acquire_permits_as) and its waiting loop
+// (fencing_wait_to_acquire); NULL when none can be granted now.  It makes a
+// lock still exclusive what is asked for.  PUBLIC may not call it.
+PG_FUNCTION_INFO_V1(fencing_try_permit);
+Datum fencing_try_permit(PG_FUNCTION_ARGS) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  // Only from inside those functions, which run as the tables' owner: a
+  // role granted EXECUTE by mistake still cannot skip their checks.
+  if (GetUserId() != ExtensionTableOwner(schema) && !superuser()) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("fencing_try_permit() is internal to fencing_acquire_permit() and "
+                           "fencing_acquire_shared()"),
+                    errhint("Call fencing_acquire_permit() or fencing_acquire_shared().")));
+  }
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(3)) {
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("fencing_try_permit() needs a lock_id, a holder and a ttl")));
+  }
+  const int64 lock_id = PG_GETARG_INT64(0);
+  const bool semaphore = !PG_ARGISNULL(2);
+  const Tables t = OpenTables(schema);
+  Relation by_id = index_open(t.ids->lock_by_id, AccessShareLock);
+  Snapshot snapshot = TakeSnapshot();
+  HeapTuple lock = FetchRowByNumber(t.lock, by_id, lock_id, snapshot);
+  UnregisterSnapshot(snapshot);
+  index_close(by_id, NoLock);
+  SlotOutcome outcome = SlotOutcome::kBusy;
+  int64 token = 0;
+  if (lock != nullptr) {
+    bool is_null = false;
+    const Datum lock_name =
+        PointerGetDatum(PG_DETOAST_DATUM(RowColumn(t.lock, lock, t.ids->lock_name, &is_null)));
+    const SlotRequest request =
+        SlotRequestOf(schema, lock_name, PointerGetDatum(PG_GETARG_TEXT_PP(1)), PG_GETARG_DATUM(3),
+                      semaphore ? LockKind::kSemaphore : LockKind::kShared,
+                      semaphore ? PG_GETARG_INT32(2) : 0);
+    outcome = AttemptSlot(t, request, lock_id, true, &token);
+  }
+  CloseTables(t);
+  if (outcome != SlotOutcome::kGranted && outcome != SlotOutcome::kExtended) PG_RETURN_NULL();
+  PG_RETURN_INT64(token);
 }
 
 }  // extern "C"

@@ -215,6 +215,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   int32 name_typmod = -1;
   get_atttypetypmodcoll(ids.lock, ColumnOf(ids.lock, "lock_name"), &name_type, &name_typmod,
                         &ids.name_collation);
+  ids.lock_name = ColumnOf(ids.lock, "lock_name");
   ids.lock_id = ColumnOf(ids.lock, "lock_id");
   ids.lock_owner = ColumnOf(ids.lock, "owner");
   ids.lock_users = ColumnOf(ids.lock, "users");
@@ -232,11 +233,17 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.lock_announce = get_attnum(ids.lock, "announce");
   ids.lease_grant_count = get_attnum(ids.lease, "grant_count");
   ids.lock_kind = get_attnum(ids.lock, "kind");
+  ids.lock_permits = get_attnum(ids.lock, "permits");
+  ids.lock_by_id = RelationIn(schema, "fencing_lock_lock_id_key");
   ids.lock_token_source = get_attnum(ids.lock, "token_source");
   ids.permit = get_relname_relid("fencing_permit", schema);
   ids.permit_token =
       OidIsValid(ids.permit) ? RelationIn(schema, "fencing_permit_token") : InvalidOid;
+  ids.permit_key =
+      OidIsValid(ids.permit) ? RelationIn(schema, "fencing_permit_pkey") : InvalidOid;
   if (OidIsValid(ids.permit)) {
+    ids.permit_token_column = ColumnOf(ids.permit, "token");
+    ids.permit_granted_at = ColumnOf(ids.permit, "granted_at");
     ids.permit_lock_id = ColumnOf(ids.permit, "lock_id");
     ids.permit_slot = ColumnOf(ids.permit, "slot");
     ids.permit_lock_name = ColumnOf(ids.permit, "lock_name");
@@ -349,6 +356,22 @@ HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapsho
   ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
                          Int64GetDatum(number));
   return FirstRowFor(table, btree, &key, snapshot, InvalidOid, Datum(0));
+}
+
+List *FetchRowsByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot) {
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
+                         Int64GetDatum(number));
+  IndexScanDesc scan = compat::IndexBeginScan(table, btree, snapshot, 1);
+  index_rescan(scan, &key, 1, nullptr, 0);
+  TupleTableSlot *slot = table_slot_create(table, nullptr);
+  List *rows = NIL;
+  while (index_getnext_slot(scan, ForwardScanDirection, slot)) {
+    rows = lappend(rows, ExecCopySlotHeapTuple(slot));
+  }
+  index_endscan(scan);
+  ExecDropSingleTupleTableSlot(slot);
+  return rows;
 }
 
 void InsertRow(Relation table, const Datum *values, const bool *nulls) {

@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "access/htup.h"
+#include "nodes/pg_list.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 }
@@ -23,20 +24,22 @@ struct LeaseTableIds {
   // B-tree's grows with its depth).
   Oid lock, lock_probe, lease, lease_probe, fence, fence_probe;
   Oid name_collation;  // of lock_name, in all three tables and their primary keys
-  AttrNumber lock_id, lock_owner, lock_users, lock_delay;
+  AttrNumber lock_name, lock_id, lock_owner, lock_users, lock_delay;
   AttrNumber lease_holder, lease_holder_role, lease_token, lease_granted_at, lease_expires_at,
       lease_payload, lease_ended, lease_end_reason;
   AttrNumber fence_high_water;
   // Columns added in 1.4: InvalidAttrNumber in a database whose extension
   // is older (the library serves it as that version did).
-  AttrNumber lock_announce, lease_grant_count, lock_kind;
+  AttrNumber lock_announce, lease_grant_count, lock_kind, lock_permits;
   // Added in 1.5 (InvalidAttrNumber before): where the lock's tokens come from.
   AttrNumber lock_token_source;
-  // fencing_permit and its index on token (1.4; InvalidOid before), and
-  // the columns the guard, renew and release read.
-  Oid permit, permit_token;
+  // fencing_permit, its index on token and its primary key (lock_id, slot)
+  // (1.4; InvalidOid before), and its columns.
+  Oid permit, permit_token, permit_key;
   AttrNumber permit_lock_id, permit_slot, permit_lock_name, permit_expires_at, permit_ended,
-      permit_holder, permit_holder_role;
+      permit_holder, permit_holder_role, permit_token_column, permit_granted_at;
+  // fencing_lock's unique index on lock_id: a lock found by its id.
+  Oid lock_by_id;
   // fencing_lease's index on token (1.6; InvalidOid before): which lease a
   // token written under belongs to (src/backend/lease_writers.cpp).
   Oid lease_token_index;
@@ -64,6 +67,11 @@ HeapTuple FetchRowCommittedNow(Relation table, Relation index, Oid collation,
 // The same for a table whose first column is a bigint with a B-tree
 // (fencing_grant_history's entry).
 HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot);
+
+// Every row version that snapshot sees through btree for number on its
+// first column (fencing_permit's slots of a lock, through its primary key),
+// copied, in the index's order; NIL if none.
+List *FetchRowsByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot);
 
 // Inserts a row, as an INSERT would (WAL, TOAST, index entries; triggers
 // through an INSERT when the table has any).  values and nulls have one

@@ -55,22 +55,17 @@ void SleepUntilWoken(bool has_until, TimestampTz until);
 bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline);
 void LeaveRoomAcrossTransactions(const LOCKTAG &room);
 
-// Runs body() in an internal subtransaction with lock_timeout set to
-// timeout_ms, whatever the session set, so that its lock waits end where a
-// wait must (fencing_await's deadline).  Returns true when body() ran to
-// its end; false when one of its lock waits ran out (55P03), after the
-// subtransaction was rolled back.  Any other error is thrown again.  Either
-// way after_rollback(timed_out) runs first, when the subtransaction has
-// been rolled back: what a rollback does not undo (a session lock) is the
-// caller's to look at.  body must leave nothing with a destructor on the
-// stack when it throws (an ereport is a longjmp).
+// Runs body() in an internal subtransaction.  Returns true when body() ran
+// to its end (what it took, locks included, then belongs to the current
+// transaction); false when one of its lock waits ran out (55P03: the
+// lock_timeout in force), after the subtransaction was rolled back.  Any
+// other error is thrown again.  Either way after_rollback(timed_out) runs
+// first, when the subtransaction has been rolled back: what a rollback does
+// not undo (a session lock) is the caller's to look at.  body must leave
+// nothing with a destructor on the stack when it throws (an ereport is a
+// longjmp).
 template <typename Body, typename AfterRollback>
-bool WithLockTimeout(long long timeout_ms, Body &&body, AfterRollback &&after_rollback) {
-  char timeout[32];
-  snprintf(timeout, sizeof timeout, "%lld", timeout_ms);
-  const int guc_level = NewGUCNestLevel();
-  (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-                          true, 0, false);
+bool UnlessLockTimeout(Body &&body, AfterRollback &&after_rollback) {
   const MemoryContext context = CurrentMemoryContext;
   const ResourceOwner owner = CurrentResourceOwner;
   volatile bool finished = false;
@@ -98,6 +93,20 @@ bool WithLockTimeout(long long timeout_ms, Body &&body, AfterRollback &&after_ro
     FreeErrorData(error);
   }
   PG_END_TRY();
+  return finished;
+}
+
+// UnlessLockTimeout() with lock_timeout set to timeout_ms, whatever the
+// session set, so that body()'s lock waits end where a wait must
+// (fencing_await's deadline).
+template <typename Body, typename AfterRollback>
+bool WithLockTimeout(long long timeout_ms, Body &&body, AfterRollback &&after_rollback) {
+  char timeout[32];
+  snprintf(timeout, sizeof timeout, "%lld", timeout_ms);
+  const int guc_level = NewGUCNestLevel();
+  (void)set_config_option("lock_timeout", timeout, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                          true, 0, false);
+  const bool finished = UnlessLockTimeout(body, after_rollback);
   AtEOXact_GUC(true, guc_level);
   return finished;
 }

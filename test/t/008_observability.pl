@@ -334,6 +334,15 @@ is( summary(@events),
 is( sql("SELECT expiries FROM fencing_lock_stats WHERE lock_name = 'race-sem'"),
 	'1', 'and counted once');
 
+# The holder of a live permit that takes it again (a retry after a lost
+# reply) keeps its token, and that counts as a renewal, as for an exclusive
+# lease (1.7: the attempt in C).
+my $renewals = sql("SELECT renewals FROM fencing_lock_stats WHERE lock_name = 'race-sem'");
+is(sql("SELECT fencing_acquire_permit('race-sem', 'next', 1, '1 minute')", 'tenant_a'),
+	$next_out, 'the holder of a live permit taking it again keeps its token');
+is(sql("SELECT renewals FROM fencing_lock_stats WHERE lock_name = 'race-sem'"),
+	$renewals + 1, 'and that counts as a renewal');
+
 # ---- Who sees what -------------------------------------------------------------
 
 is( sql("SELECT string_agg(lock_name, ',' ORDER BY lock_name) FROM fencing_lock_stats", 'tenant_b'),
