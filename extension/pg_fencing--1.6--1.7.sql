@@ -130,3 +130,41 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_try_permit(
     p_lock_id bigint, p_holder text, p_permits integer, p_ttl interval)
   RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_try_permit'
   LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The history keeps permits and shared leases too, each with its slot
+-- (issue 25).  A lock's slot grants are numbered apart from its exclusive
+-- grants (fencing_permit.grant_count: the slot's grant among them) and kept
+-- in a ring of their own, of pg_fencing.history_size entries too: entry is
+-- -(lock_id * 2^20 + grant_count % history_size) for them.  A slot's lease
+-- goes into the ring when its slot is granted again (src/backend/
+-- lease_engine.cpp, RecordEndedSlot); until then its row is its entry.
+ALTER TABLE @extschema@.fencing_permit ADD COLUMN grant_count bigint NOT NULL DEFAULT 1;
+ALTER TABLE @extschema@.fencing_grant_history ADD COLUMN slot integer;
+COMMENT ON COLUMN @extschema@.fencing_grant_history.slot IS
+  'the permit''s or shared lease''s slot (fencing_permits.slot); NULL for an exclusive lease';
+
+CREATE OR REPLACE VIEW @extschema@.fencing_history WITH (security_barrier) AS
+  SELECT e.lock_name, e.token, e.holder, e.holder_role, e.granted_at, e.ended_at, e.end_reason,
+         e.slot
+    FROM (SELECT h.lock_name, h.token, h.holder, h.holder_role, h.granted_at, h.ended_at,
+                 h.end_reason, h.slot
+            FROM @extschema@.fencing_grant_history h
+          UNION ALL
+          SELECT l.lock_name, l.token, l.holder, l.holder_role, l.granted_at,
+                 CASE WHEN l.expires_at > clock_timestamp() THEN NULL ELSE l.expires_at END,
+                 CASE WHEN l.expires_at > clock_timestamp() THEN NULL
+                      ELSE coalesce(l.ended, 'expired') END,
+                 NULL::integer
+            FROM @extschema@.fencing_lease l
+          UNION ALL
+          SELECT p.lock_name, p.token, p.holder, p.holder_role, p.granted_at,
+                 CASE WHEN p.expires_at > clock_timestamp() THEN NULL ELSE p.expires_at END,
+                 CASE WHEN p.expires_at > clock_timestamp() THEN NULL
+                      ELSE coalesce(p.ended, 'expired') END,
+                 p.slot
+            FROM @extschema@.fencing_permit p) e
+    JOIN @extschema@.fencing_lock k ON k.lock_name = e.lock_name
+   WHERE @extschema@.fencing_role_may_read(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+COMMENT ON VIEW @extschema@.fencing_history IS
+  'every lease, permit and shared lease of the locks the current role may use (every lock for pg_read_all_stats), as far back as pg_fencing.history_size grants per lock and kind (exclusive leases, slots), with when and how it ended; slot: a permit''s or shared lease''s, NULL for an exclusive lease';

@@ -162,6 +162,38 @@ SELECT pg_temp.outcome('SELECT fencing_acquire_permit(''pool'', ''x'', 3, ''1 ho
 ROLLBACK;
 RESET ROLE;
 
+-- The history keeps permits too, with their slots (1.7): a slot's lease
+-- goes into it when the slot is granted again, and until then its row is
+-- its entry.
+SET ROLE sem_app;
+SELECT fencing_acquire_permit('hist-sem', 'h1', 2, '1 hour') AS h1 \gset
+SELECT fencing_acquire_permit('hist-sem', 'h2', 2, '1 hour') AS h2 \gset
+SELECT fencing_release('hist-sem', :'h1');
+SELECT fencing_acquire_permit('hist-sem', 'h3', 2, '1 hour') AS h3 \gset
+SELECT holder, slot, coalesce(end_reason, 'live') AS state, ended_at IS NOT NULL AS ended
+  FROM fencing_history WHERE lock_name = 'hist-sem' ORDER BY token;
+RESET ROLE;
+-- A ring of one entry per lock and kind: the slots' leases end out of
+-- order (a slot's lease ends only when that slot is granted again), and an
+-- older lease does not replace a newer one in the ring.
+SET pg_fencing.history_size = 1;
+SET ROLE sem_app;
+SELECT fencing_acquire_permit('ring-sem', 'q1', 2, '1 hour') AS q1 \gset
+SELECT fencing_acquire_permit('ring-sem', 'q2', 2, '1 hour') AS q2 \gset
+SELECT fencing_release('ring-sem', :'q2');
+SELECT fencing_acquire_permit('ring-sem', 'q3', 2, '1 hour') IS NOT NULL AS q3_granted;
+SELECT fencing_release('ring-sem', :'q1');
+SELECT fencing_acquire_permit('ring-sem', 'q4', 2, '1 hour') IS NOT NULL AS q4_granted;
+SELECT holder, slot, coalesce(end_reason, 'live') AS state
+  FROM fencing_history WHERE lock_name = 'ring-sem' ORDER BY token;
+RESET ROLE;
+RESET pg_fencing.history_size;
+-- A role that may not use the semaphore sees none of its history.
+SET ROLE sem_intruder;
+SELECT count(*) AS history_seen FROM fencing_history WHERE lock_name IN ('hist-sem', 'ring-sem');
+SELECT pg_temp.outcome('SELECT count(*) FROM fencing_grant_history');
+RESET ROLE;
+
 -- A role that may not use the semaphore: no permit, no view rows, no
 -- internal functions, no write under a permit's token.
 GRANT SELECT, UPDATE ON counters TO sem_intruder;

@@ -100,6 +100,17 @@ ROLLBACK;
 SELECT pg_temp.outcome('SELECT fencing_acquire_shared(''cfg'', '''', ''1 hour'')');
 SELECT pg_temp.outcome('SELECT fencing_acquire_shared(''cfg'', ''x'', NULL)');
 
+-- The history keeps shared leases with their slots beside the lock's
+-- exclusive leases (slot NULL), each kind in a ring of its own (1.7).
+SELECT fencing_acquire_shared('hist-rw', 'ha', '1 hour') AS ha \gset
+SELECT fencing_acquire_shared('hist-rw', 'hb', '1 hour') AS hb \gset
+SELECT fencing_release('hist-rw', :'ha') AND fencing_release('hist-rw', :'hb') AS both_released;
+SELECT fencing_acquire('hist-rw', 'hx', '1 hour') AS hx \gset
+SELECT fencing_release('hist-rw', :'hx') AS exclusive_released;
+SELECT fencing_acquire_shared('hist-rw', 'hc', '1 hour') IS NOT NULL AS shared_again;
+SELECT holder, slot, coalesce(end_reason, 'live') AS state
+  FROM fencing_history WHERE lock_name = 'hist-rw' ORDER BY token;
+
 -- A role that may not use the lock gets nothing and sees nothing.
 SELECT fencing_acquire_shared('cfg', 'reader-4', '1 hour') AS s4 \gset
 RESET ROLE;

@@ -738,6 +738,9 @@ struct SlotLook {
   int count;
   HeapTuple *rows;
   SlotSeen *seen;
+  // The highest number among the lock's slot grants (1.7; 0 before): the
+  // next grant's is one more, its place in the history.
+  int64 highest_count;
 };
 
 bool IsZeroInterval(Datum interval) {
@@ -753,6 +756,7 @@ SlotLook LookAtSlots(Relation permit, Relation key, const LeaseTableIds &ids,
   look.count = list_length(rows);
   look.rows = static_cast<HeapTuple *>(palloc(sizeof(HeapTuple) * (look.count + 1)));
   look.seen = static_cast<SlotSeen *>(palloc(sizeof(SlotSeen) * (look.count + 1)));
+  look.highest_count = 0;
   const bool no_delay = IsZeroInterval(lock_delay);
   int i = 0;
   ListCell *cell;
@@ -775,6 +779,11 @@ SlotLook LookAtSlots(Relation permit, Relation key, const LeaseTableIds &ids,
                 DatumGetBool(DirectFunctionCall2Coll(
                     texteq, DEFAULT_COLLATION_OID,
                     RowColumn(permit, row, ids.permit_holder, &is_null), request.lease.holder));
+    if (ids.permit_grant_count != InvalidAttrNumber) {
+      look.highest_count =
+          Max(look.highest_count,
+              DatumGetInt64(RowColumn(permit, row, ids.permit_grant_count, &is_null)));
+    }
     look.rows[i++] = row;
   }
   return look;
@@ -839,16 +848,19 @@ int32 GatedPermitSlot(int64 lock_id, const int32 *free, int free_count) {
 // A new grant of the slot: the row of its latest grant replaced (previous),
 // or its first row.
 void WriteSlotGrant(Relation permit, const LeaseTableIds &ids, const SlotRequest &request,
-                    int64 lock_id, int32 slot, HeapTuple previous, int64 granted,
+                    int64 lock_id, int32 slot, HeapTuple previous, int64 granted, int64 grant_count,
                     TimestampTz now, Datum expires_at) {
+  const bool counted = ids.permit_grant_count != InvalidAttrNumber;
   if (previous != nullptr) {
     const int columns[] = {ids.permit_holder,     ids.permit_holder_role, ids.permit_token_column,
-                           ids.permit_granted_at, ids.permit_expires_at,  ids.permit_ended};
+                           ids.permit_granted_at, ids.permit_expires_at,  ids.permit_ended,
+                           ids.permit_grant_count};
     const Datum values[] = {request.lease.holder,     request.lease.holder_role,
                             Int64GetDatum(granted),   TimestampTzGetDatum(now),
-                            expires_at,               Datum(0)};
-    const bool nulls[] = {false, false, false, false, false, true};
-    if (!ReplaceRow(permit, previous, 6, columns, values, nulls)) {
+                            expires_at,               Datum(0),
+                            Int64GetDatum(grant_count)};
+    const bool nulls[] = {false, false, false, false, false, true, false};
+    if (!ReplaceRow(permit, previous, counted ? 7 : 6, columns, values, nulls)) {
       // Cannot happen while the room and the row lock hold.
       ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                       errmsg("slot %d of fencing lock \"%s\" changed while it was locked", slot,
@@ -872,6 +884,7 @@ void WriteSlotGrant(Relation permit, const LeaseTableIds &ids, const SlotRequest
   set(ids.permit_token_column, Int64GetDatum(granted));
   set(ids.permit_granted_at, TimestampTzGetDatum(now));
   set(ids.permit_expires_at, expires_at);
+  if (counted) set(ids.permit_grant_count, Int64GetDatum(grant_count));
   InsertRow(permit, values, nulls);
 }
 
@@ -893,6 +906,30 @@ void FenceExclusiveHolder(const Tables &t, int64 lock_id, Datum lock_name, int64
   index_close(fence_probe, NoLock);
   table_close(fence, NoLock);
   if (raise) RaiseMark(t, t.ids->schema, lock_id, lock_name, exclusive_token + 1);
+}
+
+// The slot's last lease, which a new grant of the slot replaces, into the
+// history, as an exclusive lease's (PublishGrant): how it ended (released,
+// revoked, expired, or taken over by another holder once it ran out).
+void RecordEndedSlot(Relation permit, const LeaseTableIds &ids, const SlotRequest &request,
+                     int64 lock_id, HeapTuple previous, const SlotSeen *seen) {
+  if (ids.permit_grant_count == InvalidAttrNumber) return;  // before 1.7
+  bool is_null = false, ended_null = false;
+  EndedLease ended = {};
+  ended.lock_id = lock_id;
+  ended.lock_name = request.lease.lock_name;
+  ended.holder = RowColumn(permit, previous, ids.permit_holder, &is_null);
+  ended.holder_role = RowColumn(permit, previous, ids.permit_holder_role, &is_null);
+  ended.token = DatumGetInt64(RowColumn(permit, previous, ids.permit_token_column, &is_null));
+  ended.granted_at =
+      DatumGetTimestampTz(RowColumn(permit, previous, ids.permit_granted_at, &is_null));
+  ended.ended_at = seen->expires_at;
+  const Datum how = RowColumn(permit, previous, ids.permit_ended, &ended_null);
+  const bool ran_out = ended_null || TextIs(how, "expired");
+  ended.end_reason = ran_out ? ExpiredEndReason(seen->ours) : text_to_cstring(DatumGetTextPP(how));
+  ended.grant_count = DatumGetInt64(RowColumn(permit, previous, ids.permit_grant_count, &is_null));
+  ended.slot = seen->slot;
+  RecordEndedLease(ids.schema, ended);
 }
 
 // One look at the lock and its slots, in its waiting room, and what it
@@ -988,8 +1025,12 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
   // marking it expired (and announcing that) at this instant; then this
   // waits for it and looks again, and announces the expiry no second time.
   HeapTuple previous = nullptr;
+  const SlotSeen *slot_seen = nullptr;
   for (int i = 0; i < slots.count; ++i) {
-    if (slots.seen[i].slot == slot) previous = slots.rows[i];
+    if (slots.seen[i].slot == slot) {
+      previous = slots.rows[i];
+      slot_seen = &slots.seen[i];
+    }
   }
   if (previous != nullptr && !LockRow(permit, previous)) {
     if (shared) {
@@ -1002,7 +1043,8 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
 
   const int64 granted = GrantToken(ids.schema);
   const Datum expires_at = TimestampPlus(now, request.lease.ttl);
-  WriteSlotGrant(permit, ids, request, lock_id, slot, previous, granted, now, expires_at);
+  WriteSlotGrant(permit, ids, request, lock_id, slot, previous, granted, slots.highest_count + 1,
+                 now, expires_at);
   if (exclusive_token != 0) {
     FenceExclusiveHolder(t, lock_id, request.lease.lock_name, exclusive_token);
   }
@@ -1011,6 +1053,7 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
   const char *lock_name = text_to_cstring(DatumGetTextPP(request.lease.lock_name));
   const bool announce = LockIsAnnounced(t, lock);
   if (previous != nullptr) {
+    RecordEndedSlot(permit, ids, request, lock_id, previous, slot_seen);
     bool ended_null = false;
     (void)RowColumn(permit, previous, ids.permit_ended, &ended_null);
     if (ended_null) {

@@ -136,9 +136,12 @@ void RecordEndedLease(Oid schema, const EndedLease &lease) {
   if (history_size <= 0) return;
   const LeaseTableIds &ids = LeaseTablesOf(schema);
   if (!OidIsValid(ids.history)) return;  // an extension not yet updated to 1.4
-  // The lock's slot: entry = lock_id * 2^20 + slot (history_size < 2^20).
-  const int64 slot = lease.grant_count % history_size;
-  const int64 entry = (lease.lock_id << 20) | slot;
+  // The lease's entry in its lock's ring: lock_id * 2^20 + grant_count %
+  // history_size (history_size < 2^20), negated for the ring of the slots'
+  // leases (1.7).
+  if (lease.slot != 0 && ids.history_slot == InvalidAttrNumber) return;
+  const int64 position = (lease.lock_id << 20) | (lease.grant_count % history_size);
+  const int64 entry = lease.slot != 0 ? -position : position;
   Relation history = table_open(ids.history, RowExclusiveLock);
   Relation probe = index_open(ids.history_probe, AccessShareLock);
   CommandCounterIncrement();
@@ -150,9 +153,11 @@ void RecordEndedLease(Oid schema, const EndedLease &lease) {
   auto *values = static_cast<Datum *>(palloc0(sizeof(Datum) * natts));
   auto *nulls = static_cast<bool *>(palloc(sizeof(bool) * natts));
   for (int i = 0; i < natts; ++i) nulls[i] = true;
+  // The slot last: only a slot's lease has one.
   const int columns[] = {ids.history_entry,      ids.history_lock_name, ids.history_grant_count,
                          ids.history_token,      ids.history_holder,    ids.history_holder_role,
-                         ids.history_granted_at, ids.history_ended_at,  ids.history_end_reason};
+                         ids.history_granted_at, ids.history_ended_at,  ids.history_end_reason,
+                         ids.history_slot};
   const Datum column_values[] = {Int64GetDatum(entry),
                                  lease.lock_name,
                                  Int64GetDatum(lease.grant_count),
@@ -161,17 +166,24 @@ void RecordEndedLease(Oid schema, const EndedLease &lease) {
                                  lease.holder_role,
                                  TimestampTzGetDatum(lease.granted_at),
                                  TimestampTzGetDatum(lease.ended_at),
-                                 CStringGetTextDatum(lease.end_reason)};
+                                 CStringGetTextDatum(lease.end_reason),
+                                 Int32GetDatum(lease.slot)};
+  const int written = lease.slot != 0 ? lengthof(columns) : lengthof(columns) - 1;
   const bool column_nulls[lengthof(columns)] = {};
-  for (size_t i = 0; i < lengthof(columns); ++i) {
+  for (int i = 0; i < written; ++i) {
     values[columns[i] - 1] = column_values[i];
     nulls[columns[i] - 1] = false;
   }
-  if (used == nullptr) {
+  bool is_null = false;
+  if (used != nullptr &&
+      DatumGetInt64(RowColumn(history, used, ids.history_grant_count, &is_null)) >
+          lease.grant_count) {
+    // A newer lease of the ring holds the entry: this one is too old to keep.
+  } else if (used == nullptr) {
     InsertRow(history, values, nulls);
-  } else if (!ReplaceRow(history, used, lengthof(columns) - 2, columns + 2, column_values + 2,
+  } else if (!ReplaceRow(history, used, written - 2, columns + 2, column_values + 2,
                          column_nulls + 2)) {
-    // Nobody else writes this lock's slots: its grants take turns.
+    // Nobody else writes this lock's entries: its grants take turns.
     ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                     errmsg("history entry of fencing lock \"%s\" changed while it was written",
                            text_to_cstring(DatumGetTextPP(lease.lock_name)))));

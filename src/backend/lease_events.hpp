@@ -48,13 +48,20 @@ struct EndedLease {
   TimestampTz granted_at;
   TimestampTz ended_at;
   const char *end_reason;  // released, revoked, expired, taken_over
-  int64 grant_count;       // the lease's number among the lock's grants
+  int64 grant_count;       // the lease's number among the lock's grants (of its class, below)
+  // A permit's or a shared lease's slot; 0 for an exclusive lease.  The
+  // slots' leases are numbered apart from the exclusive leases, and kept
+  // in a ring of their own beside theirs.
+  int32 slot;
 };
 
-// Keeps the ended lease in fencing_grant_history (slot grant_count %
-// pg_fencing.history_size of its lock), written directly as the lease
-// tables are (lease_tables.hpp), by a caller acting as the tables' owner.
-// Nothing when the history is off (size 0) or the extension predates it.
+// Keeps the ended lease in fencing_grant_history (entry grant_count %
+// pg_fencing.history_size of its lock's ring), written directly as the
+// lease tables are (lease_tables.hpp), by a caller acting as the tables'
+// owner.  Nothing when the history is off (size 0) or the extension
+// predates it (1.7 for a slot's lease), and nothing over a newer lease's
+// entry: a slot's lease ends only when that slot is granted again, which
+// may come after later leases of other slots wrapped the ring past it.
 void RecordEndedLease(Oid schema, const EndedLease &lease);
 
 // How an expired lease ended, seen from the grant that replaces it: taken

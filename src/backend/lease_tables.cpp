@@ -244,6 +244,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   if (OidIsValid(ids.permit)) {
     ids.permit_token_column = ColumnOf(ids.permit, "token");
     ids.permit_granted_at = ColumnOf(ids.permit, "granted_at");
+    ids.permit_grant_count = get_attnum(ids.permit, "grant_count");
     ids.permit_lock_id = ColumnOf(ids.permit, "lock_id");
     ids.permit_slot = ColumnOf(ids.permit, "slot");
     ids.permit_lock_name = ColumnOf(ids.permit, "lock_name");
@@ -267,6 +268,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
     ids.history_granted_at = ColumnOf(ids.history, "granted_at");
     ids.history_ended_at = ColumnOf(ids.history, "ended_at");
     ids.history_end_reason = ColumnOf(ids.history, "end_reason");
+    ids.history_slot = get_attnum(ids.history, "slot");
   }
   cached_ids = ids;
   ids_valid = true;

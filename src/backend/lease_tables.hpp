@@ -38,6 +38,9 @@ struct LeaseTableIds {
   Oid permit, permit_token, permit_key;
   AttrNumber permit_lock_id, permit_slot, permit_lock_name, permit_expires_at, permit_ended,
       permit_holder, permit_holder_role, permit_token_column, permit_granted_at;
+  // The slot's number among the lock's slot grants (1.7; InvalidAttrNumber
+  // before): where its lease goes in the history.
+  AttrNumber permit_grant_count;
   // fencing_lock's unique index on lock_id: a lock found by its id.
   Oid lock_by_id;
   // fencing_lease's index on token (1.6; InvalidOid before): which lease a
@@ -49,6 +52,7 @@ struct LeaseTableIds {
   Oid history, history_probe;
   AttrNumber history_entry, history_lock_name, history_grant_count, history_token, history_holder,
       history_holder_role, history_granted_at, history_ended_at, history_end_reason;
+  AttrNumber history_slot;  // 1.7 (InvalidAttrNumber before): a permit's or shared lease's slot
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
