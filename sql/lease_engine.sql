@@ -57,18 +57,26 @@ DROP TRIGGER audit_lease ON fencing_lease;
 DROP FUNCTION audit_lease();
 DROP TABLE lease_audit;
 
--- Renew and release of a permit (1.7) write fencing_permit the same way:
--- 300 renewals in one transaction fill its page, the indexes stay sound,
--- the token index finds the live version, and a trigger on the table fires
--- for each renewal and for the release.
+-- Grants, renewals and releases of permits (1.7) write fencing_permit the
+-- same way: 300 renewals and 100 grants of the other permit in one
+-- transaction fill its pages, the indexes stay sound, the token index
+-- finds the live version, and a trigger on the table fires for each grant
+-- (an INSERT for a slot's first, an UPDATE after), renewal and release.
 SELECT fencing_acquire_permit('engine-sem', 'h', 2, '1 minute') AS permit \gset
 DO $$
 DECLARE
   t fencing_token := (SELECT token FROM fencing_permits WHERE lock_name = 'engine-sem');
+  g fencing_token;
 BEGIN
   FOR i IN 1 .. 300 LOOP
     IF NOT fencing_renew('engine-sem', t, '1 minute') THEN
       RAISE EXCEPTION 'renewal % failed', i;
+    END IF;
+  END LOOP;
+  FOR i IN 1 .. 100 LOOP
+    g := fencing_acquire_permit('engine-sem', 'cycler', 2, '1 minute');
+    IF g IS NULL OR NOT fencing_release('engine-sem', g) THEN
+      RAISE EXCEPTION 'grant % failed', i;
     END IF;
   END LOOP;
 END $$;
@@ -79,18 +87,25 @@ SELECT i AS index_checked, bt_index_check(i, true)
 SET enable_seqscan = off;
 SELECT count(*) AS permit_rows, bool_and(state = 'live') AS live
   FROM fencing_permits WHERE token = :'permit';
+SELECT count(*) AS cycler_rows, bool_and(state = 'released') AS released
+  FROM fencing_permits WHERE holder = 'cycler';
 RESET enable_seqscan;
 CREATE TABLE permit_audit (op text, slot integer, holder text, token fencing_token, ended text);
 CREATE FUNCTION audit_permit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO permit_audit VALUES (TG_OP, NEW.slot, NEW.holder, NEW.token, NEW.ended);
+  -- Qualified: a lock's first permit is granted under the SQL's pinned search_path.
+  INSERT INTO public.permit_audit VALUES (TG_OP, NEW.slot, NEW.holder, NEW.token, NEW.ended);
   RETURN NULL;
 END $$;
-CREATE TRIGGER audit_permit AFTER UPDATE ON fencing_permit
+CREATE TRIGGER audit_permit AFTER INSERT OR UPDATE ON fencing_permit
   FOR EACH ROW EXECUTE FUNCTION audit_permit();
 SELECT fencing_renew('engine-sem', :'permit', '2 minutes') AS renewed;
 SELECT fencing_release('engine-sem', :'permit') AS released;
-SELECT op, slot, holder, token = :'permit' AS its_token, ended FROM permit_audit ORDER BY ctid;
+SELECT fencing_acquire_permit('engine-sem', 'again', 2, '1 minute') AS again \gset
+SELECT fencing_acquire_permit('engine-sem-new', 'first', 2, '1 minute') AS first \gset
+SELECT op, slot, holder, token = :'permit' AS its_token, token IN (:'again', :'first') AS new_token,
+       ended
+  FROM permit_audit ORDER BY ctid;
 DROP TRIGGER audit_permit ON fencing_permit;
 DROP FUNCTION audit_permit();
 DROP TABLE permit_audit;
