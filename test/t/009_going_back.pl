@@ -102,6 +102,25 @@ sub run_sql
 	return ($out, $state // "psql exit $rc: $err");
 }
 
+# $holder's lease of "L" (ttl 1 s) and its write of $balance on row $row
+# of accounts, in one psql: the lease runs out a second after the acquire,
+# and a transaction cannot write under a lease that has ended (1.6), so the
+# write must follow at once -- two psql runs, or a base backup between, can
+# be more than a second apart on a loaded machine.  A live holder calling
+# again gets its own token back.  Returns the token and the write's SQLSTATE
+# ('' when it passed).
+sub acquire_and_write
+{
+	my ($node, $db, $holder, $row, $balance) = @_;
+	my ($out, $state) = run_sql($node, $db, qq{
+SELECT fencing_acquire('L', '$holder', '1 s') AS token \\gset
+\\echo :token
+UPDATE accounts SET token = :token, balance = $balance WHERE id = $row;
+});
+	my ($token) = lines($out);
+	return ($token, $state);
+}
+
 # A new node, initialized and started, preloading the library if asked.
 sub new_node
 {
@@ -130,9 +149,9 @@ SELECT fencing_protect('accounts', lock_name => 'L');
 });
 	my @seen = lines(
 		$node->safe_psql($db, 'SELECT fencing_grant() FROM generate_series(1, 5)'));
-	my $token_a = $node->safe_psql($db, "SELECT fencing_acquire('L', 'holder-a', '1 s')");
+	my ($token_a, $state) = acquire_and_write($node, $db, 'holder-a', 1, 101);
+	die "set-up: holder-a's write failed ($state)" if $state ne '';
 	push @seen, $token_a;
-	$node->safe_psql($db, "UPDATE accounts SET token = $token_a, balance = 101 WHERE id = 1");
 	return @seen;
 }
 
@@ -148,10 +167,8 @@ sub zombie_history
 	is(scalar(@seen), $burst, "granted $burst tokens after the point of return");
 	$node->poll_query_until($db, "SELECT fencing_leader('L') IS NULL")
 	  or die "holder-a's lease never ran out";
-	my $zombie = $node->safe_psql($db, "SELECT fencing_acquire('L', 'zombie', '1 s')");
+	my ($zombie, $state) = acquire_and_write($node, $db, 'zombie', 2, 102);
 	like($zombie, qr/^\d+$/, "the zombie has its lease (token $zombie)");
-	my (undef, $state) = run_sql($node, $db,
-		"UPDATE accounts SET token = $zombie, balance = 102 WHERE id = 2");
 	is($state, '', 'the zombie writes under the lock, before the event');
 	note "after the point of return: granted $seen[0] .. $seen[-1], the zombie's token $zombie";
 	return ($zombie, @seen, $zombie);
@@ -250,15 +267,16 @@ for my $preload (0, 1)
 		my @seen = set_up($primary, 'postgres');
 		$primary->backup('b');
 
-		# History the recovery keeps: grants and a write on row 3, under
-		# holder-a's token (the lock's mark: a token the lock's leases never
-		# gave out is refused, 55Z03).
-		my $token_a = $seen[-1];
+		# History the recovery keeps: grants and a write on row 3 under
+		# holder-a's lease (the lock's mark: a token the lock's leases never
+		# gave out is refused, 55Z03) -- taken again, as the backup may have
+		# outlasted its second.
 		my @mid = lines(
 			$primary->safe_psql('postgres', 'SELECT fencing_grant() FROM generate_series(1, 3)'));
 		push @seen, @mid;
-		$primary->safe_psql('postgres',
-			"UPDATE accounts SET token = $token_a, balance = 104 WHERE id = 3");
+		my ($token_a, $state) = acquire_and_write($primary, 'postgres', 'holder-a', 3, 104);
+		die "holder-a's write on row 3 failed ($state)" if $state ne '';
+		push @seen, $token_a;
 		my ($target_time, $target_lsn) = split /\|/,
 		  $primary->safe_psql('postgres',
 			'SELECT clock_timestamp(), pg_current_wal_insert_lsn()');
