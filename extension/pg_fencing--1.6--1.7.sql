@@ -139,6 +139,15 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_try_permit(
 -- goes into the ring when its slot is granted again (src/backend/
 -- lease_engine.cpp, RecordEndedSlot); until then its row is its entry.
 ALTER TABLE @extschema@.fencing_permit ADD COLUMN grant_count bigint NOT NULL DEFAULT 1;
+-- The slots a lock has already are numbered in the order of their grants,
+-- so that their leases go into distinct entries of the ring when their
+-- slots are granted again (with one number for all, each would take the
+-- entry of the one before).
+UPDATE @extschema@.fencing_permit p SET grant_count = n.grant_count
+  FROM (SELECT x.lock_id, x.slot,
+               row_number() OVER (PARTITION BY x.lock_id ORDER BY x.granted_at, x.slot) AS grant_count
+          FROM @extschema@.fencing_permit x) n
+ WHERE p.lock_id = n.lock_id AND p.slot = n.slot;
 ALTER TABLE @extschema@.fencing_grant_history ADD COLUMN slot integer;
 COMMENT ON COLUMN @extschema@.fencing_grant_history.slot IS
   'the permit''s or shared lease''s slot (fencing_permits.slot); NULL for an exclusive lease';

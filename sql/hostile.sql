@@ -88,6 +88,10 @@ SELECT fencing_try_permit(1, 'x', 2, '1 minute');
 SELECT fencing_try_permit(1, 'x', NULL, '1 minute');
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION fencing_try_permit(bigint, text, integer, interval) FROM fencing_mallory;
+-- Its caller checks the permits; it refuses a number out of range all the
+-- same, before it looks at any slot (a negative one would size a buffer).
+SELECT fencing_try_permit(1, 'x', -5, '1 minute');
+SELECT fencing_try_permit(1, 'x', 1001, '1 minute');
 
 -- The holder's writes are untouched by all that: the mark is the holder's
 -- token, the lease the holder's.

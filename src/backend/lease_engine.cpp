@@ -932,6 +932,17 @@ void RecordEndedSlot(Relation permit, const LeaseTableIds &ids, const SlotReques
   RecordEndedLease(ids.schema, ended);
 }
 
+// Whether the lock, as its row stands, is of the kind the request wants.
+KindFit FitOfLock(const Tables &t, HeapTuple lock, const SlotRequest &request) {
+  bool is_null = false;
+  const LockKind kind = LockKindOfRow(t.lock, lock);
+  const int lock_permits =
+      kind == LockKind::kSemaphore
+          ? DatumGetInt32(RowColumn(t.lock, lock, t.ids->lock_permits, &is_null))
+          : 0;
+  return PGF_CORE(FitKind(kind, lock_permits, request.want, request.permits));
+}
+
 // One look at the lock and its slots, in its waiting room, and what it
 // allows: the caller's own live slot extended, a free slot granted, or
 // nothing.  may_convert: the lock may be made a semaphore or a shared lock
@@ -948,11 +959,7 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
     return SlotOutcome::kBusy;  // dropped since it was checked
   }
   bool is_null = false;
-  const LockKind kind = LockKindOfRow(t.lock, lock);
-  const int lock_permits =
-      kind == LockKind::kSemaphore ? DatumGetInt32(RowColumn(t.lock, lock, ids.lock_permits, &is_null))
-                                   : 0;
-  const KindFit fit = PGF_CORE(FitKind(kind, lock_permits, request.want, request.permits));
+  const KindFit fit = FitOfLock(t, lock, request);
   if (fit == KindFit::kRefused) {
     UnregisterSnapshot(snapshot);
     CheckLockKindInSql(ids.schema, lock_id, request, false);
@@ -1007,8 +1014,10 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
       const Datum values[] = {RowColumn(t.lease, lease, ids.lease_expires_at, &is_null)};
       const bool nulls[] = {false};
       if (!ReplaceRow(t.lease, lease, 1, columns, values, nulls)) {
+        // Changed since the look: marked expired by the worker (then the
+        // lock is still free), or renewed at the instant of expiry.
         GiveBackFenceGateShared(lock_id);
-        return SlotOutcome::kBusy;  // renewed or granted meanwhile
+        return SlotOutcome::kLookAgain;
       }
       exclusive_token = DatumGetInt64(RowColumn(t.lease, lease, ids.lease_token, &is_null));
     }
@@ -1130,7 +1139,12 @@ Datum AcquireSlot(FunctionCallInfo fcinfo, LockKind want, int permits, int ttl_a
   Snapshot snapshot = TakeSnapshot();
   HeapTuple lock = FetchLock(t, request.lease.lock_name, snapshot);
   UnregisterSnapshot(snapshot);
-  bool at_once = lock != nullptr && OidIsValid(t.ids->permit) && CallerMayUse(t, lock, caller);
+  // The lock's kind is judged before the room too, so that an acquire of
+  // the wrong kind is an error even while others hold the room (SQL raises
+  // it), not a NULL; the judgement inside the room is the one that counts.
+  const bool at_once = lock != nullptr && OidIsValid(t.ids->permit) &&
+                       CallerMayUse(t, lock, caller) &&
+                       FitOfLock(t, lock, request) == KindFit::kFits;
   int64 token = 0;
   SlotOutcome outcome = SlotOutcome::kNeedsSql;
   if (at_once) outcome = AttemptSlot(t, request, LockIdOf(t, lock), false, &token);
@@ -1281,6 +1295,11 @@ Datum fencing_try_permit(PG_FUNCTION_ARGS) {
   }
   const int64 lock_id = PG_GETARG_INT64(0);
   const bool semaphore = !PG_ARGISNULL(2);
+  if (semaphore && (PG_GETARG_INT32(2) < 1 || PG_GETARG_INT32(2) > kMaxPermits)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("permits must be between 1 and %d, got %d (lock %lld)", kMaxPermits,
+                           PG_GETARG_INT32(2), static_cast<long long>(lock_id))));
+  }
   const Tables t = OpenTables(schema);
   Relation by_id = index_open(t.ids->lock_by_id, AccessShareLock);
   Snapshot snapshot = TakeSnapshot();

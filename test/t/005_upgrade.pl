@@ -644,5 +644,26 @@ is( sql('at13',
 	'b:released,c:live',
 	'after the update the history starts with the lease the first grant replaced');
 
+###############################################################################
+# A database at 1.6 with a semaphore's slots granted: the update to 1.7
+# numbers them in the order of their grants (fencing_permit.grant_count),
+# so that when the slots are granted again each slot's old lease keeps an
+# entry of its own in the history (with one number for all, the second
+# would take the first one's entry).
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE at16');
+$node->safe_psql('at16',
+	"CREATE SCHEMA fencing; CREATE EXTENSION pg_fencing SCHEMA fencing VERSION '1.6'");
+my @permits16 = map { sql('at16', "SELECT fencing_acquire_permit('sem16', 'p$_', 2, '1 hour')") } 1 .. 2;
+sql('at16', "SELECT fencing_release('sem16', '$_')") for @permits16;
+sql('at16', 'ALTER EXTENSION pg_fencing UPDATE');
+is(sql('at16', "SELECT string_agg(grant_count::text, ',' ORDER BY slot) FROM fencing_permit"),
+	'1,2', "the update numbers a lock's slots in the order of their grants");
+sql('at16', "SELECT fencing_acquire_permit('sem16', 'q$_', 2, '1 hour')") for 1 .. 2;
+is( sql('at16',
+		"SELECT string_agg(holder || ':' || coalesce(end_reason, 'live') || ':' || slot, ',' ORDER BY token) FROM fencing_history WHERE lock_name = 'sem16'"),
+	'p1:released:1,p2:released:2,q1:live:1,q2:live:2',
+	'each slot granted under 1.6 keeps its lease in the history once granted again');
+
 $node->stop;
 done_testing();
