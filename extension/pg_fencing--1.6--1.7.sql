@@ -177,3 +177,11 @@ CREATE OR REPLACE VIEW @extschema@.fencing_history WITH (security_barrier) AS
            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
 COMMENT ON VIEW @extschema@.fencing_history IS
   'every lease, permit and shared lease of the locks the current role may use (every lock for pg_read_all_stats), as far back as pg_fencing.history_size grants per lock and kind (exclusive leases, slots), with when and how it ended; slot: a permit''s or shared lease''s, NULL for an exclusive lease';
+
+-- B-tree deduplication for token columns: fencing_token is int8 inside,
+-- so two equal tokens are the same bytes and an index may keep them as
+-- one entry (support function 4, btequalimage).  Indexes built before the
+-- update keep deduplication off until they are rebuilt (REINDEX): whether
+-- an index deduplicates is decided when it is built.
+ALTER OPERATOR FAMILY @extschema@.fencing_token_btree_ops USING btree
+  ADD FUNCTION 4 (@extschema@.fencing_token, @extschema@.fencing_token) pg_catalog.btequalimage(oid);
