@@ -55,3 +55,42 @@ DROP ROLE protect_stranger;
 SELECT proname, (SELECT lanname FROM pg_language l WHERE l.oid = prolang) AS language, proconfig,
        has_function_privilege('public', oid, 'EXECUTE') AS public_may_execute
 FROM pg_proc WHERE proname IN ('fencing_protect', 'fencing_protect_as') ORDER BY 1;
+
+-- A lock named by the option word lock=NAME is lock_name by another name
+-- (1.7): the same triggers on every write path, so a stale INSERT and a
+-- token-less DELETE are refused as under lock_name; the same check of the
+-- lock, so a role that may not use it cannot protect its own table under
+-- it; and with fence_reads, the read fence (before 1.7 that call crashed
+-- the backend: the word alone left the read fence without its lock).
+CREATE TABLE by_option (id int PRIMARY KEY, tok fencing_token);
+CREATE TABLE by_argument (id int PRIMARY KEY, tok fencing_token);
+SELECT fencing_protect('by_option', options => '{lock=prot-word}');
+SELECT fencing_protect('by_argument', lock_name => 'prot-word');
+SELECT c.relname, t.tgname, t.tgtype, encode(t.tgargs, 'escape') AS args
+FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+WHERE c.relname IN ('by_option', 'by_argument') ORDER BY t.tgname, c.relname;
+SELECT fencing_acquire('prot-word', 'h', '1 hour') AS word_token \gset
+CREATE FUNCTION pg_temp.outcome(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE statement;
+  RETURN 'done';
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE;  -- not the message, which names the tokens
+END $$;
+SELECT pg_temp.outcome(format('INSERT INTO by_option VALUES (1, %s)', :'word_token')) AS current_insert,
+       pg_temp.outcome(format('INSERT INTO by_option VALUES (2, %s)', :'word_token'::bigint - 1)) AS stale_insert,
+       pg_temp.outcome('DELETE FROM by_option WHERE id = 1') AS tokenless_delete;
+SELECT fencing_protect('by_option', options => '{lock=prot-word,fence_reads}');
+SELECT polname FROM pg_policy WHERE polrelid = 'by_option'::regclass ORDER BY 1;
+SELECT fencing_protect('by_option', options => '{lock=prot-word}', lock_name => 'prot-other');
+CREATE ROLE protect_intruder;
+GRANT CREATE ON SCHEMA public TO protect_intruder;
+SET ROLE protect_intruder;
+CREATE TABLE intruder_own (id int, tok fencing_token);
+SELECT fencing_protect('intruder_own', options => '{lock=prot-word}');
+DROP TABLE intruder_own;
+RESET ROLE;
+REVOKE CREATE ON SCHEMA public FROM protect_intruder;
+DROP ROLE protect_intruder;
+SELECT fencing_release('prot-word', :'word_token');
+DROP TABLE by_option, by_argument;

@@ -963,6 +963,22 @@ Datum WithOptionWord(Datum options, bool options_null, const char *word) {
   return PointerGetDatum(construct_array(words, count + 1, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
+// The options array (a text[] Datum, or none) without its lock=NAME word.
+Datum WithoutLockWord(Datum options, bool options_null) {
+  if (options_null) return options;
+  int count = 0;
+  Datum *elems = nullptr;
+  bool *nulls = nullptr;
+  deconstruct_array(DatumGetArrayTypeP(options), TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls,
+                    &count);
+  Datum *words = static_cast<Datum *>(palloc(sizeof(Datum) * (count + 1)));
+  int kept = 0;
+  for (int i = 0; i < count; ++i) {  // CheckProtection refused NULLs
+    if (strncmp(TextDatumGetCString(elems[i]), "lock=", 5) != 0) words[kept++] = elems[i];
+  }
+  return PointerGetDatum(construct_array(words, kept, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
 }  // namespace
 }  // namespace pg_fencing
 
@@ -1042,15 +1058,22 @@ Datum fencing_protect(PG_FUNCTION_ARGS) {
   bool fence_reads = false;
   GuardOptions parsed;
   Name column = CheckProtection(fcinfo, relid, lock_name, &fence_reads, &parsed);
+  Datum options = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
+  bool options_null = PG_ARGISNULL(2);
+  // A lock named by the option word lock=NAME is lock_name by another name
+  // (1.7): the same checks of the lock, the same triggers on every write
+  // path.  (Before, the word alone made a trigger on UPDATE only, which let
+  // a stale INSERT and a token-less DELETE through.)  With both, the
+  // options' parse has refused two locks.
+  if (lock_name == nullptr && !parsed.lock_name.empty()) {
+    lock_name = pnstrdup(parsed.lock_name.data(), parsed.lock_name.size());
+    options = WithoutLockWord(options, options_null);
+  }
   // A per-row fence's tokens are this database's grants unless it is told
   // otherwise (1.5): its guard gets the word that says so.  Not in a
   // database still on an older version, which guards as it did.
-  Datum options = PG_ARGISNULL(2) ? (Datum)0 : PG_GETARG_DATUM(2);
-  bool options_null = PG_ARGISNULL(2);
   static const Oid kBumpArgTypes[] = {INT8OID};
-  // (A lock may also be named by an option word, lock=NAME: then the lock's
-  // setting decides, as for lock_name.)
-  if (parsed.lock_name.empty() && parsed.token_source == TokenSource::kUnknown &&
+  if (lock_name == nullptr && parsed.token_source == TokenSource::kUnknown &&
       ExtensionFunctionIfExists(schema, "fencing_bump_tokens", 1, kBumpArgTypes) != nullptr) {
     options = WithOptionWord(options, options_null, "granted_tokens");
     options_null = false;
