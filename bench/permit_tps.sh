@@ -20,7 +20,10 @@
 #
 # Appends CSV lines "benchmark,variant,clients,round,value,unit" to $1
 # (bench/render.pl reads them) and prints the medians and their ratios to
-# the exclusive cycle of the same run (bench/tps_medians.awk).  Alone, on a
+# the exclusive cycle of the same run (bench/tps_medians.awk), then the
+# median of the ratios within each round (the same awk script).  What a
+# cycle writes and flushes, which a rate at fsync on cannot resolve here, is
+# bench/wal_per_cycle.sh's.  Alone, on a
 # cluster as bench/run.sh's (fsync on; -o fsync=off for the CPU's share):
 #
 #   pg_virtualenv -t -o shared_buffers=1GB -o max_wal_size=8GB -o max_connections=150 \
@@ -70,3 +73,7 @@ done
 # Medians per variant and client count, and their ratios to the exclusive
 # cycle, from this benchmark's lines only ($out may hold others').
 grep '^permit_cycle_tps,' "$out" | awk -v baseline=exclusive -f "$here/tps_medians.awk"
+# The same ratios taken within each round, then their median: the figure to
+# read at fsync on, where the disk's flush time swings between rounds.
+echo "median of the ratios within each round:"
+grep '^permit_cycle_tps,' "$out" | awk -v baseline=exclusive -v within_rounds=1 -f "$here/tps_medians.awk"
