@@ -87,16 +87,12 @@ struct Schedule {
 };
 
 Schedule *schedule = nullptr;
-shmem_request_hook_type previous_shmem_request = nullptr;
-shmem_startup_hook_type previous_shmem_startup = nullptr;
 
-void RequestSchedule() {
-  if (previous_shmem_request != nullptr) previous_shmem_request();
-  RequestAddinShmemSpace(MAXALIGN(sizeof(Schedule)));
-}
+}  // namespace
 
-void StartupSchedule() {
-  if (previous_shmem_startup != nullptr) previous_shmem_startup();
+void RequestExpiryMemory() { RequestAddinShmemSpace(MAXALIGN(sizeof(Schedule))); }
+
+void AttachExpiryMemory() {
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   bool found = false;
   schedule = static_cast<Schedule *>(
@@ -108,6 +104,8 @@ void StartupSchedule() {
   }
   LWLockRelease(AddinShmemInitLock);
 }
+
+namespace {
 
 // With the mutex held: the database's entry, made if need be (nullptr when
 // the schedule is full).
@@ -272,10 +270,6 @@ long LaunchDueWorkers(BackgroundWorkerHandle **handles) {
 void RegisterExpiryWorker() {
   RegisterXactCallback(OnTransactionEvent, nullptr);
   if (!process_shared_preload_libraries_in_progress) return;
-  previous_shmem_request = shmem_request_hook;
-  shmem_request_hook = RequestSchedule;
-  previous_shmem_startup = shmem_startup_hook;
-  shmem_startup_hook = StartupSchedule;
 
   BackgroundWorker launcher;
   memset(&launcher, 0, sizeof launcher);

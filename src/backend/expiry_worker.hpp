@@ -10,8 +10,13 @@ extern "C" {
 
 namespace pg_fencing {
 
-// In _PG_init: the launcher and the schedule, when preloading.
+// In _PG_init: the launcher, when preloading.
 void RegisterExpiryWorker();
+
+// The schedule of the databases' expiry workers (preloaded): the module's
+// shared-memory request and startup hooks call these.
+void RequestExpiryMemory();
+void AttachExpiryMemory();
 
 // A lease of this database will end at lease_end if the current
 // transaction commits: the worker looks at the database's leases then.

@@ -34,6 +34,7 @@ extern "C" {
 #include "lease_tables.hpp"
 #include "lease_writers.hpp"
 #include "locks.hpp"
+#include "settings.hpp"
 #include "shared_stats.hpp"
 
 namespace pg_fencing {
@@ -116,11 +117,6 @@ Token CallFenceLock(Oid schema, const char *lock_name) {
 
 // ---- The fence gate (1.4) ------------------------------------------------------
 
-// pg_fencing.shared_fence: writers of the current mark share the gate.  A
-// session that turns it off only makes its own writers take the gate
-// exclusively (and lock the mark's row): safe beside any other session.
-bool shared_fence = true;
-
 // Whether the database's extension has the gate (1.4): its SQL that raises a
 // mark takes it (fencing_lock_fence_gate in the revoke).
 bool GateInUse(Oid schema) {
@@ -187,7 +183,7 @@ bool HoldFenceShared(Oid schema, int64 lock_id, const char *lock_name, Token tok
 
 // The mode writers take a gate in: shared, unless pg_fencing.shared_fence
 // is off for the session.
-LOCKMODE WriterGateMode() { return shared_fence ? ShareLock : ExclusiveLock; }
+LOCKMODE WriterGateMode() { return settings::shared_fence ? ShareLock : ExclusiveLock; }
 
 // Whether the lock has a lease row: its tokens come from its grants, each of
 // which raised its mark first (as committed now).
@@ -359,13 +355,6 @@ void GiveBackPermitGate(int64 lock_id, int32 slot) {
 }
 
 void RegisterFenceCallbacks() {
-  DefineCustomBoolVariable(
-      "pg_fencing.shared_fence",
-      "Whether writers under a lock's current mark share its fence gate.",
-      "Off: every writer under a lock takes the gate exclusively and locks the mark's row, as "
-      "before 1.4, and a holder's transactions under the lock take turns. Raises of the mark "
-      "take the gate exclusively either way.",
-      &shared_fence, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
   RegisterXactCallback(OnTransactionEnd, nullptr);
   RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
 }
@@ -398,7 +387,7 @@ FenceVerdict AdvanceLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSou
         break;
     }
   } else if (lock_id != 0 && GateInUse(schema)) {
-    if (!shared_fence) {
+    if (!settings::shared_fence) {
       TakeFenceGateExclusively(schema, lock_id);
     } else if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) {
       return token >= *mark ? FenceVerdict::kAccept : FenceVerdict::kStale;
@@ -443,7 +432,7 @@ FenceVerdict CheckLockFence(Oid schema, int64 lock_id, LockKind kind, TokenSourc
   if (!fence->locked && lock_id != 0 && GateInUse(schema)) {
     // A presentation of the mark shares the gate; of a higher token, takes
     // it exclusively (the write that follows will raise the mark).
-    if (!shared_fence) {
+    if (!settings::shared_fence) {
       TakeFenceGateExclusively(schema, lock_id);
     } else if (HoldFenceShared(schema, lock_id, lock_name, token, mark)) {
       return token >= *mark ? FenceVerdict::kAccept : FenceVerdict::kStale;

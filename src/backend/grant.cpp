@@ -73,6 +73,7 @@ extern "C" {
 }
 
 #include "pg_compat.hpp"
+#include "settings.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -105,7 +106,7 @@ bool SynchronousStandbysConfigured() {
 // when the synchronous standbys confirm, and it never goes back.
 bool FlushedBySynchronousStandbys(XLogRecPtr lsn) {
   LWLockAcquire(SyncRepLock, LW_SHARED);
-  const bool flushed = lsn <= WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH];
+  const bool flushed = lsn <= compat::SynchronousStandbysFlushedUpTo();
   LWLockRelease(SyncRepLock);
   return flushed;
 }
@@ -247,9 +248,6 @@ int64 GrantFromSequence(Oid schema, Oid seq, XLogRecPtr *lsn) {
 
 // ---- Reserved ranges (preloaded) ----------------------------------------------
 
-// pg_fencing.reserve_tokens.
-bool reserve_tokens = true;
-
 // Tokens reserved per WAL record and flush.
 constexpr int64 kReservation = 1024;
 // Databases with a range at once; beyond them grants take the sequence
@@ -271,18 +269,18 @@ struct ReservedTokens {
 };
 
 ReservedTokens *reserved = nullptr;
-shmem_request_hook_type previous_shmem_request = nullptr;
-shmem_startup_hook_type previous_shmem_startup = nullptr;
 constexpr const char *kTranche = "pg_fencing grants";
 
-void RequestReserved() {
-  if (previous_shmem_request != nullptr) previous_shmem_request();
+}  // namespace
+
+void RequestGrantMemory() {
+  if (!settings::reserve_tokens) return;
   RequestAddinShmemSpace(MAXALIGN(sizeof(ReservedTokens)));
   RequestNamedLWLockTranche(kTranche, 1);
 }
 
-void StartupReserved() {
-  if (previous_shmem_startup != nullptr) previous_shmem_startup();
+void AttachGrantMemory() {
+  if (!settings::reserve_tokens) return;
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   bool found = false;
   reserved = static_cast<ReservedTokens *>(
@@ -294,6 +292,8 @@ void StartupReserved() {
   }
   LWLockRelease(AddinShmemInitLock);
 }
+
+namespace {
 
 // With the mutex held: the database's range for seq (made empty if need
 // be), or nullptr when every slot is taken by another.
@@ -448,24 +448,6 @@ int64 HighestGrantedFor(Oid schema, int64 token) {
   if (WithinKnownGrants(schema, token)) return highest_grant_known;
   NoteGranted(schema, HighestHandedOut(TokenSequenceOid(schema)));
   return highest_grant_known;
-}
-
-void RegisterGrantReservations() {
-  if (!process_shared_preload_libraries_in_progress) return;
-  // Server-wide and at start only: a backend taking tokens from the
-  // sequence while others hand out a range reserved below them would break
-  // the order of grants.
-  DefineCustomBoolVariable("pg_fencing.reserve_tokens",
-                           "Whether fencing_grant() hands out tokens from ranges reserved in "
-                           "shared memory.",
-                           "Off: every grant takes the next value of the sequence and flushes "
-                           "its WAL, as without shared_preload_libraries.",
-                           &reserve_tokens, true, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  if (!reserve_tokens) return;
-  previous_shmem_request = shmem_request_hook;
-  shmem_request_hook = RequestReserved;
-  previous_shmem_startup = shmem_startup_hook;
-  shmem_startup_hook = StartupReserved;
 }
 
 int64 GrantToken(Oid schema) {

@@ -24,7 +24,9 @@ inline bool WithinKnownGrants(Oid schema, int64 token) {
   return token <= highest_grant_known && highest_grant_known_schema == schema;
 }
 
-// In _PG_init: the reserved ranges in shared memory, when preloading.
-void RegisterGrantReservations();
+// The reserved ranges in shared memory (preloaded, pg_fencing.reserve_tokens
+// on): the module's shared-memory request and startup hooks call these.
+void RequestGrantMemory();
+void AttachGrantMemory();
 
 }  // namespace pg_fencing

@@ -28,13 +28,11 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "lease_tables.hpp"
 #include "locks.hpp"
+#include "settings.hpp"
 #include "shared_stats.hpp"
 
 namespace pg_fencing {
 namespace {
-
-// pg_fencing.history_size: leases kept per lock in fencing_grant_history.
-int history_size = 100;
 
 constexpr const char *kChannel = "fencing_events";
 // NOTIFY refuses a payload of this many bytes or more (async.c).
@@ -133,14 +131,14 @@ void PublishLeaseEvent(const LeaseEvent &event, bool announce) {
 }
 
 void RecordEndedLease(Oid schema, const EndedLease &lease) {
-  if (history_size <= 0) return;
+  if (settings::history_size <= 0) return;
   const LeaseTableIds &ids = LeaseTablesOf(schema);
   if (!OidIsValid(ids.history)) return;  // an extension not yet updated to 1.4
   // The lease's entry in its lock's ring: lock_id * 2^20 + grant_count %
-  // history_size (history_size < 2^20), negated for the ring of the slots'
+  // pg_fencing.history_size (below 2^20), negated for the ring of the slots'
   // leases (1.7).
   if (lease.slot != 0 && ids.history_slot == InvalidAttrNumber) return;
-  const int64 position = (lease.lock_id << 20) | (lease.grant_count % history_size);
+  const int64 position = (lease.lock_id << 20) | (lease.grant_count % settings::history_size);
   const int64 entry = lease.slot != 0 ? -position : position;
   Relation history = table_open(ids.history, RowExclusiveLock);
   Relation probe = index_open(ids.history_probe, AccessShareLock);
@@ -190,14 +188,6 @@ void RecordEndedLease(Oid schema, const EndedLease &lease) {
   }
   index_close(probe, NoLock);
   table_close(history, NoLock);
-}
-
-void RegisterLeaseEvents() {
-  DefineCustomIntVariable("pg_fencing.history_size",
-                          "How many leases of each lock fencing_history keeps.",
-                          "0 keeps none but the current lease. A lower value leaves the entries in "
-                          "slots beyond it until they are deleted by hand.",
-                          &history_size, 100, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 }
 
 }  // namespace pg_fencing

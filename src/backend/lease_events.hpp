@@ -70,6 +70,4 @@ inline const char *ExpiredEndReason(bool same_holder) {
   return same_holder ? "expired" : "taken_over";
 }
 
-void RegisterLeaseEvents();
-
 }  // namespace pg_fencing

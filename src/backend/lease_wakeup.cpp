@@ -43,17 +43,10 @@ extern "C" {
 #include "lease_wait.hpp"
 #include "pg_compat.hpp"
 #include "post_commit.hpp"
+#include "settings.hpp"
 
 namespace pg_fencing {
 namespace {
-
-// pg_fencing.wait_recheck, milliseconds.
-int wait_recheck_ms = 1000;
-
-// pg_fencing.audit_long_wait, seconds.  Read only by fencing_audit() (SQL,
-// through current_setting); defined here so that it has a unit, a range
-// and a description.
-int audit_long_wait_s = 60;
 
 // The waiting rooms to wake when the current transaction commits.
 PendingWakeups pending_wakeups;
@@ -130,7 +123,7 @@ void WakeWaitersAtCommit(int64 lock_id) {
 
 void SleepUntilWoken(bool has_until, TimestampTz until) {
   const TimestampTz now = GetCurrentTimestamp();
-  const int64 sleep_ms = PGF_CORE(WakeupSleepMs(now, has_until, until, wait_recheck_ms));
+  const int64 sleep_ms = PGF_CORE(WakeupSleepMs(now, has_until, until, settings::wait_recheck_ms));
   if (sleep_ms > 0) {
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
                     static_cast<long>(sleep_ms), PG_WAIT_EXTENSION);
@@ -168,23 +161,7 @@ void LeaveRoomAcrossTransactions(const LOCKTAG &room) {
   (void)LockRelease(&tag, ExclusiveLock, true);
 }
 
-void RegisterLeaseWakeup() {
-  DefineCustomIntVariable(
-      "pg_fencing.wait_recheck",
-      "The longest a fencing_acquire waiter sleeps between looks at the lease.",
-      "A waiter is woken by the commit of a release and wakes on its own at the lease's end; "
-      "this bounds its sleep when neither comes (a lease freed by hand, a release committed "
-      "with COMMIT PREPARED).",
-      &wait_recheck_ms, 1000, 1, INT_MAX, PGC_USERSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable(
-      "pg_fencing.audit_long_wait",
-      "How long a waiting acquire function may wait before fencing_audit() reports it.",
-      "A waiting fencing_acquire, fencing_acquire_shared or fencing_acquire_permit holds its "
-      "snapshot, and so the xmin horizon of the whole database, for as long as it waits; "
-      "CALL fencing_await waits without one.",
-      &audit_long_wait_s, 60, 1, INT_MAX, PGC_USERSET, GUC_UNIT_S, nullptr, nullptr, nullptr);
-  RegisterXactCallback(OnTransactionEvent, nullptr);
-}
+void RegisterLeaseWakeup() { RegisterXactCallback(OnTransactionEvent, nullptr); }
 
 }  // namespace pg_fencing
 

@@ -19,8 +19,7 @@ extern "C" {
 
 namespace pg_fencing {
 
-// Registers the transaction callback and the setting
-// pg_fencing.wait_recheck; called from _PG_init.  Needs no
+// Registers the transaction callback; called from _PG_init.  Needs no
 // shared_preload_libraries: the releasing backend loads the module when it
 // calls fencing_wake_waiters_at_commit(), the waiting one when it calls
 // fencing_wait_for_wakeup().

@@ -164,18 +164,14 @@ struct WriterSlot {
 
 WriterSlot *slots = nullptr;
 int slot_count = 0;
-shmem_request_hook_type previous_shmem_request = nullptr;
-shmem_startup_hook_type previous_shmem_startup = nullptr;
 
 Size SlotsSize() { return mul_size(sizeof(WriterSlot), MaxBackends); }
 
-void RequestSlots() {
-  if (previous_shmem_request != nullptr) previous_shmem_request();
-  RequestAddinShmemSpace(MAXALIGN(SlotsSize()));
-}
+}  // namespace
 
-void StartupSlots() {
-  if (previous_shmem_startup != nullptr) previous_shmem_startup();
+void RequestLeaseWriterMemory() { RequestAddinShmemSpace(MAXALIGN(SlotsSize())); }
+
+void AttachLeaseWriterMemory() {
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   bool found = false;
   slots = static_cast<WriterSlot *>(ShmemInitStruct("pg_fencing lease writers", SlotsSize(), &found));
@@ -189,6 +185,8 @@ void StartupSlots() {
   }
   LWLockRelease(AddinShmemInitLock);
 }
+
+namespace {
 
 WriterSlot *MySlot() {
   if (slots == nullptr || MyProc == nullptr) return nullptr;
@@ -459,14 +457,7 @@ const KnownToken *LookUpToken(Oid schema, Token token, TimestampTz now) {
 
 }  // namespace
 
-void RegisterLeaseWriters() {
-  RegisterXactCallback(OnTransactionEvent, nullptr);
-  if (!process_shared_preload_libraries_in_progress) return;
-  previous_shmem_request = shmem_request_hook;
-  shmem_request_hook = RequestSlots;
-  previous_shmem_startup = shmem_startup_hook;
-  shmem_startup_hook = StartupSlots;
-}
+void RegisterLeaseWriters() { RegisterXactCallback(OnTransactionEvent, nullptr); }
 
 void NoteLeaseOfToken(Oid schema, Token token, const char *lock_name) {
   last_noted_token = token;

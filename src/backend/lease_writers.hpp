@@ -11,9 +11,13 @@ extern "C" {
 
 namespace pg_fencing {
 
-// In _PG_init: the transaction callbacks, and with the preload the shared
-// list of every backend's leases.
+// In _PG_init: the transaction callbacks.
 void RegisterLeaseWriters();
+
+// The shared list of every backend's leases (preloaded): the module's
+// shared-memory request and startup hooks call these.
+void RequestLeaseWriterMemory();
+void AttachLeaseWriterMemory();
 
 // The last token the current transaction wrote under and noted (0: none):
 // the common case, every row of a transaction under one token, costs one

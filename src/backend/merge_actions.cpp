@@ -39,7 +39,7 @@ struct ModifyRecord {
 };
 
 ModifyRecord *g_records = nullptr;
-ExecutorStart_hook_type g_prev_executor_start = nullptr;
+ExecutorStart_hook_type previous_executor_start = nullptr;
 // statement_timestamp() of the statement that loaded the library (0 when
 // loaded by the postmaster).
 TimestampTz g_loaded_in_statement = 0;
@@ -78,8 +78,8 @@ void Record(EState *estate, PlanState *planstate) {
 }
 
 void RecordingExecutorStart(QueryDesc *query_desc, int eflags) {
-  if (g_prev_executor_start != nullptr) {
-    g_prev_executor_start(query_desc, eflags);
+  if (previous_executor_start != nullptr) {
+    previous_executor_start(query_desc, eflags);
   } else {
     standard_ExecutorStart(query_desc, eflags);
   }
@@ -144,7 +144,7 @@ bool MergeAssigns(const Writer &writer, AttrNumber attnum) {
 
 void RegisterMergeTracking() {
   g_loaded_in_statement = GetCurrentStatementStartTimestamp();
-  g_prev_executor_start = ExecutorStart_hook;
+  previous_executor_start = ExecutorStart_hook;
   ExecutorStart_hook = RecordingExecutorStart;
 }
 

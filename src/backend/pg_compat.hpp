@@ -244,3 +244,51 @@ inline bool LockHeldByMe(const LOCKTAG &tag, LOCKMODE mode) {
 }
 
 }  // namespace pg_fencing::compat
+
+// Uses of PostgreSQL's internals that no major has changed yet but that no
+// API promises either: each is named here, with what it relies on, so that
+// a new major's review starts in this file.
+extern "C" {
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
+#include "replication/syncrep.h"
+#include "utils/memutils.h"
+}
+
+namespace pg_fencing::compat {
+
+// The WAL position the synchronous standbys have confirmed flushing.
+// Relies on walsender_private.h's WalSndCtl->lsn[], advanced by the
+// walsenders (syncrep.c) only when the standbys confirm, never moved back.
+// The caller holds SyncRepLock (shared is enough).
+inline XLogRecPtr SynchronousStandbysFlushedUpTo() { return WalSndCtl->lsn[SYNC_REP_WAIT_FLUSH]; }
+
+// A parse location no SQL can produce, to mark an expression a hook made.
+// Relies on the parser recording locations as byte offsets into the
+// statement's text (0 and up) or -1 for none, as stored rules and views
+// keep them (nodes/primnodes.h, ParseLoc).
+constexpr int kLocationNoParserMakes = -0x5047;
+
+// A copy of desc, allocated in context, in which the trigger trigger_oid no
+// longer fires on UPDATE, and no BEFORE UPDATE row trigger is announced
+// (the caller has made sure trigger_oid was the only one).  Shallow: the
+// triggers' arguments are shared, read-only, with desc.  Relies on the
+// executor reading a result relation's ri_TrigDesc, and its trig_* summary
+// flags, afresh for each row after ExecutorStart, and on trigger.c testing
+// a trigger's events through tgtype (TRIGGER_TYPE_MATCHES).
+inline TriggerDesc *TriggerDescWithoutUpdateTrigger(const TriggerDesc *desc, Oid trigger_oid,
+                                                    MemoryContext context) {
+  auto *without = static_cast<TriggerDesc *>(MemoryContextAlloc(context, sizeof(TriggerDesc)));
+  auto *triggers =
+      static_cast<Trigger *>(MemoryContextAlloc(context, sizeof(Trigger) * desc->numtriggers));
+  *without = *desc;
+  memcpy(triggers, desc->triggers, sizeof(Trigger) * desc->numtriggers);
+  for (int i = 0; i < desc->numtriggers; ++i) {
+    if (triggers[i].tgoid == trigger_oid) triggers[i].tgtype &= ~TRIGGER_TYPE_UPDATE;
+  }
+  without->triggers = triggers;
+  without->trig_update_before_row = false;
+  return without;
+}
+
+}  // namespace pg_fencing::compat

@@ -42,15 +42,10 @@ extern "C" {
 
 #include "extension_objects.hpp"
 #include "post_commit.hpp"
+#include "settings.hpp"
 
 namespace pg_fencing {
 namespace {
-
-// ---- Settings ---------------------------------------------------------------------
-
-int max_tracked_locks = 10000;
-int max_tracked_tables = 1000;
-int rejections_kept = 1000;
 
 // ---- Shared memory ----------------------------------------------------------------
 
@@ -105,9 +100,6 @@ RejectionEntry *ring = nullptr;
 HTAB *lock_counts = nullptr;
 HTAB *table_counts = nullptr;
 
-shmem_request_hook_type previous_shmem_request = nullptr;
-shmem_startup_hook_type previous_shmem_startup = nullptr;
-
 constexpr const char *kTranche = "pg_fencing";
 constexpr const char *kStatsFile = "pg_stat/pg_fencing.stat";
 constexpr const char *kStatsTempFile = "pg_stat/pg_fencing.stat.tmp";
@@ -116,17 +108,20 @@ constexpr uint32 kFileVersion = 1;
 
 Size SharedSize() {
   Size size = MAXALIGN(sizeof(SharedHeader));
-  size = add_size(size, mul_size(sizeof(RejectionEntry), rejections_kept));
-  size = add_size(size, hash_estimate_size(max_tracked_locks, sizeof(LockCounts)));
-  size = add_size(size, hash_estimate_size(max_tracked_tables, sizeof(TableCounts)));
+  size = add_size(size, mul_size(sizeof(RejectionEntry), settings::rejections_kept));
+  size = add_size(size, hash_estimate_size(settings::max_tracked_locks, sizeof(LockCounts)));
+  size = add_size(size, hash_estimate_size(settings::max_tracked_tables, sizeof(TableCounts)));
   return size;
 }
 
-void RequestShared() {
-  if (previous_shmem_request != nullptr) previous_shmem_request();
+}  // namespace
+
+void RequestStatsMemory() {
   RequestAddinShmemSpace(SharedSize());
   RequestNamedLWLockTranche(kTranche, 1);
 }
+
+namespace {
 
 // With the LWLock held exclusively: the entry of key in table, made (and
 // zeroed past its key) if need be; nullptr when the table holds `limit`
@@ -222,13 +217,14 @@ void ReadStatsFile() {
     LockCounts read;
     get(&read, sizeof read);
     if (!ok) break;
-    if (auto *entry = EntryFor<LockCounts>(lock_counts, read.key, max_tracked_locks)) *entry = read;
+    if (auto *entry = EntryFor<LockCounts>(lock_counts, read.key, settings::max_tracked_locks))
+      *entry = read;
   }
   for (int64 i = 0; ok && i < tables; ++i) {
     TableCounts read;
     get(&read, sizeof read);
     if (!ok) break;
-    if (auto *entry = EntryFor<TableCounts>(table_counts, read.key, max_tracked_tables)) {
+    if (auto *entry = EntryFor<TableCounts>(table_counts, read.key, settings::max_tracked_tables)) {
       *entry = read;
     }
   }
@@ -244,31 +240,32 @@ void ReadStatsFile() {
   unlink(kStatsFile);
 }
 
-void StartupShared() {
-  if (previous_shmem_startup != nullptr) previous_shmem_startup();
+}  // namespace
+
+void AttachStatsMemory() {
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   bool found = false;
   shared = static_cast<SharedHeader *>(ShmemInitStruct(
       "pg_fencing statistics",
-      MAXALIGN(sizeof(SharedHeader)) + sizeof(RejectionEntry) * rejections_kept, &found));
+      MAXALIGN(sizeof(SharedHeader)) + sizeof(RejectionEntry) * settings::rejections_kept, &found));
   ring = reinterpret_cast<RejectionEntry *>(reinterpret_cast<char *>(shared) +
                                             MAXALIGN(sizeof(SharedHeader)));
   if (!found) {
     shared->lock = &GetNamedLWLockTranche(kTranche)->lock;
     shared->reset_at = GetCurrentTimestamp();
     shared->rejections_written = 0;
-    shared->rejections_capacity = rejections_kept;
+    shared->rejections_capacity = settings::rejections_kept;
   }
   HASHCTL info;
   memset(&info, 0, sizeof info);
   info.keysize = sizeof(LockKey);
   info.entrysize = sizeof(LockCounts);
-  lock_counts = ShmemInitHash("pg_fencing lock counters", max_tracked_locks, max_tracked_locks,
-                              &info, HASH_ELEM | HASH_BLOBS);
+  lock_counts = ShmemInitHash("pg_fencing lock counters", settings::max_tracked_locks,
+                              settings::max_tracked_locks, &info, HASH_ELEM | HASH_BLOBS);
   info.keysize = sizeof(TableKey);
   info.entrysize = sizeof(TableCounts);
-  table_counts = ShmemInitHash("pg_fencing table counters", max_tracked_tables, max_tracked_tables,
-                               &info, HASH_ELEM | HASH_BLOBS);
+  table_counts = ShmemInitHash("pg_fencing table counters", settings::max_tracked_tables,
+                               settings::max_tracked_tables, &info, HASH_ELEM | HASH_BLOBS);
   LWLockRelease(AddinShmemInitLock);
   // The postmaster (and a single-user backend) reads the file once and
   // writes it at exit; backends only attach.
@@ -277,6 +274,8 @@ void StartupShared() {
     if (!found) ReadStatsFile();
   }
 }
+
+namespace {
 
 bool Available() { return shared != nullptr; }
 
@@ -299,7 +298,7 @@ LockKey KeyOf(const char *lock_name) {
 }
 
 LockCounts *LockCountsFor(const LockKey &key) {
-  return EntryFor<LockCounts>(lock_counts, key, max_tracked_locks);
+  return EntryFor<LockCounts>(lock_counts, key, settings::max_tracked_locks);
 }
 
 // ---- Counting at commit ----------------------------------------------------------
@@ -405,25 +404,6 @@ bool IsVisible(HTAB *visible, const char *lock_name) {
 void RegisterSharedStats() {
   RegisterXactCallback(OnTransactionEvent, nullptr);
   RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
-  // The sizes of the shared memory: settable only at server start, and
-  // defined only then (PostgreSQL refuses such a setting afterwards).
-  if (!process_shared_preload_libraries_in_progress) return;
-  DefineCustomIntVariable(
-      "pg_fencing.max_tracked_locks", "How many locks fencing_lock_stats can count.",
-      "Locks beyond this many (over all databases) are not counted until fencing_stats_reset().",
-      &max_tracked_locks, 10000, 100, 10000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable(
-      "pg_fencing.max_tracked_tables", "How many protected tables fencing_table_stats can count.",
-      "Tables beyond this many (over all databases) are not counted until fencing_stats_reset().",
-      &max_tracked_tables, 1000, 10, 10000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  DefineCustomIntVariable(
-      "pg_fencing.rejections_kept", "How many refused writes fencing_rejections keeps.",
-      "The oldest make room for new ones; over all databases.", &rejections_kept, 1000, 1, 1000000,
-      PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
-  previous_shmem_request = shmem_request_hook;
-  shmem_request_hook = RequestShared;
-  previous_shmem_startup = shmem_startup_hook;
-  shmem_startup_hook = StartupShared;
 }
 
 void CountLeaseEventAtCommit(const char *lock_name, LeaseCounter counter) {
@@ -475,7 +455,8 @@ void RecordRefusedWrite(const RefusedWrite &write) {
   const TableKey table_key{MyDatabaseId, write.relid};
   if (!OidIsValid(write.relid)) {
     // fencing_present(): no table yet, only the lock.
-  } else if (auto *table = EntryFor<TableCounts>(table_counts, table_key, max_tracked_tables)) {
+  } else if (auto *table =
+                 EntryFor<TableCounts>(table_counts, table_key, settings::max_tracked_tables)) {
     ++(stale ? table->stale_rejections : table->missing_rejections);
   }
   if (write.lock_name != nullptr && strlen(write.lock_name) <= kMaxCountedLockName) {

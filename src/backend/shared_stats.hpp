@@ -9,8 +9,13 @@
 
 namespace pg_fencing {
 
-// In _PG_init: the settings, and the shared memory when preloading.
+// In _PG_init: the transaction callbacks.
 void RegisterSharedStats();
+
+// The counters and the ring of refused writes (preloaded): the module's
+// shared-memory request and startup hooks call these.
+void RequestStatsMemory();
+void AttachStatsMemory();
 
 // Counts one event of a lease of lock_name if the current transaction
 // commits (a savepoint rolled back forgets it).

@@ -53,16 +53,16 @@ extern "C" {
 
 #include "extension_objects.hpp"
 #include "guard.hpp"
+#include "settings.hpp"
 #include "update_check.hpp"
 
 namespace pg_fencing {
 namespace {
 
-bool fast_update = true;
 // FuncExpr.location of the planner hook's own calls (step 2 above).
-constexpr int kPlannerMark = -0x5047;
-planner_hook_type prev_planner = nullptr;
-ExecutorStart_hook_type prev_executor_start = nullptr;
+constexpr int kPlannerMark = compat::kLocationNoParserMakes;
+planner_hook_type previous_planner = nullptr;
+ExecutorStart_hook_type previous_executor_start = nullptr;
 
 // The extension's objects that go with a guard trigger's function.
 struct GuardFunctions {
@@ -265,12 +265,12 @@ void WrapInPlan(PlannedStmt *stmt, const CheckTarget &target) {
 PlannedStmt *PlanWithTokenCheck(Query *parse, const char *query_string, int cursor_options,
                                 ParamListInfo params) {
   CheckTarget target{};
-  const bool checked = fast_update && FindCheckTarget(parse, &target);
+  const bool checked = settings::fast_update && FindCheckTarget(parse, &target);
   const bool before =
       checked && (parse->hasSubLinks || list_length(parse->jointree->fromlist) != 1);
   if (before) WrapInQuery(parse, target);
-  PlannedStmt *stmt = prev_planner != nullptr
-                          ? prev_planner(parse, query_string, cursor_options, params)
+  PlannedStmt *stmt = previous_planner != nullptr
+                          ? previous_planner(parse, query_string, cursor_options, params)
                           : standard_planner(parse, query_string, cursor_options, params);
   if (checked && !before) WrapInPlan(stmt, target);
   return stmt;
@@ -303,7 +303,7 @@ Oid TriggerCheckedInPlan(const ModifyTable *plan) {
 // the table's only BEFORE UPDATE row trigger.  A shallow copy: the
 // triggers' arguments are shared, read-only, with the one the executor made.
 void DropCheckedGuard(QueryDesc *query_desc) {
-  if (!fast_update || query_desc->operation != CMD_UPDATE) return;
+  if (!settings::fast_update || query_desc->operation != CMD_UPDATE) return;
   PlanState *top = query_desc->planstate;
   if (top == nullptr || !IsA(top, ModifyTableState)) return;
   auto *mtstate = reinterpret_cast<ModifyTableState *>(top);
@@ -315,24 +315,14 @@ void DropCheckedGuard(QueryDesc *query_desc) {
           TriggerCheckedInPlan(reinterpret_cast<const ModifyTable *>(mtstate->ps.plan))) {
     return;
   }
-  const TriggerDesc *desc = result->ri_TrigDesc;
-  MemoryContext caller = MemoryContextSwitchTo(query_desc->estate->es_query_cxt);
-  auto *without = static_cast<TriggerDesc *>(palloc(sizeof(TriggerDesc)));
-  auto *triggers = static_cast<Trigger *>(palloc(sizeof(Trigger) * desc->numtriggers));
-  MemoryContextSwitchTo(caller);
-  *without = *desc;
-  memcpy(triggers, desc->triggers, sizeof(Trigger) * desc->numtriggers);
-  for (int i = 0; i < desc->numtriggers; ++i) {
-    if (triggers[i].tgoid == guard->tgoid) triggers[i].tgtype &= ~TRIGGER_TYPE_UPDATE;
-  }
-  without->triggers = triggers;
-  without->trig_update_before_row = false;  // the guard was the only one
-  result->ri_TrigDesc = without;
+  // The guard was the only BEFORE UPDATE row trigger.
+  result->ri_TrigDesc = compat::TriggerDescWithoutUpdateTrigger(result->ri_TrigDesc, guard->tgoid,
+                                                                query_desc->estate->es_query_cxt);
 }
 
 void StartWithTokenCheck(QueryDesc *query_desc, int eflags) {
-  if (prev_executor_start != nullptr) {
-    prev_executor_start(query_desc, eflags);
+  if (previous_executor_start != nullptr) {
+    previous_executor_start(query_desc, eflags);
   } else {
     standard_ExecutorStart(query_desc, eflags);
   }
@@ -342,16 +332,9 @@ void StartWithTokenCheck(QueryDesc *query_desc, int eflags) {
 }  // namespace
 
 void RegisterUpdateCheck() {
-  DefineCustomBoolVariable(
-      "pg_fencing.fast_update",
-      "Whether plain UPDATEs of guarded tables are judged in their own projection.",
-      "On: an UPDATE that sets the token column of a table whose only BEFORE UPDATE row trigger "
-      "is fencing_guard (without option skip, no partitions) judges each row as it computes it, "
-      "and runs without the trigger. Off: the trigger judges every row.",
-      &fast_update, true, PGC_USERSET, 0, nullptr, nullptr, nullptr);
-  prev_planner = planner_hook;
+  previous_planner = planner_hook;
   planner_hook = PlanWithTokenCheck;
-  prev_executor_start = ExecutorStart_hook;
+  previous_executor_start = ExecutorStart_hook;
   ExecutorStart_hook = StartWithTokenCheck;
 }
 
