@@ -96,6 +96,13 @@ debian_package() { bash test/packaging/deb.sh; }
 
 # The benchmark command at tiny size: it must produce every figure and the
 # chart; no timing is asserted.
+# The documents against the code: every setting, SQL name, file and heading
+# they name exists (test/docs/check_docs.py), read from a fresh install.
+documents_check() {
+  with_throwaway_cluster bash -c 'psql -X -q -v ON_ERROR_STOP=1 -c "CREATE EXTENSION pg_fencing" &&
+    python3 test/docs/check_docs.py'
+}
+
 bench_smoke() {
   QUICK=1 bash bench/run.sh >/dev/null
 }
@@ -180,6 +187,7 @@ root_clone_run() (
   return $rc
 )
 
+run_suite "documents agree with the code (test/docs/check_docs.py)" documents_check
 run_suite "unit tests (GoogleTest)" unit_tests
 run_suite "unit tests under ASan and UBSan" sanitized_unit_tests
 run_suite "pg_regress and isolation" regress_and_isolation
