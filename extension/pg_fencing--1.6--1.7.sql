@@ -185,3 +185,52 @@ COMMENT ON VIEW @extschema@.fencing_history IS
 -- an index deduplicates is decided when it is built.
 ALTER OPERATOR FAMILY @extschema@.fencing_token_btree_ops USING btree
   ADD FUNCTION 4 (@extschema@.fencing_token, @extschema@.fencing_token) pg_catalog.btequalimage(oid);
+
+-- The marks of the locks the current role may use.  A security barrier
+-- (until 1.7 it was not): without it, a condition of the caller's own --
+-- a function that prints its arguments -- could run on fencing_fence's
+-- rows before the join to fencing_locks filters them, and see the name
+-- and mark of every lock.
+CREATE OR REPLACE VIEW @extschema@.fencing_fences WITH (security_barrier) AS
+  SELECT f.lock_name, f.high_water
+    FROM @extschema@.fencing_fence f
+    JOIN @extschema@.fencing_locks k ON k.lock_name = f.lock_name;
+
+-- Creator rules are a superuser's business.  PUBLIC may not call these;
+-- from 1.7 they also check it themselves, since a DBA may grant EXECUTE
+-- carelessly (until 1.7 they ran as the extension's owner, so such a grant
+-- let any role write rules).  They run as the caller (no SECURITY
+-- DEFINER), so that the check is of the caller.
+CREATE FUNCTION @extschema@.fencing_require_superuser(action text) RETURNS void
+  LANGUAGE plpgsql STABLE
+  SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+    RAISE EXCEPTION 'only a superuser may %', action
+      USING ERRCODE = '42501',
+            DETAIL = pg_catalog.format('Role %I is not a superuser.', current_user);
+  END IF;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_require_superuser(text) IS
+  'raises 42501 unless the current role is a superuser; for the functions that only a superuser may run, which run as their caller; internal';
+CREATE OR REPLACE FUNCTION @extschema@.fencing_allow_create(creator regrole, prefix text DEFAULT '')
+  RETURNS void LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM @extschema@.fencing_require_superuser('let a role create fencing locks');
+  IF creator IS NULL OR prefix IS NULL THEN
+    RAISE EXCEPTION 'creator and prefix must not be NULL' USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO @extschema@.fencing_lock_creator VALUES (creator, prefix) ON CONFLICT DO NOTHING;
+END $$;
+
+CREATE OR REPLACE FUNCTION @extschema@.fencing_disallow_create(creator regrole, prefix text DEFAULT '')
+  RETURNS boolean LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM @extschema@.fencing_require_superuser('change which roles create fencing locks');
+  DELETE FROM @extschema@.fencing_lock_creator c
+   WHERE c.creator OPERATOR(pg_catalog.=) fencing_disallow_create.creator
+     AND c.prefix = fencing_disallow_create.prefix;
+  RETURN FOUND;
+END $$;

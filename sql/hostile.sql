@@ -158,6 +158,29 @@ SELECT fencing_grant_lock('no-such-lock', 'fencing_helper');
 SELECT fencing_grant_lock('h-ops', NULL);
 SELECT fencing_grant_lock('h-ops', 'no_such_role');
 
+-- Peek at the marks of other tenants' locks with a condition of one's own
+-- that prints what it is shown (1.7: fencing_fences is a security barrier;
+-- before, this printed h-tenant-7 and its mark).
+SET ROLE fencing_mallory;
+CREATE FUNCTION pg_temp.peek(lock_name text, mark fencing_token) RETURNS boolean
+  LANGUAGE plpgsql COST 0.0000001 AS $$
+BEGIN RAISE NOTICE 'peeked at % (mark %)', lock_name, CASE WHEN mark IS NULL THEN 'none' ELSE 'seen' END; RETURN true; END $$;
+SELECT count(*) AS marks_seen FROM fencing_fences WHERE pg_temp.peek(lock_name, high_water);
+RESET ROLE;
+
+-- A DBA grants EXECUTE on the creator rules carelessly: the functions
+-- check for a superuser themselves (1.7; before, they ran as the
+-- extension's owner and wrote the rule), and the rules stay as they were.
+GRANT EXECUTE ON FUNCTION fencing_allow_create(regrole, text),
+  fencing_disallow_create(regrole, text) TO fencing_mallory;
+SET ROLE fencing_mallory;
+SELECT fencing_allow_create('fencing_mallory');
+SELECT fencing_disallow_create('fencing_app');
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION fencing_allow_create(regrole, text),
+  fencing_disallow_create(regrole, text) FROM fencing_mallory;
+SELECT * FROM fencing_lock_creators ORDER BY 1, 2;
+
 DROP TABLE app_rows;
 DROP OWNED BY fencing_app, fencing_app_worker, fencing_mallory, fencing_helper;
 DROP ROLE fencing_app_worker, fencing_app, fencing_mallory, fencing_helper;
