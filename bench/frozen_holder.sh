@@ -17,7 +17,7 @@
 #   perrow,baseline     the same without A's open transaction
 # Each round appends "frozen_holder,VARIANT,1,ROUND,MS,ms" to OUT/frozen_holder.csv
 # and the script prints the medians and maxima with their ratio to the
-# baseline of the same run.  The bound the README states: within 1 s.
+# baseline of the same run.  The bound docs/leases.md states: within 1 s.
 #
 # Usage (as root): bench/frozen_holder.sh OUT_DIR [ROUNDS]
 set -euo pipefail

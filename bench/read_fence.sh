@@ -1,6 +1,6 @@
 #!/bin/bash
 # What a read fence (a row-level security policy USING
-# fencing_reads_allowed(), README "Reads under a lock-wide fence") costs a
+# fencing_reads_allowed(), docs/functions.md, "Reads under a lock-wide fence") costs a
 # SELECT: instructions per row of a full scan (callgrind, single-user
 # backend), and single-row SELECT transactions per second (pgbench), each
 # against the same table without the policy, measured in the same run.

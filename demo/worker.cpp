@@ -167,7 +167,7 @@ void RunInterleaveHolder(const WorkerOptions &options, const EventWriter &events
   // The orchestrator stops this process here, between two rows, and sends
   // the go-ahead once it is stopped.  (Stopped inside a write's transaction,
   // A would hold the row, and under a lock-wide fence the fence, until it
-  // resumed: the README's "a paused writer holds the fence".)
+  // resumed: "a paused writer holds the fence" in docs/functions.md.)
   if (AwaitCommand(options.command_fd, std::nullopt) != Command::kGo) return;
   if (!WriteInterleaveRows(db, options, events, token, RowRange(before_pause + 1, options.rows))) {
     return;

@@ -136,7 +136,7 @@ node_example() {
 
 # Two PostgreSQL nodes under Patroni (synchronous_mode) and one etcd, on
 # loopback: kill -9 of the leader's postmaster, then a switchover, under a
-# workload; no token twice, no stale write, no acknowledged write lost (HA.md).
+# workload; no token twice, no stale write, no acknowledged write lost (docs/ha.md).
 ha_patroni() { bash test/ha/run.sh; }
 
 # PostgreSQL::Test::Cluster TAP tests (test/t/); each makes its own clusters.

@@ -29,7 +29,7 @@ SELECT * FROM merge_row ORDER BY id;
 -- The firing action sets the token to the row's own: accepted on
 -- PostgreSQL 17 and later, which say which action fired; refused (55Z02)
 -- on 15 and 16, which do not, when another UPDATE action does not set the
--- token (documented in the README).
+-- token (documented in docs/functions.md).
 DO $$
 DECLARE
   expected text := CASE WHEN current_setting('server_version_num')::int >= 170000

@@ -14,7 +14,7 @@
 //   pg_fencing::client::ExecFenced(db, "UPDATE ... SET token = $1 ...", lock->token());
 //
 // Why the token comes from the database and not from Redis (INCR): see the
-// README, "Using your existing lock service".
+// docs/clients.md, "Using your existing lock service".
 #pragma once
 
 #include <chrono>

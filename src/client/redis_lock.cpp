@@ -202,8 +202,8 @@ class RedisLockSession final : public LockSession {
 //    system, so nothing ties it to the highest token a row has seen (a
 //    restored or rolled-back Redis has no idea what the tables hold).
 // fencing_grant() is flushed to WAL before it returns, survives crashes and
-// pg_dump/restore, and with synchronous replication failover too (see the
-// README).  The Redis lock stays what it is good at: keeping two holders
+// pg_dump/restore, and with synchronous replication failover too (see
+// docs/functions.md).  The Redis lock stays what it is good at: keeping two holders
 // from working at once most of the time, cheaply.
 //
 // A holder that pauses between its SET and this grant gets a token above the

@@ -2,7 +2,7 @@
 """Fails when a document names a setting, an SQL object or a file that does
 not exist (issue 26, item 2).
 
-The documents: README.md, HA.md, CONTRIBUTING.md, RELIABILITY.md and docs/*.md
+The documents: README.md, CONTRIBUTING.md, RELIABILITY.md and docs/*.md
 (BENCHMARKS.md and bench/results/ record past runs, and name what existed
 then).  What they are checked against:
 
@@ -64,7 +64,7 @@ def git_files():
 def documents(files):
     if len(sys.argv) > 1:  # the documents named on the command line instead
         return sys.argv[1:]
-    docs = ["README.md", "HA.md", "CONTRIBUTING.md", "RELIABILITY.md"]
+    docs = ["README.md", "CONTRIBUTING.md", "RELIABILITY.md"]
     docs += sorted(f for f in files if f.startswith("docs/") and f.endswith(".md"))
     return [d for d in docs if d in files]
 

@@ -2,7 +2,7 @@
 //
 // Every input runs through all parts below; each part checks properties of
 // the core against a small, independent model written from the header's and
-// the README's rules, and abort()s (a libFuzzer crash) on a violation:
+// the rules of docs/functions.md, and abort()s (a libFuzzer crash) on a violation:
 //
 //   1. ParseToken on the raw bytes (exact-size heap copy, so ASan sees any
 //      read past the view) against a reference parser; FormatToken round trips.
@@ -70,7 +70,7 @@ constexpr bool IsPgSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-// The README's rule, written independently of src/core/token.cpp.
+// The rule of docs/functions.md, written independently of src/core/token.cpp.
 ParseResult ModelParse(std::string_view text) {
   std::size_t begin = 0, end = text.size();
   while (begin < end && IsPgSpace(text[begin])) ++begin;
@@ -344,7 +344,7 @@ GuardOptions ConsumeOptions(FuzzedDataProvider &fdp) {
 
 // ---- 4. DecideGuard --------------------------------------------------------------
 
-// The README's table, for inputs the backend can produce: an UPDATE that
+// The table in docs/functions.md, for inputs the backend can produce: an UPDATE that
 // does not SET the column carries the old value into NEW.
 GuardVerdict ModelGuard(const GuardInput &in, const GuardOptions &options) {
   if (!in.column_assigned) {
@@ -943,7 +943,7 @@ class FenceSimulation {
       if (have) {
         FUZZ_CHECK(!stack.empty() && stack.back().token == fence->presented_token);
       }
-      // README: a presentation is gone "with a savepoint rolled back to
+      // docs/functions.md: a presentation is gone "with a savepoint rolled back to
       // before it" -- so one made before the savepoint survives (within
       // LockFence::kMaxNesting levels; deeper, dropping is allowed).
       if (stack.size() <= static_cast<std::size_t>(LockFence::kMaxNesting)) {

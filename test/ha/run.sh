@@ -1,6 +1,6 @@
 #!/bin/bash
 # High availability under Patroni: fencing tokens across a failover and a
-# switchover.  See HA.md.  As root, from anywhere:
+# switchover.  See docs/ha.md.  As root, from anywhere:
 #
 #   bash test/ha/run.sh
 #
@@ -157,7 +157,7 @@ bootstrap:
     # sequence WAL -- before that standby has it.
     synchronous_mode: true
     # false: with the standby gone, the primary carries on alone (and no
-    # failover is possible until a standby is synchronous again).  See HA.md.
+    # failover is possible until a standby is synchronous again).  See docs/ha.md.
     synchronous_mode_strict: false
     postgresql:
       use_pg_rewind: true

@@ -349,7 +349,7 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
       tx.exec(std::string("SELECT fencing_protect('") + t.name + "'" +
               (t.lock ? std::string(", lock_name => '") + t.lock + "'" : std::string()) + ")");
       if (!t.read_fence) continue;
-      // The README's read fence: rows hidden from a transaction that has not
+      // The read fence of docs/functions.md: rows hidden from a transaction that has not
       // presented a current token.  The workers' role is neither superuser
       // nor owner, so the policies hold for it.
       pqxx_compat::Exec0(tx, std::string("ALTER TABLE ") + t.name +

@@ -6,7 +6,7 @@
 #    transaction commits (a grant rolled back, or in a savepoint rolled
 #    back, announces nothing), in commit order;
 #  - the expiry worker announces a lease that ran out with nobody acting on
-#    it, within seconds (the README's bound is about a second; 10 s here
+#    it, within seconds (docs/observability.md's bound is about a second; 10 s here
 #    leaves room for a loaded machine);
 #  - fencing_lock_stats, fencing_table_stats and fencing_rejections count
 #    and record refused writes although their transactions roll back, and

@@ -1,7 +1,7 @@
 # A follower waiting in CALL fencing_await (1.7) holds no snapshot and no
 # transaction id, so VACUUM removes the rows that died while it waits; a
 # follower waiting in fencing_acquire(..., wait) holds its statement's
-# snapshot, and VACUUM cannot (which is why the README sends long waits to
+# snapshot, and VACUUM cannot (which is why docs/leases.md sends long waits to
 # fencing_await).  Both cases run the same churn, so the second shows that
 # the first could fail.  Then fencing_audit() names a function-form waiter
 # (to the roles that may see it), and not a fencing_await one; and an
