@@ -85,7 +85,7 @@ CREATE OR REPLACE FUNCTION @extschema@.fencing_audit()
            pg_catalog.format('session %s has waited %s for the lock in a function form: its snapshot (xmin %s) keeps VACUUM from removing any row deleted or updated since, in every table of the database',
                              a.pid, pg_catalog.date_trunc('second', pg_catalog.clock_timestamp() - a.query_start),
                              a.backend_xmin),
-           pg_catalog.format('Wait with CALL fencing_await(...) instead of fencing_acquire(..., wait) (README, "Waiting"). To end this wait now: SELECT pg_cancel_backend(%s);',
+           pg_catalog.format('Wait with CALL fencing_await(...) instead of fencing_acquire(..., wait) (docs/leases.md, "Waiting for a lock"). To end this wait now: SELECT pg_cancel_backend(%s);',
                              a.pid)
       FROM pg_catalog.pg_locks l
       JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
