@@ -22,7 +22,7 @@ WHERE has_function_privilege('public', p.oid, 'EXECUTE')
   AND p.prokind = 'f' AND p.prorettype <> 'trigger'::regtype
   AND p.proname NOT LIKE 'fencing_token\_%'  -- the type's own support functions
   AND p.proname <> 'fencing_grant'  -- takes no argument (and would use up a token)
-ORDER BY 1;
+ORDER BY p.oid::regprocedure::text COLLATE "C";  -- by name: OIDs follow the install script's order
 
 -- Odd values (in a transaction rolled back: the locks they create go too).
 BEGIN;

@@ -7,18 +7,16 @@
 #  - database "fresh": CREATE EXTENSION pg_fencing.
 #
 # Every object the extension owns (pg_depend deptype 'e'), with its
-# definition, properties, privileges and comments, and the extension's own
-# row (version, dumped tables and their conditions), must be the same in
-# both.  A fresh install of 1.2 runs pg_fencing--1.0.sql, then
-# pg_fencing--1.0--1.1.sql and pg_fencing--1.1--1.2.sql (there is no full
-# install script for a later version), so this
-# comparison guards the day someone adds a full install script for a later
-# version: it catches any drift between it and the upgrade path.  Because
-# an omission in the upgrade script would then be in both databases alike,
-# the test also checks, in both, the rules every version must keep (each
-# user-facing object has a comment; fencing_unprotect is there, pinned and
-# documented).  The extension lives in a schema of its own here, so a
-# missing @extschema@ would show.
+# definition, properties, privileges, comments and dependencies, and the
+# extension's own row (version, dumped tables and their conditions), must be
+# the same in both.  The two are independent: the fresh install runs the
+# full install script of the current version (pg_fencing--1.7.sql, the
+# readable definition of the interface), the upgraded database 1.0 and every
+# upgrade script, so a change made to one and not the other fails here.
+# Because an omission in both would pass, the test also checks, in both,
+# the rules every version must keep (each user-facing object has a comment;
+# fencing_unprotect is there, pinned and documented).  The extension lives
+# in a schema of its own here, so a missing @extschema@ would show.
 #
 # 1.2 makes every lock name a row of fencing_lock with an owner and the
 # roles granted its use.  The upgraded database is used before the update
@@ -220,6 +218,11 @@ is( $node->safe_psql(
 		"SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'"),
 	$last_version,
 	"CREATE EXTENSION installs $last_version");
+# ... from the full install script: PostgreSQL runs a version's own script
+# when there is one, rather than 1.0 and the upgrades.
+my $sharedir = $node->config_data('--sharedir');
+ok(-f "$sharedir/extension/pg_fencing--$last_version.sql",
+	"a full install script for $last_version is installed, so the two databases took independent paths");
 
 ###############################################################################
 # The same catalog objects in both.
@@ -252,7 +255,13 @@ WITH ext AS (
         SELECT concat_ws(' ; ', 'aggkind=' || a.aggkind::text, 'transfn=' || a.aggtransfn::regprocedure,
                'finalfn=' || a.aggfinalfn::regprocedure, 'combinefn=' || a.aggcombinefn::regprocedure,
                'sortop=' || a.aggsortop::regoperator, 'transtype=' || a.aggtranstype::regtype,
-               'initval=' || coalesce(a.agginitval, '-'))
+               'initval=' || coalesce(a.agginitval, '-'),
+               'serialfn=' || a.aggserialfn::regprocedure, 'deserialfn=' || a.aggdeserialfn::regprocedure,
+               'mtransfn=' || a.aggmtransfn::regprocedure, 'minvtransfn=' || a.aggminvtransfn::regprocedure,
+               'mfinalfn=' || a.aggmfinalfn::regprocedure, 'mtranstype=' || a.aggmtranstype::regtype,
+               'minitval=' || coalesce(a.aggminitval, '-'), 'finalextra=' || a.aggfinalextra,
+               'finalmodify=' || a.aggfinalmodify::text, 'transspace=' || a.aggtransspace,
+               'numdirectargs=' || a.aggnumdirectargs)
           FROM pg_catalog.pg_aggregate a WHERE a.aggfnoid = p.oid)
       ELSE 'def=' || pg_catalog.pg_get_functiondef(p.oid) END)
       FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_language l ON l.oid = p.prolang
@@ -262,12 +271,37 @@ WITH ext AS (
       'kind=' || c.relkind::text, 'persistence=' || c.relpersistence::text, 'owner=' || c.relowner::regrole,
       'acl=' || coalesce(c.relacl::text, 'default'),
       'options=' || coalesce(c.reloptions::text, '-'), 'replident=' || c.relreplident::text,
+      'am=' || coalesce((SELECT am.amname FROM pg_catalog.pg_am am WHERE am.oid = c.relam)::text, '-'),
+      'rowsecurity=' || c.relrowsecurity || '/' || c.relforcerowsecurity,
+      'policies=' || (SELECT string_agg(concat_ws(' ', pg_catalog.quote_ident(po.polname), po.polcmd::text, po.polpermissive,
+                                                  po.polroles::regrole[]::text,
+                                                  pg_catalog.pg_get_expr(po.polqual, po.polrelid),
+                                                  pg_catalog.pg_get_expr(po.polwithcheck, po.polrelid)), ', ' ORDER BY po.polname)
+                        FROM pg_catalog.pg_policy po WHERE po.polrelid = c.oid),
+      'inherits=' || (SELECT string_agg(i.inhparent::regclass::text, ', ' ORDER BY i.inhseqno)
+                        FROM pg_catalog.pg_inherits i WHERE i.inhrelid = c.oid),
+      'part comments=' || (SELECT string_agg(pg_catalog.pg_describe_object(ds.classoid, ds.objoid, 0) || ': ' || ds.description,
+                                             ', ' ORDER BY 1)
+                             FROM pg_catalog.pg_description ds
+                            WHERE (ds.classoid = 'pg_catalog.pg_constraint'::regclass
+                                   AND ds.objoid IN (SELECT co.oid FROM pg_catalog.pg_constraint co WHERE co.conrelid = c.oid))
+                               OR (ds.classoid = 'pg_catalog.pg_trigger'::regclass
+                                   AND ds.objoid IN (SELECT tg.oid FROM pg_catalog.pg_trigger tg WHERE tg.tgrelid = c.oid))
+                               OR (ds.classoid = 'pg_catalog.pg_policy'::regclass
+                                   AND ds.objoid IN (SELECT po.oid FROM pg_catalog.pg_policy po WHERE po.polrelid = c.oid))
+                               OR (ds.classoid = 'pg_catalog.pg_class'::regclass
+                                   AND ds.objoid IN (SELECT ix.indexrelid FROM pg_catalog.pg_index ix WHERE ix.indrelid = c.oid))),
       'columns=' || (SELECT string_agg(concat_ws(' ', pg_catalog.quote_ident(a.attname),
                                  pg_catalog.format_type(a.atttypid, a.atttypmod),
                                  CASE WHEN a.attnotnull THEN 'NOT NULL' END,
                                  'default ' || pg_catalog.pg_get_expr(ad.adbin, ad.adrelid),
                                  'collation ' || a.attcollation::regcollation,
-                                 'acl ' || a.attacl::text), ', ' ORDER BY a.attnum)
+                                 'acl ' || a.attacl::text,
+                                 'identity ' || nullif(a.attidentity::text, ''),
+                                 'generated ' || nullif(a.attgenerated::text, ''),
+                                 'storage ' || a.attstorage::text,
+                                 'compression ' || nullif(a.attcompression::text, ''),
+                                 'stattarget ' || nullif(a.attstattarget, -1)), ', ' ORDER BY a.attnum)
                        FROM pg_catalog.pg_attribute a
                        LEFT JOIN pg_catalog.pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
                       WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
@@ -294,7 +328,9 @@ WITH ext AS (
       'analyze=' || t.typanalyze::regprocedure, 'elem=' || t.typelem::regtype,
       'array=' || t.typarray::regtype, 'basetype=' || t.typbasetype::regtype,
       'notnull=' || t.typnotnull, 'default=' || coalesce(t.typdefault, '-'),
-      'owner=' || t.typowner::regrole, 'acl=' || coalesce(t.typacl::text, 'default'))
+      'owner=' || t.typowner::regrole, 'acl=' || coalesce(t.typacl::text, 'default'),
+      'delim=' || t.typdelim::text, 'collation=' || t.typcollation::regcollation,
+      'subscript=' || t.typsubscript::regprocedure, 'typmod=' || t.typtypmod, 'ndims=' || t.typndims)
       FROM pg_catalog.pg_type t WHERE t.oid = m.objid)
   WHEN 'pg_catalog.pg_operator'::regclass THEN (
     SELECT concat_ws(' ; ',
@@ -308,10 +344,12 @@ WITH ext AS (
     SELECT concat_ws(' ; ',
       'default=' || oc.opcdefault, 'intype=' || oc.opcintype::regtype,
       'keytype=' || oc.opckeytype::regtype,
-      'family=' || pg_catalog.pg_describe_object('pg_catalog.pg_opfamily'::regclass, oc.opcfamily, 0))
+      'family=' || pg_catalog.pg_describe_object('pg_catalog.pg_opfamily'::regclass, oc.opcfamily, 0),
+      'owner=' || oc.opcowner::regrole)
       FROM pg_catalog.pg_opclass oc WHERE oc.oid = m.objid)
   WHEN 'pg_catalog.pg_opfamily'::regclass THEN (
     SELECT concat_ws(' ; ',
+      'owner=' || (SELECT f.opfowner::regrole FROM pg_catalog.pg_opfamily f WHERE f.oid = m.objid),
       'operators=' || (SELECT string_agg(concat_ws(' ', ao.amopstrategy, ao.amopopr::regoperator,
                                                    ao.amoplefttype::regtype, ao.amoprighttype::regtype,
                                                    ao.amoppurpose, ao.amopsortfamily),
@@ -347,6 +385,49 @@ SELECT pg_catalog.replace(concat_ws(' | ', type, identity, description, definiti
                                     'init_privs: ' || coalesce(init_privs, '-')),
                           E'\n', '\n')
   FROM described
+UNION ALL
+-- Every dependency of the extension's members and of their parts (operator
+-- family entries, columns' defaults, constraints, triggers, indexes and
+-- TOAST tables, rules, policies), and of the extension itself: which are
+-- hard and which soft, what SQL-standard bodies and views are bound to, a
+-- sequence's owning column.  Not the user's objects that depend on them.
+SELECT concat_ws(' | ', 'dependency', x.obj, x.ref, 'deptype ' || x.deptype, 'count ' || x.n)
+  FROM (SELECT pg_catalog.regexp_replace(pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid),
+                                          'pg_toast_[0-9]+', 'pg_toast_N', 'g') AS obj,
+               pg_catalog.regexp_replace(pg_catalog.pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid),
+                                          'pg_toast_[0-9]+', 'pg_toast_N', 'g') AS ref,
+               d.deptype::text AS deptype, pg_catalog.count(*) AS n
+          FROM pg_catalog.pg_depend d
+         WHERE (d.classid, d.objid) IN (SELECT mm.classid, mm.objid FROM member mm)
+            OR (d.classid = 'pg_catalog.pg_extension'::regclass AND d.objid = (SELECT ext.oid FROM ext))
+            OR (d.classid = 'pg_catalog.pg_amop'::regclass AND d.objid IN
+                  (SELECT ao.oid FROM pg_catalog.pg_amop ao JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_opfamily'::regclass AND mm.objid = ao.amopfamily))
+            OR (d.classid = 'pg_catalog.pg_amproc'::regclass AND d.objid IN
+                  (SELECT ap.oid FROM pg_catalog.pg_amproc ap JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_opfamily'::regclass AND mm.objid = ap.amprocfamily))
+            OR (d.classid = 'pg_catalog.pg_attrdef'::regclass AND d.objid IN
+                  (SELECT ad.oid FROM pg_catalog.pg_attrdef ad JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = ad.adrelid))
+            OR (d.classid = 'pg_catalog.pg_constraint'::regclass AND d.objid IN
+                  (SELECT co.oid FROM pg_catalog.pg_constraint co JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = co.conrelid))
+            OR (d.classid = 'pg_catalog.pg_trigger'::regclass AND d.objid IN
+                  (SELECT tg.oid FROM pg_catalog.pg_trigger tg JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = tg.tgrelid))
+            OR (d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid IN
+                  (SELECT rw.oid FROM pg_catalog.pg_rewrite rw JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = rw.ev_class))
+            OR (d.classid = 'pg_catalog.pg_policy'::regclass AND d.objid IN
+                  (SELECT po.oid FROM pg_catalog.pg_policy po JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = po.polrelid))
+            OR (d.classid = 'pg_catalog.pg_class'::regclass AND d.objid IN
+                  (SELECT ix.indexrelid FROM pg_catalog.pg_index ix JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = ix.indrelid
+                   UNION ALL
+                   SELECT tc.reltoastrelid FROM pg_catalog.pg_class tc JOIN member mm
+                      ON mm.classid = 'pg_catalog.pg_class'::regclass AND mm.objid = tc.oid))
+         GROUP BY 1, 2, 3) x
 UNION ALL
 SELECT concat_ws(' | ', 'extension', e.extname, 'version ' || e.extversion,
                  'schema ' || e.extnamespace::regnamespace, 'owner ' || e.extowner::regrole,
