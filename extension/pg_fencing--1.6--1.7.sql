@@ -185,6 +185,11 @@ COMMENT ON VIEW @extschema@.fencing_history IS
 -- an index deduplicates is decided when it is built.
 ALTER OPERATOR FAMILY @extschema@.fencing_token_btree_ops USING btree
   ADD FUNCTION 4 (@extschema@.fencing_token, @extschema@.fencing_token) pg_catalog.btequalimage(oid);
+-- The extension's own indexes on token columns, rebuilt so that they
+-- deduplicate as a fresh install's do (the lease tables are small: one row
+-- per lock or slot).
+REINDEX INDEX @extschema@.fencing_lease_token;
+REINDEX INDEX @extschema@.fencing_permit_token;
 
 -- The marks of the locks the current role may use.  A security barrier
 -- (until 1.7 it was not): without it, a condition of the caller's own --
@@ -234,3 +239,27 @@ BEGIN
      AND c.prefix = fencing_disallow_create.prefix;
   RETURN FOUND;
 END $$;
+
+-- Comments that had fallen behind the code: the guard's and fencing_protect's
+-- write paths and option words (INSERT under a per-row fence, granted and
+-- external tokens, read fences: 1.4, 1.5), what fencing_unprotect removes,
+-- who writes a mark, what fencing_fences shows (1.2), renew and release of
+-- permits and shared leases (1.4).
+COMMENT ON FUNCTION @extschema@.fencing_guard() IS
+  'the guard trigger: refuses a write whose token is below the row''s (per-row fence) or the lock''s mark (lock-wide fence, option lock=NAME) with 55Z01, one without a token with 55Z02, and one this database never granted with 55Z03; fencing_protect() installs it BEFORE UPDATE, and INSERT with granted_tokens, FOR EACH ROW for a per-row fence, and BEFORE INSERT, UPDATE or DELETE FOR EACH ROW and BEFORE TRUNCATE under a lock; arguments: the token column, then option words allow_unset, skip, lock=NAME, granted_tokens or external_tokens, fence_reads';
+COMMENT ON FUNCTION @extschema@.fencing_protect(regclass, name, text[], text) IS
+  'installs the fencing_guard trigger on a table, its partitions and inheritance children (its only fencing_token column unless named): a per-row fence on UPDATE, and on INSERT when its tokens are this database''s grants (the default; option external_tokens for another service''s); with lock_name (or option lock=NAME) a lock-wide fence on INSERT, UPDATE, DELETE and TRUNCATE, if the caller and the tables'' owners may use the lock, and with option fence_reads a read fence too';
+COMMENT ON FUNCTION @extschema@.fencing_unprotect(regclass) IS
+  'removes what fencing_protect() installed on a table, its partitions and inheritance children: the triggers fencing_guard and fencing_guard_truncate, and the read fence; 55000 if the table has no guard';
+COMMENT ON TABLE @extschema@.fencing_fence IS
+  'highest fencing token seen per lock; written only by the extension: a write under a lock-wide fence that raises the mark (fencing_fence_advance()), a presentation (fencing_fence_lock()), lease and shared-lease grants, fencing_revoke() and fencing_reset_mark()';
+COMMENT ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fencing_token) IS
+  'locks a lock''s high-water mark (making it) and raises it to token if token is higher; returns the mark before; called by the lock-wide guard; internal';
+COMMENT ON VIEW @extschema@.fencing_fences IS
+  'the highest fencing token seen per lock, for the locks the current role may use';
+COMMENT ON FUNCTION @extschema@.fencing_check_lease_args(text, text, interval, boolean) IS
+  'the argument checks the lease functions share: true, or 22023 naming what is wrong with the lock name, the holder (when asked) or the ttl; reads and changes nothing';
+COMMENT ON FUNCTION @extschema@.fencing_renew(text, @extschema@.fencing_token, interval) IS
+  'extends a live lease, permit or shared lease to now + ttl; false if token is not the current token of one on the lock, it expired (never revived), or the caller''s role did not acquire it';
+COMMENT ON FUNCTION @extschema@.fencing_release(text, @extschema@.fencing_token) IS
+  'ends a live lease, permit or shared lease at once; false if token is not the current token of a live one acquired by the caller''s role';

@@ -650,7 +650,7 @@ COMMENT ON VIEW @extschema@.fencing_lock_creators IS
 CREATE FUNCTION @extschema@.fencing_guard() RETURNS trigger
   AS 'MODULE_PATHNAME', 'fencing_guard' LANGUAGE C;
 COMMENT ON FUNCTION @extschema@.fencing_guard() IS
-  'the guard trigger: BEFORE UPDATE FOR EACH ROW for a per-row fence; with option lock=NAME, BEFORE INSERT, UPDATE or DELETE FOR EACH ROW and BEFORE TRUNCATE; refuses a lower token (55Z01) or a missing one (55Z02); arguments: column name, then options allow_unset, skip, lock=NAME';
+  'the guard trigger: refuses a write whose token is below the row''s (per-row fence) or the lock''s mark (lock-wide fence, option lock=NAME) with 55Z01, one without a token with 55Z02, and one this database never granted with 55Z03; fencing_protect() installs it BEFORE UPDATE, and INSERT with granted_tokens, FOR EACH ROW for a per-row fence, and BEFORE INSERT, UPDATE or DELETE FOR EACH ROW and BEFORE TRUNCATE under a lock; arguments: the token column, then option words allow_unset, skip, lock=NAME, granted_tokens or external_tokens, fence_reads';
 
 -- Plain UPDATEs judged in their own projection (src/backend/
 -- update_check.cpp): with pg_fencing.fast_update on, the planner wraps the
@@ -759,7 +759,7 @@ CREATE FUNCTION @extschema@.fencing_protect(
     lock_name text DEFAULT NULL)
   RETURNS void AS 'MODULE_PATHNAME', 'fencing_protect' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_protect(regclass, name, text[], text) IS
-  'installs the fencing_guard trigger on a table and its inheritance children (its only fencing_token column unless named); with lock_name, a lock-wide fence that also guards INSERT, DELETE and TRUNCATE, if the caller and the tables'' owners may use the lock';
+  'installs the fencing_guard trigger on a table, its partitions and inheritance children (its only fencing_token column unless named): a per-row fence on UPDATE, and on INSERT when its tokens are this database''s grants (the default; option external_tokens for another service''s); with lock_name (or option lock=NAME) a lock-wide fence on INSERT, UPDATE, DELETE and TRUNCATE, if the caller and the tables'' owners may use the lock, and with option fence_reads a read fence too';
 
 -- Drops only the triggers fencing_protect() creates, by their names and
 -- only when they call this extension's fencing_guard() (a trigger of the
@@ -856,7 +856,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION @extschema@.fencing_unprotect(regclass) IS
-  'removes the triggers fencing_protect() installed on a table (fencing_guard and, under a lock, fencing_guard_truncate, on each partition too); 55000 if it has neither';
+  'removes what fencing_protect() installed on a table, its partitions and inheritance children: the triggers fencing_guard and fencing_guard_truncate, and the read fence; 55000 if the table has no guard';
 
 -- Trigger tampering.  DROP TRIGGER, ALTER TRIGGER and ALTER TABLE ...
 -- DISABLE TRIGGER need the table's owner, but CREATE OR REPLACE TRIGGER
@@ -946,7 +946,7 @@ CREATE INDEX fencing_fence_name_hash ON @extschema@.fencing_fence USING hash (lo
 REVOKE ALL ON @extschema@.fencing_fence FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_fence', '');
 COMMENT ON TABLE @extschema@.fencing_fence IS
-  'highest fencing token seen per lock; written only by the extension''s functions: fencing_fence_advance() (writes), fencing_fence_lock() (presentations) and lease grants';
+  'highest fencing token seen per lock; written only by the extension: a write under a lock-wide fence that raises the mark (fencing_fence_advance()), a presentation (fencing_fence_lock()), lease and shared-lease grants, fencing_revoke() and fencing_reset_mark()';
 
 -- Locks the lock's mark (creating it) and raises it to token if token is
 -- higher; returns the mark as it was (NULL: none), below which the caller
@@ -978,7 +978,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fencing_token) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_fence_advance(text, @extschema@.fencing_token) IS
-  'locks a lock''s high-water mark and raises it to token; internal to the guard, fencing_present and the lease functions';
+  'locks a lock''s high-water mark (making it) and raises it to token if token is higher; returns the mark before; called by the lock-wide guard; internal';
 
 -- Locks the lock's mark (creating it at 0) without moving it, and returns
 -- it: a presentation (fencing_present()) is judged against the mark and
@@ -1036,7 +1036,8 @@ CREATE VIEW @extschema@.fencing_fences WITH (security_barrier) AS
     FROM @extschema@.fencing_fence f
     JOIN @extschema@.fencing_locks k ON k.lock_name = f.lock_name;
 GRANT SELECT ON @extschema@.fencing_fences TO PUBLIC;
-COMMENT ON VIEW @extschema@.fencing_fences IS 'the highest fencing token seen per lock';
+COMMENT ON VIEW @extschema@.fencing_fences IS
+  'the highest fencing token seen per lock, for the locks the current role may use';
 
 -- Reads under a lock-wide fence (src/backend/fences.cpp): for a row-level
 -- security policy that lets only the transactions of the lock's current
@@ -1208,7 +1209,7 @@ CREATE FUNCTION @extschema@.fencing_check_lease_args(
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_check_lease_args'
   LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.fencing_check_lease_args(text, text, interval, boolean) IS
-  'argument checks shared by the lease functions; not for direct use';
+  'the argument checks the lease functions share: true, or 22023 naming what is wrong with the lock name, the holder (when asked) or the ttl; reads and changes nothing';
 
 -- One attempt to take the lock (free, expired, or the caller's already),
 -- in C (src/backend/lease_engine.cpp): fencing_acquire() without a wait
@@ -1288,12 +1289,12 @@ CREATE FUNCTION @extschema@.fencing_renew(
     lock_name text, token @extschema@.fencing_token, ttl interval)
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_renew' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_renew(text, @extschema@.fencing_token, interval) IS
-  'extends a live lease to now + ttl; false if token is not the lock''s current token, the lease expired (never revived), or the caller''s role did not acquire it';
+  'extends a live lease, permit or shared lease to now + ttl; false if token is not the current token of one on the lock, it expired (never revived), or the caller''s role did not acquire it';
 
 CREATE FUNCTION @extschema@.fencing_release(lock_name text, token @extschema@.fencing_token)
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_release' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_release(text, @extschema@.fencing_token) IS
-  'ends a live lease at once; false if token is not the current token of a live lease acquired by the caller''s role';
+  'ends a live lease, permit or shared lease at once; false if token is not the current token of a live one acquired by the caller''s role';
 
 CREATE FUNCTION @extschema@.fencing_leader_as(caller oid, lock_name text) RETURNS text
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
