@@ -1,6 +1,8 @@
-// fencing_guard(): the BEFORE UPDATE row trigger that refuses stale and
-// missing fencing tokens, and the column/option resolution it shares with
-// fencing_protect().
+// fencing_guard(): the trigger that refuses stale, missing and never-granted
+// fencing tokens -- a BEFORE row trigger on UPDATE (and INSERT) for a
+// per-row fence, on INSERT, UPDATE and DELETE plus a BEFORE TRUNCATE
+// statement trigger under a lock -- and the column/option resolution it
+// shares with fencing_protect().
 //
 // Hot path: per row we read two attributes, test one bitmap bit and compare
 // two integers.  Everything that needs the catalog (finding the column,

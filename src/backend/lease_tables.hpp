@@ -1,7 +1,8 @@
 // Direct access to the extension's lease tables (fencing_lock,
 // fencing_lease, fencing_fence) for the lease engine: a row found by its
-// lock name through the primary key, and a row replaced in place, without
-// the executor.  See lease_tables.cpp.
+// lock name through the table's hash index on it (fencing_permit's by
+// lock_id and slot, through its primary key), and a row replaced in place,
+// without the executor.  See lease_tables.cpp.
 #pragma once
 
 #include "boundary.hpp"

@@ -1,9 +1,10 @@
 // See lease_wakeup.hpp.
 //
-// The waiter: the first in a lock's waiting room (the transaction-level
-// advisory lock fencing_waiting_room(lock_id)) loops in
-// fencing_acquire_as(..., wait): one attempt, then fencing_wait_for_wakeup()
-// until the lease's end or its deadline, on its own latch.
+// The waiter: the first in a lock's waiting room (a lock-manager lock no
+// SQL can take, WaitingRoomTag(); held for the transaction by a waiting
+// acquire function, across transactions by CALL fencing_await) makes one
+// attempt, then sleeps on its own latch (SleepUntilWoken) until the lease's
+// end or its deadline, and tries again.
 //
 // The waker: a transaction that frees a lease calls
 // fencing_wake_waiters_at_commit(lock_id).  At XACT_EVENT_COMMIT -- after

@@ -153,9 +153,11 @@ GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
 
 extern "C" {
 
-// fencing_gate: the body of every public function that acts on a lock for its caller
-// (fencing_acquire, fencing_renew, fencing_release, fencing_leader, the
-// lock management functions).  It calls NAME_as(caller, arguments...) with
+// fencing_gate: the body of the public functions that act on a lock for
+// their caller through a PL/pgSQL NAME_as function (fencing_leader,
+// fencing_revoke, fencing_reset_mark, and the lock management functions;
+// the lease engine's acquire, renew and release have C bodies of their own
+// since 1.3).  It calls NAME_as(caller, arguments...) with
 // the caller's role; PUBLIC may not call the _as functions directly, so a
 // role cannot claim to be another.  (A direct fmgr call does not check
 // EXECUTE; the gate's own EXECUTE was checked when it was called.)
