@@ -142,3 +142,30 @@ ORDER BY p.oid::regprocedure::text;
 -- Lease state is dumped with the database.
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) cfg JOIN pg_class c ON c.oid = cfg
 WHERE e.extname = 'pg_fencing' ORDER BY 1;
+
+-- A read-only transaction (or a standby) can take, renew or release
+-- nothing, and says so whatever the lock's state: a busy lock answers
+-- 25006, not NULL, and a waiting acquire does not wait first.
+SELECT fencing_acquire('ro-busy', 'holder', '1 minute') AS ro_token \gset
+BEGIN READ ONLY;
+SELECT fencing_acquire('ro-busy', 'other', '1 minute');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT fencing_acquire('ro-busy', 'other', '1 minute', '10 s');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT fencing_renew('ro-busy', '1', '1 minute');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT fencing_release('ro-busy', :'ro_token');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT fencing_acquire_permit('ro-sem', 'other', 2, '1 minute');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT fencing_acquire_shared('ro-shared', 'other', '1 minute');
+ROLLBACK;
+SET default_transaction_read_only = on;
+CALL fencing_await('ro-busy', 'other', '1 minute', '10 s');
+RESET default_transaction_read_only;
+SELECT fencing_release('ro-busy', :'ro_token') AS released_after;

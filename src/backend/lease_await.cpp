@@ -37,6 +37,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/lock.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -318,6 +319,9 @@ extern "C" {
 PG_FUNCTION_INFO_V1(fencing_await);
 Datum fencing_await(PG_FUNCTION_ARGS) {
   const AwaitRequest request = RequestFrom(fcinfo);
+  // On a standby, or with default_transaction_read_only, no attempt could
+  // write: say so at once rather than wait out the wait.
+  PreventCommandIfReadOnly("fencing_await()");
   TupleDesc row_type;
   if (get_call_result_type(fcinfo, nullptr, &row_type) != TYPEFUNC_COMPOSITE) {
     elog(ERROR, "pg_fencing: fencing_await() must be declared with INOUT token");

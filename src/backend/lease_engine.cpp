@@ -1171,6 +1171,10 @@ extern "C" {
 PG_FUNCTION_INFO_V1(fencing_acquire);
 Datum fencing_acquire(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLeaseArguments(fcinfo, 1, 2);
+  // A grant writes: refused in a read-only transaction (or on a standby)
+  // before any look at the lease, so that a busy lock does not answer NULL
+  // there, nor a waiting acquire wait for nothing.
+  PreventCommandIfReadOnly("fencing_acquire()");
   const Oid schema = ExtensionSchema(fcinfo);
   const Oid caller = GetUserId();
   if (!PG_ARGISNULL(3)) {
@@ -1237,6 +1241,7 @@ Datum fencing_try_acquire(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_renew);
 Datum fencing_renew(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLeaseArguments(fcinfo, -1, 2);
+  PreventCommandIfReadOnly("fencing_renew()");  // also when the token turns out not to be live
   PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, PG_GETARG_DATUM(2), nullptr));
 }
 
@@ -1245,6 +1250,7 @@ Datum fencing_renew(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_release);
 Datum fencing_release(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLockName(fcinfo, 0);
+  PreventCommandIfReadOnly("fencing_release()");
   Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
   PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, IntervalPGetDatum(zero), "released"));
 }
@@ -1261,6 +1267,7 @@ Datum fencing_acquire_permit(PG_FUNCTION_ARGS) {
              errmsg("permits must be between 1 and %d, got %s (semaphore \"%s\")", kMaxPermits,
                     PG_ARGISNULL(2) ? "NULL" : psprintf("%d", PG_GETARG_INT32(2)), lock_name)));
   }
+  PreventCommandIfReadOnly("fencing_acquire_permit()");
   return AcquireSlot(fcinfo, LockKind::kSemaphore, PG_GETARG_INT32(2), 3, 4);
 }
 
@@ -1269,6 +1276,7 @@ Datum fencing_acquire_permit(PG_FUNCTION_ARGS) {
 PG_FUNCTION_INFO_V1(fencing_acquire_shared);
 Datum fencing_acquire_shared(PG_FUNCTION_ARGS) {
   (void)CheckLeaseArguments(fcinfo, 1, 2);
+  PreventCommandIfReadOnly("fencing_acquire_shared()");
   return AcquireSlot(fcinfo, LockKind::kShared, 0, 2, 3);
 }
 
