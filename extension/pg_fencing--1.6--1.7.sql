@@ -210,7 +210,7 @@ CREATE FUNCTION @extschema@.fencing_require_superuser(action text) RETURNS void
   LANGUAGE plpgsql STABLE
   SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+  IF NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), false) THEN
     RAISE EXCEPTION 'only a superuser may %', action
       USING ERRCODE = '42501',
             DETAIL = pg_catalog.format('Role %I is not a superuser.', current_user);

@@ -35,11 +35,3 @@ SELECT pg_temp.outcome($$SELECT fencing_present(string_agg(md5(g::text), ''), '1
 SELECT pg_temp.outcome($$SELECT fencing_present('x', '-1')$$) AS negative_token;
 SELECT pg_temp.outcome($$SELECT fencing_waiting_room(-1)$$) AS negative_lock_id;
 ROLLBACK;
-
--- A misspelt setting is an error once the library is loaded (the prefix
--- pg_fencing. is reserved), not a placeholder that silently does nothing.
-SELECT fencing_grant() IS NOT NULL AS library_loaded;
-SET pg_fencing.fast_updates = off;
-SET pg_fencing.fast_update = off;
-SHOW pg_fencing.fast_update;
-RESET pg_fencing.fast_update;

@@ -77,8 +77,14 @@ void Define() {
         "pg_fencing.rejections_kept", "How many refused writes fencing_rejections keeps.",
         "The oldest make room for new ones; over all databases.", &rejections_kept, 1000, 1,
         1000000, PGC_POSTMASTER, 0, nullptr, nullptr, nullptr);
+    // Reserved only when preloaded, as pg_prewarm does: in a backend that
+    // loads the library on demand the start-only settings above are not
+    // defined, and reserving the prefix there would turn their entries in
+    // postgresql.conf into a WARNING in every session and make ALTER SYSTEM
+    // refuse them (from 17; 15 refuses any undefined name) -- the very step
+    // that turns the preload on.
+    MarkGUCPrefixReserved("pg_fencing");
   }
-  MarkGUCPrefixReserved("pg_fencing");
 }
 
 }  // namespace pg_fencing::settings

@@ -38,9 +38,9 @@ extern int max_tracked_locks;
 extern int max_tracked_tables;
 extern int rejections_kept;
 
-// Defines them all, then reserves the prefix "pg_fencing." so that a
-// misspelt setting is an error rather than a silent placeholder.  Called
-// first from _PG_init.
+// Defines them all and, when preloaded, reserves the prefix "pg_fencing."
+// so that a misspelt setting is an error rather than a silent placeholder.
+// Called first from _PG_init.
 void Define();
 
 }  // namespace pg_fencing::settings

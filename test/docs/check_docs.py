@@ -50,9 +50,22 @@ TOP_LEVEL = ("src/", "sql/", "expected/", "test/", "bench/", "scripts/", "docs/"
              "include/", "demo/", "extension/", "debian/", "cmake/", "clients/", ".ci/")
 
 
+def tree_files():
+    """The tree's files: git's list, or, outside a git checkout (a copy of
+    the tree, or one git refuses as owned by another user), a walk of it."""
+    listed = subprocess.run(["git", "ls-files"], capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout.strip():
+        return set(listed.stdout.split("\n")) - {""}
+    skipped = {".git", "build", "build-asan", "results", "output_iso", "tmp_check"}
+    files = set()
+    for root, dirnames, names in os.walk("."):
+        dirnames[:] = [d for d in dirnames if d not in skipped]
+        files.update(os.path.relpath(os.path.join(root, n), ".") for n in names)
+    return files
+
+
 def git_files():
-    out = subprocess.run(["git", "ls-files"], check=True, capture_output=True, text=True).stdout
-    files = set(out.split("\n")) - {""}
+    files = tree_files()
     dirs = set()
     for f in files:
         parts = f.split("/")
@@ -70,7 +83,7 @@ def documents(files):
 
 
 def defined_settings():
-    text = open("src/backend/settings.cpp").read()
+    text = open("src/backend/settings.cpp", encoding="utf-8").read()
     return set(re.findall(r'"pg_fencing\.([a-z_]+)"', text))
 
 
@@ -110,7 +123,7 @@ def names_in_code(files):
         if f.endswith((".png", ".csv", ".out")):
             continue
         try:
-            text = open(f, errors="replace").read()
+            text = open(f, encoding="utf-8", errors="replace").read()
         except (IsADirectoryError, FileNotFoundError):
             continue
         names.update(re.findall(r"\bfencing_[a-z0-9_]+", text))
@@ -159,7 +172,7 @@ def heading_anchors(doc):
     letters, digits, spaces, '-' and '_' dropped, spaces made '-'; a repeated
     anchor gets -1, -2, ..."""
     anchors, seen, in_fence = set(), {}, False
-    for line in open(doc):
+    for line in open(doc, encoding="utf-8"):
         if line.lstrip().startswith("```"):
             in_fence = not in_fence
         if in_fence or not re.match(r"^#{1,6} ", line):
@@ -192,7 +205,7 @@ def main():
     anchors_of = {}
     setting_suffixes = {"so", "control", "stat"}
     for doc in documents(files):
-        for number, line in enumerate(open(doc), 1):
+        for number, line in enumerate(open(doc, encoding="utf-8"), 1):
             where = f"{doc}:{number}"
             for name in re.findall(r"(?<![\w/.-])pg_fencing\.([a-z_]+)\b(?!\.\w|/)", line):
                 if name in setting_suffixes:
@@ -214,11 +227,11 @@ def main():
                 if not path_exists(doc, kind, path, files, dirs):
                     problems.append(f"{where}: file {path} does not exist")
     if "docs/settings.md" in files:
-        listed = set(re.findall(r"pg_fencing\.([a-z_]+)", open("docs/settings.md").read()))
+        listed = set(re.findall(r"pg_fencing\.([a-z_]+)", open("docs/settings.md", encoding="utf-8").read()))
         for name in sorted(settings - listed):
             problems.append(f"docs/settings.md: setting pg_fencing.{name} is defined but not listed")
-    meta = json.load(open("META.json"))
-    control = open("pg_fencing.control").read()
+    meta = json.load(open("META.json", encoding="utf-8"))
+    control = open("pg_fencing.control", encoding="utf-8").read()
     default_version = re.search(r"default_version\s*=\s*'([^']+)'", control).group(1)
     for name, provided in meta["provides"].items():
         if provided["file"] not in files:

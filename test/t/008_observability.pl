@@ -53,6 +53,25 @@ GRANT SELECT, INSERT, UPDATE ON ledger TO a_writer;
 CREATE TABLE b_table (id int PRIMARY KEY, token fencing_token);
 ALTER TABLE b_table OWNER TO tenant_b;
 });
+# Preloaded, the prefix pg_fencing. is reserved: a misspelt setting is an
+# error in SET and ALTER SYSTEM, not a placeholder that does nothing, while a
+# real one is set (docs/settings.md, "Misspelt names").
+{
+	my ($ret, $out, $err) =
+	  $node->psql('postgres', 'SET pg_fencing.fast_updates = off');
+	isnt($ret, 0, 'preloaded: SET of a misspelt pg_fencing setting fails');
+	like($err, qr/"pg_fencing" is a reserved prefix/, '... saying the prefix is reserved');
+	($ret, $out, $err) =
+	  $node->psql('postgres', 'ALTER SYSTEM SET pg_fencing.rejection_kept = 10');
+	isnt($ret, 0, '... and so does ALTER SYSTEM');
+	# (15 refuses ALTER SYSTEM of any name no library defines, "unrecognized
+	# configuration parameter"; from 17 only the reserved prefix makes it
+	# fail, "invalid configuration parameter name".)
+	like($err, qr/(unrecognized|invalid) configuration parameter/, '... naming the parameter');
+	is($node->safe_psql('postgres', 'SET pg_fencing.fast_update = off; SHOW pg_fencing.fast_update'),
+		'off', 'a defined setting is set');
+}
+
 $node->safe_psql('postgres', "SELECT fencing_protect('ledger', lock_name => 'watched')",
 	extra_params => [ '-U', 'tenant_a' ]);
 $node->safe_psql('postgres', "SELECT fencing_protect('b_table')",
