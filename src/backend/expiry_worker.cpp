@@ -56,6 +56,8 @@ extern "C" {
 #include "lease_events.hpp"
 #include "lease_writers.hpp"
 
+#include <dlfcn.h>
+
 namespace pg_fencing {
 namespace {
 
@@ -193,13 +195,28 @@ bool DatabaseExists(Oid database) {
   return exists;
 }
 
+// The library the workers load: the file the postmaster preloaded, so that
+// they run the same build (shared_preload_libraries may name it by its path,
+// with Debian's extension_destdir say, while another build sits in $libdir;
+// by name, a worker would load that one, which fails on redefining the
+// settings).  "pg_fencing" when the path is unknown or too long.
+void SetWorkerLibrary(char *name, size_t size) {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&SetWorkerLibrary), &info) != 0 &&
+      info.dli_fname != nullptr && info.dli_fname[0] == '/' && strlen(info.dli_fname) < size) {
+    strlcpy(name, info.dli_fname, size);
+  } else {
+    strlcpy(name, "pg_fencing", size);
+  }
+}
+
 BackgroundWorkerHandle *StartWorker(Oid database) {
   BackgroundWorker worker;
   memset(&worker, 0, sizeof worker);
   worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
   worker.bgw_restart_time = BGW_NEVER_RESTART;
-  snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_fencing");
+  SetWorkerLibrary(worker.bgw_library_name, sizeof worker.bgw_library_name);
   snprintf(worker.bgw_function_name, BGW_MAXLEN, "pg_fencing_expiry_worker_main");
   snprintf(worker.bgw_name, BGW_MAXLEN, "pg_fencing expiry worker for database %u", database);
   snprintf(worker.bgw_type, BGW_MAXLEN, "pg_fencing expiry worker");
@@ -276,7 +293,7 @@ void RegisterExpiryWorker() {
   launcher.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   launcher.bgw_start_time = BgWorkerStart_RecoveryFinished;
   launcher.bgw_restart_time = 10;
-  snprintf(launcher.bgw_library_name, BGW_MAXLEN, "pg_fencing");
+  SetWorkerLibrary(launcher.bgw_library_name, sizeof launcher.bgw_library_name);
   snprintf(launcher.bgw_function_name, BGW_MAXLEN, "pg_fencing_expiry_launcher_main");
   snprintf(launcher.bgw_name, BGW_MAXLEN, "pg_fencing expiry launcher");
   snprintf(launcher.bgw_type, BGW_MAXLEN, "pg_fencing expiry launcher");
