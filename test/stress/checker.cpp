@@ -992,6 +992,9 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   // the database, and cannot know of a grant the restore lost; those are
   // counted.
   long old_token_writes = 0;
+  // Per record after a restore: its committed writes under a lock or a
+  // semaphore with a token granted in it (what B7 judges; E wants some).
+  std::vector<long> fresh_token_writes(records.size(), 0);
   for (std::size_t k = 1; k < records.size(); ++k) {
     const Record &rec = records[k];
     std::map<std::string, std::pair<Token, const ServerGrant *>> before;  // lock -> highest
@@ -1012,6 +1015,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         ++old_token_writes;
         continue;
       }
+      ++fresh_token_writes[k];
       if (*h.tok <= it->second.first) {
         const ServerGrant &g = *it->second.second;
         violations.Add(
@@ -1507,6 +1511,11 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
       violations.Add("vacuous run", "restore " + std::to_string(restores[i].n) +
                                         " lost nothing: no write or grant after its backup");
     }
+    if (fresh_token_writes[i + 1] == 0) {
+      violations.Add("vacuous run", "restore " + std::to_string(restores[i].n) +
+                                        ": the restored server committed no write under a "
+                                        "lock's grant of its own, so nothing judged it");
+    }
   }
   if (permit_mode) {
     if (static_cast<int>(grants_by_slot.size()) < permits) {
@@ -1559,8 +1568,12 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         << " grants\n";
   }
   if (!restores.empty()) {
+    long fresh = 0;
+    for (long n : fresh_token_writes) fresh += n;
     out << "after the restore: " << old_token_writes
-        << " committed writes under tokens granted before it (judged on the restored record)\n";
+        << " committed writes under tokens granted before it (judged on the restored record), "
+        << fresh
+        << " under tokens the restored server granted (judged against every earlier grant)\n";
   }
   out << "grants: " << grants.size() << " received by workers, " << server_grants.size()
       << " on the server's record (" << unacknowledged_grants

@@ -455,7 +455,7 @@ class Orchestrator {
       if (kind == "pause" || kind == "freeze") random_faults_.push_back(kind);
     }
     bool first_fault = o_.faults.count("freeze") > 0;
-    while (!g_interrupted && MonoMs() < end) {
+    while (!g_interrupted && (MonoMs() < end || AwaitingWriteAfterRestore(end))) {
       Reaper::Reap();
       RespawnExited();
       ResumeDue(false);
@@ -690,10 +690,58 @@ class Orchestrator {
                           " restarted=" + std::to_string(up.wall_us) +
                           " down_ms=" + std::to_string((up.mono_ns - lost_at.mono_ns) / 1000000));
     lost_.push_back(lost);
+    lost_at_us_ = lost_at.wall_us;
     ++injected_["restore"];
     last_restart_ms_ = MonoMs();
     restore_phase_ = RestorePhase::kDone;  // once per run
     return true;
+  }
+
+  // The restore's defects are judged, and planted by the self-test, on
+  // writes under grants the restored server made.  A slow machine (a
+  // restored server long in recovery, workers slow to reconnect) can reach
+  // the run's end before there is one; then the run goes on, the nemesis
+  // too, until the restored server has committed a write to a table under a
+  // lock under a grant of its own (asked every 500 ms), for at most
+  // kAfterRestoreCapMs past the end.  faults.log says by how much.
+  bool AwaitingWriteAfterRestore(std::int64_t end) {
+    constexpr std::int64_t kAfterRestoreCapMs = 20000;
+    if (restore_phase_ != RestorePhase::kDone || wrote_after_restore_) return false;
+    const std::int64_t now = MonoMs();
+    if (now >= end + kAfterRestoreCapMs) {
+      faults_.Write("ev=run_extended ms=" + std::to_string(now - end) +
+                    " wrote_after_restore=false");
+      wrote_after_restore_ = true;  // asked for the last time
+      return false;
+    }
+    if (now < next_restore_write_check_ms_) return true;
+    next_restore_write_check_ms_ = now + 500;
+    try {
+      pqxx::connection db(cluster_.Conninfo("postgres", kDatabase));
+      pqxx::work tx(db);
+      std::string tags;
+      for (const StressTable &t : TablesOf(o_)) {
+        if (t.lock != nullptr) tags += std::string(tags.empty() ? "" : ", ") + tx.quote(t.tag);
+      }
+      const bool wrote =
+          pqxx_compat::Exec1(tx,
+                             "SELECT EXISTS (SELECT FROM stress_history h JOIN stress_grants g "
+                             "USING (token) WHERE h.tbl IN (" +
+                                 tags +
+                                 ") AND g.pm_start >= "
+                                 "to_timestamp(" +
+                                 std::to_string(lost_at_us_) + " / 1e6))")[0]
+              .as<bool>();
+      if (!wrote) return true;
+    } catch (const std::exception &) {
+      return true;  // the server is down (a crash fault): ask again
+    }
+    wrote_after_restore_ = true;
+    if (now > end) {
+      faults_.Write("ev=run_extended ms=" + std::to_string(now - end) +
+                    " wrote_after_restore=true");
+    }
+    return false;
   }
 
   void StopWorkers() {
@@ -730,6 +778,9 @@ class Orchestrator {
   RestorePhase restore_phase_ = RestorePhase::kOff;
   std::int64_t backup_at_ = 0;   // MonoMs
   std::int64_t restore_at_ = 0;  // MonoMs
+  std::int64_t lost_at_us_ = 0;  // wall clock, when the restore lost the server
+  bool wrote_after_restore_ = false;
+  std::int64_t next_restore_write_check_ms_ = 0;  // MonoMs
   std::string backup_dir_;
   pid_t backup_pid_ = -1;
   Stamp backup_start_;

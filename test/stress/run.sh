@@ -180,6 +180,11 @@ plant() {
       high=$(cut -f4 "$dir/lost-1/grants.tsv" | sort -n | tail -n 1)
       tok=$(awk -F'\t' -v at="$at" 'FNR == NR { if ($6 >= at) born[$4] = 1; next }
         $2 == "lock" && $8 >= at && ($4 in born) { print $4; exit }' "$dir/grants.tsv" "$dir/history.tsv")
+      if [[ -z $tok ]]; then  # the orchestrator runs on until there is one, within a bound
+        echo "    planted $name: NOTHING TO PLANT ON (no write to the lock's table under a grant after the restore; see $dir/faults.log)"
+        failures+=("plant-$run-$name")
+        return
+      fi
       awk -F'\t' -v OFS='\t' -v at="$at" -v t="$tok" -v h="$high" '$6 >= at && $4 == t { $4 = h } { print }' \
         "$dir/grants.tsv" >"$dir/t" && mv "$dir/t" "$dir/grants.tsv"
       awk -F'\t' -v OFS='\t' -v at="$at" -v t="$tok" -v h="$high" '$8 >= at && $4 == t { $4 = h } { print }' \
