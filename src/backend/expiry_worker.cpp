@@ -419,17 +419,20 @@ namespace {
 // database's announcements behind one transaction.  READ COMMITTED
 // re-checks a row changed meanwhile: a lease granted again is live, and
 // left alone.
-void MarkExpired(const char *schema, const char *table, const char *key, const char *lock_join) {
+// also: a further condition on the look (d) and the update (l).
+void MarkExpired(const char *schema, const char *table, const char *key, const char *lock_join,
+                 const char *also) {
   const int marked = SPI_execute(
       psprintf("WITH due AS (SELECT %s FROM %s.%s d "
-               "WHERE d.ended IS NULL AND d.expires_at <= pg_catalog.clock_timestamp() "
+               "WHERE d.ended IS NULL AND d.expires_at <= pg_catalog.clock_timestamp() %s "
                "FOR NO KEY UPDATE SKIP LOCKED) "
                "UPDATE %s.%s l SET ended = 'expired' FROM due, %s.fencing_lock k "
                "WHERE %s AND %s AND l.ended IS NULL "
                "RETURNING k.lock_name, k.lock_id, k.announce, l.holder, l.token",
-               key, schema, table, schema, table, schema,
-               strcmp(table, "fencing_lease") == 0 ? "l.lock_name = due.lock_name"
-                                                   : "l.lock_id = due.lock_id AND l.slot = due.slot",
+               key, schema, table, also, schema, table, schema,
+               strcmp(table, "fencing_lease") == 0
+                   ? "l.lock_name = due.lock_name"
+                   : "l.lock_id = due.lock_id AND l.slot = due.slot",
                lock_join),
       false, 0);
   if (marked != SPI_OK_UPDATE_RETURNING) {
@@ -481,22 +484,43 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
   const bool has_permits = SearchSysCacheExists3(
       PROCNAMEARGSNSP, CStringGetDatum("fencing_await"),
       PointerGetDatum(buildoidvector(await_args, lengthof(await_args))), ObjectIdGetDatum(schema));
+  // Sessions (1.8): an expired session's end goes into its leases first,
+  // which are then marked as any; a lease still in a session is the
+  // session's to end, whatever its own expires_at says.
+  const bool has_sessions = OidIsValid(get_relname_relid("fencing_session", schema));
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name");
-  if (has_permits) MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id");
+  if (has_sessions && SPI_execute(psprintf("SELECT %s.fencing_end_expired_sessions()", s), false,
+                                  0) != SPI_OK_SELECT) {
+    elog(ERROR, "pg_fencing: ending expired sessions failed");
+  }
+  MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name",
+              has_sessions ? "AND d.session_id IS NULL" : "");
+  if (has_permits) {
+    MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id", "");
+  }
   // The earliest end of a lease not marked, past or future: one that ended
   // after the marking's look (or was skipped) is due at once, so none falls
   // between the statements.
-  const int next = SPI_execute(
-      has_permits
-          // LEAST is a construct of the grammar, not a function of pg_catalog.
-          ? psprintf("SELECT LEAST("
-                     "(SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l WHERE l.ended IS NULL), "
-                     "(SELECT pg_catalog.min(p.expires_at) FROM %s.fencing_permit p WHERE p.ended IS NULL))",
-                     s, s)
-          : psprintf("SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l WHERE l.ended IS NULL",
-                     s),
-      false, 1);  // not read-only: it must see the marks just made
+  const int next =
+      SPI_execute(has_sessions
+                      // LEAST is a construct of the grammar, not a function of pg_catalog.
+                      ? psprintf("SELECT LEAST("
+                                 "(SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l "
+                                 "WHERE l.ended IS NULL AND l.session_id IS NULL), "
+                                 "(SELECT pg_catalog.min(p.expires_at) FROM %s.fencing_permit p "
+                                 "WHERE p.ended IS NULL), "
+                                 "(SELECT pg_catalog.min(x.expires_at) FROM %s.fencing_session x))",
+                                 s, s, s)
+                      : has_permits ? psprintf("SELECT LEAST("
+                                               "(SELECT pg_catalog.min(l.expires_at) FROM "
+                                               "%s.fencing_lease l WHERE l.ended IS NULL), "
+                                               "(SELECT pg_catalog.min(p.expires_at) FROM "
+                                               "%s.fencing_permit p WHERE p.ended IS NULL))",
+                                               s, s)
+                                    : psprintf("SELECT pg_catalog.min(l.expires_at) FROM "
+                                               "%s.fencing_lease l WHERE l.ended IS NULL",
+                                               s),
+                  false, 1);  // not read-only: it must see the marks just made
   if (next != SPI_OK_SELECT || SPI_processed != 1) {
     elog(ERROR, "pg_fencing: reading the next lease end failed");
   }

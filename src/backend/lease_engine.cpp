@@ -350,10 +350,13 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   if (attempt == LeaseAttempt::kExtendOwn) {
     // The live holder again (say, a retry after a lost reply): the same
     // token, the lease extended, the payload replaced.
-    const int columns[] = {ids.lease_expires_at, ids.lease_payload};
-    const Datum values[] = {expires_at, request.payload};
-    const bool nulls[] = {false, request.payload_null};
-    if (!ReplaceRow(t.lease, lease, 2, columns, values, nulls)) return false;
+    // Out of its session, if it was in one (fencing_session_acquire puts
+    // it back): its end is the one written here.
+    const bool sessions = ids.lease_session_id != InvalidAttrNumber;
+    const int columns[] = {ids.lease_expires_at, ids.lease_payload, ids.lease_session_id};
+    const Datum values[] = {expires_at, request.payload, Datum(0)};
+    const bool nulls[] = {false, request.payload_null, true};
+    if (!ReplaceRow(t.lease, lease, sessions ? 3 : 2, columns, values, nulls)) return false;
     *token = seen_token;
     RequireDurableCommit();
     CountLeaseEventAtCommit(text_to_cstring(DatumGetTextPP(request.lock_name)),
@@ -415,9 +418,13 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     const bool counted = ids.lease_grant_count != InvalidAttrNumber;
     const int64 grant_count =
         counted ? DatumGetInt64(RowColumn(t.lease, lease, ids.lease_grant_count, &is_null)) + 1 : 0;
+    // A new grant is in no session (fencing_session_acquire puts it in its
+    // own); session_id comes after grant_count (1.8 after 1.4).
+    const bool sessions = ids.lease_session_id != InvalidAttrNumber;
     const int columns[] = {ids.lease_holder,     ids.lease_holder_role, ids.lease_token,
                            ids.lease_granted_at, ids.lease_expires_at,  ids.lease_payload,
-                           ids.lease_ended,      ids.lease_end_reason,  ids.lease_grant_count};
+                           ids.lease_ended,      ids.lease_end_reason,  ids.lease_grant_count,
+                           ids.lease_session_id};
     const Datum values[] = {request.holder,
                             request.holder_role,
                             Int64GetDatum(granted),
@@ -426,10 +433,11 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
                             request.payload,
                             Datum(0),
                             Datum(0),
-                            Int64GetDatum(grant_count)};
+                            Int64GetDatum(grant_count),
+                            Datum(0)};
     const bool nulls[] = {false, false, false, false, false, request.payload_null,
-                          true,  true,  false};
-    written = ReplaceRow(t.lease, lease, counted ? 9 : 8, columns, values, nulls);
+                          true,  true,  false, true};
+    written = ReplaceRow(t.lease, lease, counted ? (sessions ? 10 : 9) : 8, columns, values, nulls);
   }
   if (!written) {
     // Cannot happen while the room and the row lock hold; if it did, the
@@ -460,6 +468,8 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
     const TimestampTz now = GetCurrentTimestamp();
     HeapTuple lock = FetchLock(t, request.lock_name, snapshot);
     HeapTuple lease = lock != nullptr ? FetchLease(t, request.lock_name, snapshot) : nullptr;
+    const TimestampTz lease_end =
+        lease != nullptr ? LeaseRowEnd(*t.ids, t.lease, lease, snapshot) : 0;
     UnregisterSnapshot(snapshot);
     if (lock == nullptr) {
       *access = Access::kMissing;
@@ -478,8 +488,7 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
       const LeaseTableIds &ids = *t.ids;
       bool is_null = false, ended_null = false;
       seen.exists = true;
-      seen.expires_at =
-          DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
+      seen.expires_at = lease_end;
       const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
       // 'expired': an expiry already announced, still an expiry (it
       // starts the lock-delay); 'released' and 'revoked' end a lease early.
@@ -599,6 +608,18 @@ EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lo
   return result;
 }
 
+// fencing_renew() of a lease in a session renews the session (and so
+// every lease in it), as fencing_session_renew(session, ttl) does.
+bool RenewSession(Oid schema, Oid caller, int64 session, Datum ttl) {
+  static const Oid kArgTypes[] = {OIDOID, INT8OID, INTERVALOID};
+  FmgrInfo *renew = ExtensionFunction(schema, "fencing_session_renew_as", 3, kArgTypes);
+  const Datum args[] = {ObjectIdGetDatum(caller), Int64GetDatum(session), ttl};
+  const bool nulls[] = {false, false, false};
+  bool is_null = false;
+  const Datum renewed = CallExtensionFunction(renew, 3, args, nulls, &is_null);
+  return !is_null && DatumGetBool(renewed);
+}
+
 // Moves the end of a live lease the caller's login role holds under token
 // to now + remaining; ended 'released' marks a release (which spares the
 // lock its lock-delay).  False for any lease that is not the caller's, and
@@ -620,11 +641,13 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   int64 lock_id = 0;
   LockKind kind = LockKind::kExclusive;
   bool announced = false;
+  int64 in_session = 0;
   for (;;) {
     Snapshot snapshot = TakeSnapshot();
     const TimestampTz now = GetCurrentTimestamp();
     HeapTuple lock = FetchLock(t, name, snapshot);
     HeapTuple lease = lock != nullptr ? FetchLease(t, name, snapshot) : nullptr;
+    const TimestampTz old_end = lease != nullptr ? LeaseRowEnd(ids, t.lease, lease, snapshot) : 0;
     UnregisterSnapshot(snapshot);
     lock_exists = lock != nullptr;
     if (!lock_exists) break;
@@ -634,19 +657,22 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     announced = LockIsAnnounced(t, lock);
     if (!may_use || lease == nullptr || token_null) break;
     bool is_null = false;
-    const TimestampTz old_end =
-        DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
     const bool theirs =
         DatumGetInt64(RowColumn(t.lease, lease, ids.lease_token, &is_null)) == token &&
         SameName(RowColumn(t.lease, lease, ids.lease_holder_role, &is_null), holder_role) &&
         old_end > now;
     if (!theirs) break;
     PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
+    // A lease in a session (1.8) renews with its session, which its
+    // function renews below; a release takes it out of the session.
+    in_session = LeaseRowSession(ids, t.lease, lease);
+    if (in_session != 0 && ended == nullptr) break;
     const Datum new_end = TimestampPlus(now, remaining);
-    const int columns[] = {ids.lease_expires_at, ids.lease_ended};
-    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
-    const bool nulls[] = {false, ended == nullptr};
-    if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
+    const int columns[] = {ids.lease_expires_at, ids.lease_ended, ids.lease_session_id};
+    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0),
+                            Datum(0)};
+    const bool nulls[] = {false, ended == nullptr, true};
+    if (ReplaceRow(t.lease, lease, in_session != 0 ? 3 : 2, columns, values, nulls)) {
       moved = true;
       wake = PublishMovedEnd(lock_name, lock_id, announced,
                              RowColumn(t.lease, lease, ids.lease_holder, &is_null), token, ended,
@@ -667,6 +693,8 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
   if (!lock_exists) return false;  // no lock, no lease: as for any lease not the caller's
   // A role that may not use the lock learns nothing else: the usual 42501.
   if (!may_use) (void)AuthorizeLock(schema, lock_name, caller, false, InvalidOid);
+  if (in_session != 0 && ended == nullptr)
+    return RenewSession(schema, caller, in_session, remaining);
   if (!moved) return false;
   RequireDurableCommit();
   if (wake) WakeWaitersAtCommit(lock_id);

@@ -270,6 +270,12 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
     ids.history_end_reason = ColumnOf(ids.history, "end_reason");
     ids.history_slot = get_attnum(ids.history, "slot");
   }
+  ids.session = get_relname_relid("fencing_session", schema);
+  ids.session_key =
+      OidIsValid(ids.session) ? RelationIn(schema, "fencing_session_pkey") : InvalidOid;
+  ids.session_expires_at =
+      OidIsValid(ids.session) ? ColumnOf(ids.session, "expires_at") : InvalidAttrNumber;
+  ids.lease_session_id = get_attnum(ids.lease, "session_id");
   cached_ids = ids;
   ids_valid = true;
   return cached_ids;
@@ -454,6 +460,37 @@ bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, co
   // Later looks in this transaction see the new version.
   CommandCounterIncrement();
   return true;
+}
+
+int64 LeaseRowSession(const LeaseTableIds &ids, Relation lease, HeapTuple row) {
+  if (ids.lease_session_id == InvalidAttrNumber || !OidIsValid(ids.session_key)) return 0;
+  bool is_null = false;
+  const Datum session = RowColumn(lease, row, ids.lease_session_id, &is_null);
+  return is_null ? 0 : DatumGetInt64(session);
+}
+
+TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation lease, HeapTuple row,
+                        Snapshot snapshot) {
+  bool is_null = false;
+  const TimestampTz own =
+      DatumGetTimestampTz(RowColumn(lease, row, ids.lease_expires_at, &is_null));
+  const int64 session = LeaseRowSession(ids, lease, row);
+  if (session == 0) return own;
+  bool ended_null = false;
+  (void)RowColumn(lease, row, ids.lease_ended, &ended_null);
+  if (!ended_null) return own;  // released or revoked: ended at its own end
+  Relation table = table_open(ids.session, AccessShareLock);
+  Relation key = index_open(ids.session_key, AccessShareLock);
+  HeapTuple found = FetchRowByNumber(table, key, session, snapshot);
+  // No row: the session was closed or swept by a transaction this snapshot
+  // sees, which wrote the lease's end too; the row's own end stands.
+  const TimestampTz end =
+      found != nullptr
+          ? DatumGetTimestampTz(RowColumn(table, found, ids.session_expires_at, &is_null))
+          : own;
+  index_close(key, NoLock);
+  table_close(table, NoLock);
+  return end;
 }
 
 }  // namespace pg_fencing

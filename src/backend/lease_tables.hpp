@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "access/htup.h"
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
@@ -54,6 +55,10 @@ struct LeaseTableIds {
   AttrNumber history_entry, history_lock_name, history_grant_count, history_token, history_holder,
       history_holder_role, history_granted_at, history_ended_at, history_end_reason;
   AttrNumber history_slot;  // 1.7 (InvalidAttrNumber before): a permit's or shared lease's slot
+  // fencing_session and its primary key (1.8; InvalidOid before), its end,
+  // and the session a lease is in (InvalidAttrNumber before 1.8).
+  Oid session, session_key;
+  AttrNumber session_expires_at, lease_session_id;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
@@ -93,6 +98,13 @@ TokenSource TokenSourceOfRow(Relation lock, HeapTuple row);
 
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
+// The end of a fetched row of fencing_lease as every judge takes it: its
+// expires_at, or, for a lease in a session (1.8) that has not ended early,
+// the session's end as snapshot sees it.  The SQL side has the same rule,
+// fencing_lease_end().
+TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation lease, HeapTuple row, Snapshot snapshot);
+// The session a fetched row of fencing_lease is in, 0 if none.
+int64 LeaseRowSession(const LeaseTableIds &ids, Relation lease, HeapTuple row);
 
 // Locks the row version `row` (as fetched) for an update to come, as
 // SELECT ... FOR NO KEY UPDATE would, waiting for a transaction that is

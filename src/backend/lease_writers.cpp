@@ -102,8 +102,9 @@ LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token, Snaps
   if (found != nullptr) {
     bool is_null = false;
     look.row.found = true;
-    look.row.expires_at = DatumGetTimestampTz(RowColumn(
-        table, found, exclusive ? ids.lease_expires_at : ids.permit_expires_at, &is_null));
+    look.row.expires_at =
+        exclusive ? LeaseRowEnd(ids, table, found, snapshot)
+                  : DatumGetTimestampTz(RowColumn(table, found, ids.permit_expires_at, &is_null));
     const Datum ended =
         RowColumn(table, found, exclusive ? ids.lease_ended : ids.permit_ended, &is_null);
     // 'expired' only marks a lease whose end has passed: the end says it.

@@ -117,8 +117,9 @@ struct GateTarget {
 };
 
 // The function a gate stands for: NAME_as(oid, the gate's own arguments),
-// in the gate's schema.
-GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
+// in the gate's schema.  lock_first: a lock function's gate, which must
+// take the lock's name first.
+GateTarget *LookupGateTarget(FunctionCallInfo fcinfo, bool lock_first) {
   FmgrInfo *flinfo = fcinfo->flinfo;
   if (flinfo->fn_extra != nullptr) return static_cast<GateTarget *>(flinfo->fn_extra);
 
@@ -130,7 +131,7 @@ GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
   const int nargs = form->pronargs;
   if (nargs + 1 > FUNC_MAX_ARGS) elog(ERROR, "fencing_gate: too many arguments");
   // Every gate is a lock function whose first argument is the lock's name.
-  if (nargs < 1 || form->proargtypes.values[0] != TEXTOID) {
+  if (lock_first && (nargs < 1 || form->proargtypes.values[0] != TEXTOID)) {
     elog(ERROR, "fencing_gate: %s does not take a lock name first", NameStr(form->proname));
   }
   Oid argtypes[FUNC_MAX_ARGS];
@@ -149,6 +150,18 @@ GateTarget *LookupGateTarget(FunctionCallInfo fcinfo) {
   return gate;
 }
 
+// Calls the gate's target with the caller's role first.
+Datum CallGateTarget(FunctionCallInfo fcinfo, const GateTarget *gate) {
+  LOCAL_FCINFO(call, FUNC_MAX_ARGS);
+  InitFunctionCallInfoData(*call, gate->target, gate->nargs, fcinfo->fncollation, nullptr, nullptr);
+  call->args[0].value = ObjectIdGetDatum(GetUserId());
+  call->args[0].isnull = false;
+  for (int i = 1; i < gate->nargs; ++i) call->args[i] = fcinfo->args[i - 1];
+  const Datum result = FunctionCallInvoke(call);
+  fcinfo->isnull = call->isnull;
+  return result;
+}
+
 }  // namespace
 
 extern "C" {
@@ -163,16 +176,16 @@ extern "C" {
 // EXECUTE; the gate's own EXECUTE was checked when it was called.)
 PG_FUNCTION_INFO_V1(fencing_gate);
 Datum fencing_gate(PG_FUNCTION_ARGS) {
-  const GateTarget *gate = LookupGateTarget(fcinfo);
+  const GateTarget *gate = LookupGateTarget(fcinfo, true);
   CheckLockName(fcinfo, 0);
-  LOCAL_FCINFO(call, FUNC_MAX_ARGS);
-  InitFunctionCallInfoData(*call, gate->target, gate->nargs, fcinfo->fncollation, nullptr, nullptr);
-  call->args[0].value = ObjectIdGetDatum(GetUserId());
-  call->args[0].isnull = false;
-  for (int i = 1; i < gate->nargs; ++i) call->args[i] = fcinfo->args[i - 1];
-  const Datum result = FunctionCallInvoke(call);
-  fcinfo->isnull = call->isnull;
-  return result;
+  return CallGateTarget(fcinfo, gate);
+}
+
+// fencing_session_gate: the same for the session functions (1.8), which
+// act on a session, for the caller, through fencing_session_NAME_as.
+PG_FUNCTION_INFO_V1(fencing_session_gate);
+Datum fencing_session_gate(PG_FUNCTION_ARGS) {
+  return CallGateTarget(fcinfo, LookupGateTarget(fcinfo, false));
 }
 
 }  // extern "C"

@@ -1,8 +1,8 @@
--- pg_fencing 1.7: the full install script.
+-- pg_fencing 1.8: the full install script.
 --
 -- This file is the current interface of pg_fencing in one place: every
 -- object a fresh CREATE EXTENSION pg_fencing makes, each defined once, in
--- the form it has at 1.7, grouped by what it is for:
+-- the form it has at 1.8, grouped by what it is for:
 --
 --   1. the fencing_token type and its operators
 --   2. granting tokens
@@ -14,15 +14,16 @@
 --   8. waiting (the waiting room, the waiting acquires, fencing_await)
 --   9. observability: events, statistics, rejections, history
 --  10. administration: the token floor, mark resets, fencing_audit()
+--  11. sessions: one keepalive for many leases, many locks at once
 --
 -- The script pg_fencing--1.0.sql and the upgrade scripts
--- pg_fencing--1.0--1.1.sql ... pg_fencing--1.6--1.7.sql are kept for
+-- pg_fencing--1.0--1.1.sql ... pg_fencing--1.7--1.8.sql are kept for
 -- databases created at an older version: ALTER EXTENSION pg_fencing UPDATE
 -- runs them, and they also move such a database's data along.  This file
 -- does none of that: it is for a fresh install only.
 --
 -- Any change to the interface goes into this file AND into a new upgrade
--- script (pg_fencing--1.7--1.8.sql, say, with default_version moved on in
+-- script (pg_fencing--1.8--1.9.sql, say, with default_version moved on in
 -- pg_fencing.control and this file becoming the new version's full
 -- script).
 -- test/t/005_upgrade.pl builds one database with this file and one from
@@ -1191,7 +1192,11 @@ CREATE TABLE @extschema@.fencing_lease (
   payload jsonb,
   ended text,
   end_reason text,
-  grant_count bigint NOT NULL DEFAULT 1
+  grant_count bigint NOT NULL DEFAULT 1,
+  -- The session the lease is in (1.8; NULL: none).  No index: a session's
+  -- leases are looked up only when it is closed or swept, and an index
+  -- would make every grant's update of the row a non-HOT one.
+  session_id bigint
 ) WITH (fillfactor = 20);
 CREATE INDEX fencing_lease_name_hash ON @extschema@.fencing_lease USING hash (lock_name);
 CREATE INDEX fencing_lease_token ON @extschema@.fencing_lease (token);
@@ -1199,6 +1204,42 @@ REVOKE ALL ON @extschema@.fencing_lease FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_lease', '');
 COMMENT ON TABLE @extschema@.fencing_lease IS
   'one row per lock: its latest grant; written only through the fencing_ lease functions';
+
+-- Sessions (1.8): one keepalive for many leases.  A lease in a session
+-- carries its session's id, and while it has not ended early (released or
+-- revoked) its end is the session's end: renewing the session is one
+-- write, whatever the number of its leases, and when the session is not
+-- renewed every lease in it ends at once, at the session's end, judged by
+-- the server's clock.  fencing_lease_end() is that rule, used by every
+-- view and function that judges a lease; the C engine has the same rule
+-- (LeaseRowEnd, src/backend/lease_tables.cpp).  A session's id is a fresh
+-- grant (fencing_grant()): never the same twice, not even after a restore
+-- of an older backup.  A closed session's row is deleted; an expired one's
+-- when its end is written into its leases (fencing_end_expired_sessions).
+CREATE TABLE @extschema@.fencing_session (
+  session_id bigint PRIMARY KEY,
+  holder text NOT NULL,
+  holder_role name NOT NULL,
+  ttl interval NOT NULL,
+  opened_at timestamptz NOT NULL,
+  expires_at timestamptz NOT NULL
+) WITH (fillfactor = 20);
+REVOKE ALL ON @extschema@.fencing_session FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_session', '');
+COMMENT ON TABLE @extschema@.fencing_session IS
+  'one row per open session; its leases end at its expires_at; written only through the fencing_session_ functions';
+
+-- The end of a lease as every judge takes it: its own, or its session's
+-- while it is in one and has not ended early.  session_end: the session's
+-- expires_at, NULL when the lease is in no session (or the session's row
+-- is gone).
+CREATE FUNCTION @extschema@.fencing_lease_end(
+    expires_at timestamptz, ended text, session_end timestamptz)
+  RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  RETURN CASE WHEN ended IS NULL AND session_end IS NOT NULL THEN session_end
+              ELSE expires_at END;
+COMMENT ON FUNCTION @extschema@.fencing_lease_end(timestamptz, text, timestamptz) IS
+  'the end of a lease: its session''s end while it is in a session and has not ended early, its own otherwise; internal';
 
 -- Argument checks shared by every lease function, so that all fail alike:
 -- true, or an error (22023) that says what is wrong.  Called as an
@@ -1306,7 +1347,9 @@ BEGIN
   END IF;
   PERFORM @extschema@.fencing_lock_authorize(lock_name, caller, false);
   SELECT l.holder INTO leader FROM @extschema@.fencing_lease l
-   WHERE l.lock_name = fencing_leader_as.lock_name AND l.expires_at > clock_timestamp();
+    LEFT JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
+   WHERE l.lock_name = fencing_leader_as.lock_name
+     AND @extschema@.fencing_lease_end(l.expires_at, l.ended, s.expires_at) > clock_timestamp();
   RETURN leader;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_leader_as(oid, text) FROM PUBLIC;
@@ -1323,17 +1366,21 @@ COMMENT ON FUNCTION @extschema@.fencing_leader(text) IS
 -- lock-delay (it may expire), the end of an expired one plus the delay, or
 -- the moment a released or revoked lease ended; NULL: no lease yet.
 CREATE VIEW @extschema@.fencing_leases WITH (security_barrier) AS
-  SELECT l.lock_name, l.holder, l.token, l.granted_at, l.expires_at,
-         l.expires_at > clock_timestamp() AS live,
+  SELECT l.lock_name, l.holder, l.token, l.granted_at, e.expires_at,
+         e.expires_at > clock_timestamp() AS live,
          l.payload, k.lock_delay,
-         CASE WHEN l.ended IS NULL OR l.ended = 'expired' THEN l.expires_at + k.lock_delay
-              ELSE l.expires_at END
+         CASE WHEN l.ended IS NULL OR l.ended = 'expired' THEN e.expires_at + k.lock_delay
+              ELSE e.expires_at END
            AS available_at,
-         CASE WHEN l.expires_at > clock_timestamp() THEN 'live'
+         CASE WHEN e.expires_at > clock_timestamp() THEN 'live'
               ELSE coalesce(l.ended, 'expired') END AS state,
-         l.end_reason
+         l.end_reason,
+         l.session_id
     FROM @extschema@.fencing_lease l
     JOIN @extschema@.fencing_lock k ON k.lock_name = l.lock_name
+    LEFT JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
+    CROSS JOIN LATERAL (SELECT @extschema@.fencing_lease_end(l.expires_at, l.ended, s.expires_at)
+                          AS expires_at) e
    WHERE @extschema@.fencing_role_may_read(
            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
 GRANT SELECT ON @extschema@.fencing_leases TO PUBLIC;
@@ -1364,9 +1411,13 @@ BEGIN
   -- under the current mark (they hold the gate shared), and for a shared
   -- grant in flight, whose lease it then ends with the others.
   PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
+  -- A lease in a session: this lease only, taken out of its session.
   UPDATE @extschema@.fencing_lease e
-     SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason
-   WHERE e.lock_name = l.lock_name AND e.expires_at > clock_timestamp()
+     SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason, session_id = NULL
+   WHERE e.lock_name = l.lock_name
+     AND @extschema@.fencing_lease_end(e.expires_at, e.ended,
+           (SELECT s.expires_at FROM @extschema@.fencing_session s
+             WHERE s.session_id = e.session_id)) > clock_timestamp()
   RETURNING e.holder, e.token INTO ended_holder, ended_token;
   FOR p IN SELECT x.slot, x.holder, x.token, x.expires_at > clock_timestamp() AS live
              FROM @extschema@.fencing_permit x WHERE x.lock_id = l.lock_id ORDER BY x.slot LOOP
@@ -2140,11 +2191,14 @@ CREATE VIEW @extschema@.fencing_history WITH (security_barrier) AS
             FROM @extschema@.fencing_grant_history h
           UNION ALL
           SELECT l.lock_name, l.token, l.holder, l.holder_role, l.granted_at,
-                 CASE WHEN l.expires_at > clock_timestamp() THEN NULL ELSE l.expires_at END,
-                 CASE WHEN l.expires_at > clock_timestamp() THEN NULL
+                 CASE WHEN v.expires_at > clock_timestamp() THEN NULL ELSE v.expires_at END,
+                 CASE WHEN v.expires_at > clock_timestamp() THEN NULL
                       ELSE coalesce(l.ended, 'expired') END,
                  NULL::integer
             FROM @extschema@.fencing_lease l
+            LEFT JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
+            CROSS JOIN LATERAL (SELECT @extschema@.fencing_lease_end(l.expires_at, l.ended, s.expires_at)
+                                  AS expires_at) v
           UNION ALL
           SELECT p.lock_name, p.token, p.holder, p.holder_role, p.granted_at,
                  CASE WHEN p.expires_at > clock_timestamp() THEN NULL ELSE p.expires_at END,
@@ -2459,3 +2513,322 @@ CREATE FUNCTION @extschema@.fencing_audit()
   END;
 COMMENT ON FUNCTION @extschema@.fencing_audit() IS
   'every table guarded by pg_fencing that the caller owns, with each thing that weakens its guard, a severity and the command that mends it; the locks it may use that accept tokens nobody granted; tokens that run ahead of the server''s clock; and sessions that have waited for a lock in a function form, holding their snapshot, for longer than pg_fencing.audit_long_wait';
+
+-------------------------------------------------------------------------------
+-- 11. Sessions (1.8): one keepalive for many leases, many locks at once
+-------------------------------------------------------------------------------
+
+-- The argument checks of the session functions (22023, as the lease
+-- functions' own).
+CREATE FUNCTION @extschema@.fencing_check_session_args(holder text, ttl interval, check_holder boolean)
+  RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+  SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF check_holder AND (holder IS NULL OR holder = '') THEN
+    RAISE EXCEPTION 'session holder must not be NULL or empty' USING ERRCODE = '22023';
+  END IF;
+  IF ttl IS NULL OR NOT pg_catalog.isfinite(ttl) OR ttl <= interval '0' THEN
+    RAISE EXCEPTION 'session ttl must be positive and finite, got %', coalesce(ttl::text, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION @extschema@.fencing_check_session_args(text, interval, boolean) IS
+  'the argument checks of the session functions: true, or 22023; internal';
+
+-- The public functions are gates (fencing_session_gate, src/backend/locks.cpp)
+-- that call the _as function with the caller's role, as the lock functions
+-- do: PUBLIC may not call the _as functions, so a role cannot claim to be
+-- another.
+
+-- 42501 unless the caller may act in the session s (to `verb` it): the
+-- role that opened it, a role with its privileges, or a superuser (who has
+-- every role's).
+CREATE FUNCTION @extschema@.fencing_session_check_role(
+    caller oid, s @extschema@.fencing_session, verb text)
+  RETURNS void LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF NOT pg_catalog.pg_has_role(caller, s.holder_role, 'USAGE') THEN
+    RAISE EXCEPTION 'role "%" may not % fencing session %', pg_catalog.pg_get_userbyid(caller),
+      verb, s.session_id
+      USING ERRCODE = '42501',
+            DETAIL = pg_catalog.format('The session belongs to role "%s"; a superuser may act in it too.', s.holder_role);
+  END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.fencing_session, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.fencing_session, text) IS
+  'refuses (42501) a caller that may not act in the session; internal';
+
+-- The session's row, locked against a close and against the sweep of
+-- expired sessions (FOR KEY SHARE: a renew does not wait for it), if the
+-- caller may act in it: the role that opened it, a role with its
+-- privileges, or a superuser; 42501 otherwise.  55Z05 when there is no such
+-- session, or it has ended.
+CREATE FUNCTION @extschema@.fencing_session_for(caller oid, session bigint, what text)
+  RETURNS @extschema@.fencing_session LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  s @extschema@.fencing_session;
+BEGIN
+  IF session IS NULL THEN
+    RAISE EXCEPTION '% needs a session, got NULL', what USING ERRCODE = '22004';
+  END IF;
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR KEY SHARE;
+  IF NOT FOUND OR s.expires_at <= clock_timestamp() THEN
+    RAISE EXCEPTION 'fencing session % does not exist or has ended', session
+      USING ERRCODE = '55Z05',
+            HINT = 'Open a new session with fencing_session_open(holder, ttl); the leases of an ended session have ended with it.';
+  END IF;
+  PERFORM @extschema@.fencing_session_check_role(caller, s, 'use');
+  RETURN s;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_for(oid, bigint, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_for(oid, bigint, text) IS
+  'the live session the caller may act in, locked against its close; 55Z05 or 42501 otherwise; internal';
+
+-- Writes each expired session's end into its leases (which then are plain
+-- leases that have expired: announced, counted and replaced as any) and
+-- deletes the session.  Sessions locked by a transaction still running
+-- (an acquire in it) are left for the next sweep.  Made by the expiry
+-- worker and by every fencing_session_open.
+CREATE FUNCTION @extschema@.fencing_end_expired_sessions() RETURNS integer
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  ended integer;
+BEGIN
+  WITH due AS (SELECT s.session_id FROM @extschema@.fencing_session s
+                WHERE s.expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED),
+       gone AS (DELETE FROM @extschema@.fencing_session s USING due
+                 WHERE s.session_id = due.session_id RETURNING s.session_id, s.expires_at),
+       leases AS (UPDATE @extschema@.fencing_lease l
+                     SET expires_at = CASE WHEN l.ended IS NULL THEN gone.expires_at ELSE l.expires_at END,
+                         session_id = NULL
+                    FROM gone WHERE l.session_id = gone.session_id RETURNING 1)
+  SELECT pg_catalog.count(*) INTO ended FROM gone;
+  RETURN ended;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_end_expired_sessions() FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_end_expired_sessions() IS
+  'writes each expired session''s end into its leases and deletes it; returns how many; internal';
+
+CREATE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl interval)
+  RETURNS bigint LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  checked boolean;
+  id bigint;
+BEGIN
+  checked := @extschema@.fencing_check_session_args(holder, ttl, true);
+  PERFORM @extschema@.fencing_end_expired_sessions();
+  id := @extschema@.fencing_grant()::bigint;
+  INSERT INTO @extschema@.fencing_session
+    VALUES (id, holder, pg_catalog.pg_get_userbyid(caller), ttl, clock_timestamp(),
+            clock_timestamp() + ttl);
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN id;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_open_as(oid, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_open_as(oid, text, interval) IS
+  'fencing_session_open() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_session_open(holder text, ttl interval) RETURNS bigint
+  AS 'MODULE_PATHNAME', 'fencing_session_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_session_open(text, interval) IS
+  'opens a session of the calling role that lives ttl unless renewed, and returns its id; its leases end when it does';
+
+CREATE FUNCTION @extschema@.fencing_session_renew_as(caller oid, session bigint, ttl interval)
+  RETURNS boolean LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  checked boolean;
+  s @extschema@.fencing_session;
+BEGIN
+  IF ttl IS NOT NULL THEN
+    checked := @extschema@.fencing_check_session_args(NULL, ttl, false);
+  END IF;
+  IF session IS NULL THEN
+    RAISE EXCEPTION 'fencing_session_renew() needs a session, got NULL' USING ERRCODE = '22004';
+  END IF;
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session;
+  IF FOUND THEN
+    PERFORM @extschema@.fencing_session_check_role(caller, s, 'renew');
+  END IF;
+  -- One row, whatever the number of leases; an ended session stays ended
+  -- (judged on the row as it is when updated).
+  UPDATE @extschema@.fencing_session x
+     SET expires_at = clock_timestamp() + coalesce(fencing_session_renew_as.ttl, x.ttl)
+   WHERE x.session_id = session AND x.expires_at > clock_timestamp();
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN true;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_renew_as(oid, bigint, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_renew_as(oid, bigint, interval) IS
+  'fencing_session_renew() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_session_renew(session bigint, ttl interval DEFAULT NULL)
+  RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_session_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_session_renew(bigint, interval) IS
+  'extends the session, and with it every lease in it, to now + ttl (the ttl it was opened with if NULL), writing one row; false once the session has ended';
+
+CREATE FUNCTION @extschema@.fencing_session_close_as(caller oid, session bigint)
+  RETURNS integer LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  s @extschema@.fencing_session;
+  l record;
+  released integer := 0;
+BEGIN
+  IF session IS NULL THEN
+    RAISE EXCEPTION 'fencing_session_close() needs a session, got NULL' USING ERRCODE = '22004';
+  END IF;
+  -- FOR UPDATE: an acquire in the session (FOR KEY SHARE) finishes first,
+  -- so that the lease it grants is among those released here.
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  -- A superuser may close any session during an incident.
+  PERFORM @extschema@.fencing_session_check_role(caller, s, 'close');
+  DELETE FROM @extschema@.fencing_session x WHERE x.session_id = session;
+  IF s.expires_at <= clock_timestamp() THEN
+    -- Expired already: its leases expired with it (lock-delay included);
+    -- written down as the sweep would.
+    UPDATE @extschema@.fencing_lease e
+       SET expires_at = CASE WHEN e.ended IS NULL THEN s.expires_at ELSE e.expires_at END,
+           session_id = NULL
+     WHERE e.session_id = session;
+    RETURN 0;
+  END IF;
+  -- Released, as fencing_release() releases: at once, no lock-delay;
+  -- announced, counted, and the first waiter woken.
+  FOR l IN UPDATE @extschema@.fencing_lease e
+              SET expires_at = clock_timestamp(), ended = 'released', session_id = NULL
+            WHERE e.session_id = session AND e.ended IS NULL
+           RETURNING e.lock_name, e.holder, e.token,
+                     (SELECT k.lock_id FROM @extschema@.fencing_lock k WHERE k.lock_name = e.lock_name) AS lock_id
+  LOOP
+    released := released + 1;
+    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'released', l.holder, l.token);
+    PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
+  END LOOP;
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN released;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_close_as(oid, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_close_as(oid, bigint) IS
+  'fencing_session_close() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_session_close(session bigint) RETURNS integer
+  AS 'MODULE_PATHNAME', 'fencing_session_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_session_close(bigint) IS
+  'ends the session and releases every lease in it at once (no lock-delay); returns how many; the session''s role or a superuser';
+
+-- A lease in a session: taken as fencing_acquire takes it for the caller
+-- (the lock model's privileges checked per lock, the same waiting room,
+-- order and writer priority), with the session's holder, and then tied to
+-- the session in the same transaction, so that nobody sees it outside.
+-- Its end is the session's from then on.  1.8 ties exclusive leases only.
+CREATE FUNCTION @extschema@.fencing_session_acquire_as(
+    caller oid, session bigint, lock_name text, wait interval, payload jsonb, kind text,
+    permits integer)
+  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  s @extschema@.fencing_session :=
+    @extschema@.fencing_session_for(caller, session, 'fencing_session_acquire()');
+  granted @extschema@.fencing_token;
+BEGIN
+  IF kind IS DISTINCT FROM 'exclusive' THEN
+    RAISE EXCEPTION 'a session holds exclusive leases only, got kind %', coalesce(kind, 'NULL')
+      USING ERRCODE = CASE WHEN kind IN ('shared', 'permit') THEN '0A000' ELSE '22023' END,
+            HINT = 'Take permits and shared leases outside a session (fencing_acquire_permit, fencing_acquire_shared).';
+  END IF;
+  IF permits IS NOT NULL THEN
+    RAISE EXCEPTION 'permits is for kind permit, got % for an exclusive lease', permits
+      USING ERRCODE = '22023';
+  END IF;
+  granted := @extschema@.fencing_acquire_as(caller, lock_name, s.holder,
+                                            s.expires_at - clock_timestamp(), wait, payload);
+  IF granted IS NOT NULL THEN
+    UPDATE @extschema@.fencing_lease e SET session_id = s.session_id
+     WHERE e.lock_name = fencing_session_acquire_as.lock_name
+       AND e.token::bigint = granted::bigint;
+  END IF;
+  RETURN granted;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_acquire_as(oid, bigint, text, interval, jsonb, text, integer) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_acquire_as(oid, bigint, text, interval, jsonb, text, integer) IS
+  'fencing_session_acquire() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_session_acquire(
+    session bigint, lock_name text, wait interval DEFAULT NULL, payload jsonb DEFAULT NULL,
+    kind text DEFAULT 'exclusive', permits integer DEFAULT NULL)
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_session_gate'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_session_acquire(bigint, text, interval, jsonb, text, integer) IS
+  'takes the lock in the session, waiting up to wait, and returns its new token (NULL if busy); the lease ends when the session does, unless released first';
+
+-- Every lock or none.  The locks are taken in one order (by name, each
+-- once), whatever order the caller gives: two sessions that ask for
+-- overlapping sets wait for each other's locks in the same order, so they
+-- cannot deadlock.  Inside a subtransaction: a lock that cannot be had
+-- within the wait undoes every grant made before it (none was ever seen
+-- outside this transaction), and the answer is NULL.  Tokens in the order
+-- of lock_names.
+CREATE FUNCTION @extschema@.fencing_session_acquire_all_as(
+    caller oid, session bigint, lock_names text[], wait interval)
+  RETURNS @extschema@.fencing_token[] LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  deadline CONSTANT timestamptz := clock_timestamp() + coalesce(wait, interval '0');
+  name text;
+  granted @extschema@.fencing_token;
+  tokens @extschema@.fencing_token[];
+BEGIN
+  PERFORM @extschema@.fencing_session_for(caller, session, 'fencing_session_acquire_all()');
+  IF lock_names IS NULL OR pg_catalog.cardinality(lock_names) = 0
+     OR pg_catalog.array_position(lock_names, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION 'fencing_session_acquire_all() needs a non-empty array of lock names without NULLs, got %',
+      coalesce(lock_names::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  BEGIN
+    FOR name IN SELECT DISTINCT u.n COLLATE "C" FROM pg_catalog.unnest(lock_names) AS u(n) ORDER BY 1 LOOP
+      granted := @extschema@.fencing_session_acquire_as(
+        caller, session, name,
+        CASE WHEN wait IS NULL THEN NULL ELSE greatest(deadline - clock_timestamp(), interval '0') END,
+        NULL, 'exclusive', NULL);
+      IF granted IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PFA01', MESSAGE = 'pg_fencing: not every lock';  -- caught below
+      END IF;
+    END LOOP;
+  EXCEPTION WHEN SQLSTATE 'PFA01' THEN
+    RETURN NULL;
+  END;
+  SELECT pg_catalog.array_agg(e.token ORDER BY u.i) INTO tokens
+    FROM pg_catalog.unnest(lock_names) WITH ORDINALITY AS u(n, i)
+    JOIN @extschema@.fencing_lease e ON e.lock_name = u.n;
+  RETURN tokens;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_acquire_all_as(oid, bigint, text[], interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_acquire_all_as(oid, bigint, text[], interval) IS
+  'fencing_session_acquire_all() for the role that called it; internal';
+CREATE FUNCTION @extschema@.fencing_session_acquire_all(
+    session bigint, lock_names text[], wait interval DEFAULT NULL)
+  RETURNS @extschema@.fencing_token[] AS 'MODULE_PATHNAME', 'fencing_session_gate'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_session_acquire_all(bigint, text[], interval) IS
+  'takes every lock of lock_names in the session, or none: their tokens in the order of lock_names, NULL if not all could be had within wait; never deadlocks with another acquire_all';
+
+-- The sessions the current role may see: its own roles' (those it has the
+-- privileges of), every one for pg_read_all_stats.
+CREATE VIEW @extschema@.fencing_sessions WITH (security_barrier) AS
+  SELECT s.session_id, s.holder_role AS role, s.holder, s.ttl, s.opened_at, s.expires_at,
+         s.expires_at > clock_timestamp() AS live,
+         (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease l
+           WHERE l.session_id = s.session_id AND l.ended IS NULL) AS leases
+    FROM @extschema@.fencing_session s
+   WHERE pg_catalog.pg_has_role(current_user, s.holder_role, 'USAGE')
+      OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE');
+GRANT SELECT ON @extschema@.fencing_sessions TO PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_sessions IS
+  'the open sessions of the roles whose privileges the current role has (every one for pg_read_all_stats), with their ends and how many leases each holds; live is judged by the server clock now';

@@ -1,0 +1,194 @@
+-- Sessions (1.8): one keepalive for many leases, many locks at once.
+-- Own database: the sessions and leases here are the only ones.
+CREATE DATABASE fencing_session_probe;
+\c fencing_session_probe
+CREATE EXTENSION pg_fencing;
+\set SHOW_CONTEXT never
+-- Errors that name a session (whose id is a fresh grant) with the id
+-- replaced by N, so that the expected output stays the same.
+CREATE FUNCTION pg_temp.try(query text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  detail text;
+BEGIN
+  EXECUTE query;
+  RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+  RETURN regexp_replace(SQLSTATE || ': ' || SQLERRM || coalesce(' (' || nullif(detail, '') || ')', ''),
+                        '[0-9]{10,}', 'N', 'g');
+END $$;
+
+CREATE ROLE ss_app;            -- owns the locks and the table
+CREATE ROLE ss_worker IN ROLE ss_app;  -- has the application's privileges
+CREATE ROLE ss_mallory;        -- another tenant
+GRANT CREATE ON SCHEMA public TO ss_app;
+SELECT fencing_allow_create('ss_app');
+SET ROLE ss_app;
+SELECT fencing_create_lock(name) FROM unnest('{p1,p2,p3,p4}'::text[]) name;
+CREATE TABLE parts (id int PRIMARY KEY, v text, tok fencing_token);
+SELECT fencing_protect('parts', lock_name => 'p1');
+RESET ROLE;
+
+-- 1. A session holds many leases, each with its own token; fencing_leases
+-- shows them in the session, with the session's end as theirs.
+SET ROLE ss_app;
+SELECT fencing_session_open('worker-1', '1 hour') AS s \gset
+SELECT fencing_session_acquire(:s, 'p1') AS t1, fencing_session_acquire(:s, 'p2') AS t2 \gset
+SELECT :t1 < :t2 AS own_tokens;
+SELECT l.lock_name, l.holder, l.state, l.session_id = :s AS in_session,
+       l.expires_at = s.expires_at AS session_end
+  FROM fencing_leases l, fencing_sessions s ORDER BY 1;
+SELECT role, holder, ttl, live, leases FROM fencing_sessions;
+SELECT fencing_leader('p1') AS leader;
+-- The lease guards as any: its token passes, a missing one is refused.
+INSERT INTO parts VALUES (1, 'by worker-1', :'t1');
+UPDATE parts SET v = 'no token', tok = NULL WHERE id = 1;
+SELECT v FROM parts;
+-- The same lock again in the same session: the same lease and token.
+SELECT fencing_session_acquire(:s, 'p1') = :'t1' AS same_token;
+-- Another holder cannot take a lock the session holds.
+SELECT fencing_acquire('p2', 'other', '1 minute') IS NULL AS busy;
+
+-- 2. A renew writes one row, whatever the number of leases, and moves
+-- every lease's end with it.
+SELECT fencing_session_acquire(:s, 'p3') IS NOT NULL AS third;
+BEGIN;
+SELECT (SELECT n_tup_upd + n_tup_ins FROM pg_stat_xact_all_tables WHERE relname = 'fencing_lease') AS lease_before,
+       (SELECT n_tup_upd + n_tup_ins FROM pg_stat_xact_all_tables WHERE relname = 'fencing_session') AS session_before \gset
+SELECT fencing_session_renew(:s, '2 hours');
+SELECT (SELECT n_tup_upd + n_tup_ins FROM pg_stat_xact_all_tables WHERE relname = 'fencing_lease') - :lease_before AS lease_rows_written,
+       (SELECT n_tup_upd + n_tup_ins FROM pg_stat_xact_all_tables WHERE relname = 'fencing_session') - :session_before AS session_rows_written;
+COMMIT;
+SELECT count(*) AS leases_at_the_new_end FROM fencing_leases l, fencing_sessions s
+ WHERE l.session_id = s.session_id AND l.expires_at = s.expires_at
+   AND s.expires_at > clock_timestamp() + interval '1 hour 59 minutes';
+-- fencing_renew on a lease in a session renews the session.
+SELECT fencing_renew('p1', :'t1', '3 hours');
+SELECT expires_at > clock_timestamp() + interval '2 hours 59 minutes' AS session_renewed
+  FROM fencing_sessions;
+-- fencing_release ends one lease of the session; the others stay.
+SELECT fencing_release('p3', (SELECT token FROM fencing_leases WHERE lock_name = 'p3'));
+SELECT lock_name, state, session_id IS NOT NULL AS in_session FROM fencing_leases ORDER BY 1;
+SELECT leases FROM fencing_sessions;
+
+-- 3. Close releases every lease in the session at once, without the
+-- lock-delay, and returns how many.
+SELECT fencing_set_lock_delay('p2', '1 hour');
+SELECT fencing_session_close(:s) AS released;
+SELECT lock_name, state, session_id FROM fencing_leases ORDER BY 1;
+SELECT count(*) AS sessions FROM fencing_sessions;
+SELECT fencing_acquire('p2', 'other', '1 minute') IS NOT NULL AS free_at_once;
+SELECT fencing_release('p2', (SELECT token FROM fencing_leases WHERE lock_name = 'p2'));
+SELECT fencing_set_lock_delay('p2', '0');
+-- An ended session is ended: no renew, no acquire, no second close.
+SELECT fencing_session_renew(:s);
+SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L)', :s, 'p1'));
+SELECT fencing_session_close(:s) AS released_again;
+
+-- 4. A session that is not renewed loses every lease at once, at its end
+-- by the server's clock; a write under one of them is refused at COMMIT
+-- (55Z04), and under the lock's next grant (55Z01).
+SELECT fencing_session_open('worker-2', '1 s') AS s \gset
+SELECT fencing_session_acquire(:s, 'p1') AS t1, fencing_session_acquire(:s, 'p2') AS t2 \gset
+BEGIN;
+UPDATE parts SET v = 'late', tok = :'t1' WHERE id = 1;
+SELECT pg_sleep(1.3);
+\set VERBOSITY terse
+COMMIT;
+\set VERBOSITY default
+SELECT count(DISTINCT l.expires_at) AS one_end, bool_and(NOT l.live) AS all_ended,
+       string_agg(l.state, ',' ORDER BY l.lock_name) AS states
+  FROM fencing_leases l WHERE l.lock_name IN ('p1', 'p2');
+SELECT live, leases FROM fencing_sessions;
+SELECT expires_at AS session_end FROM fencing_sessions \gset
+SELECT fencing_session_renew(:s) AS renewed_too_late;
+SELECT fencing_acquire('p1', 'worker-3', '1 minute') AS t3 \gset
+UPDATE parts SET v = 'by worker-3', tok = :'t3' WHERE id = 1;
+SELECT pg_temp.try(format('UPDATE parts SET v = %L, tok = %L WHERE id = 1', 'stale', :'t1'));
+SELECT v FROM parts;
+-- The history keeps each lease with the session's end as its own.
+SELECT lock_name, holder, end_reason, ended_at = :'session_end' AS at_session_end
+  FROM fencing_history WHERE holder = 'worker-2' ORDER BY lock_name;
+SELECT fencing_release('p1', :'t3');
+
+-- 5. Many locks at once: every one or none.  Each name once, whatever the
+-- order and repeats; tokens in the order asked.
+SELECT fencing_session_open('worker-4', '1 hour') AS s \gset
+SELECT fencing_session_acquire_all(:s, '{p3,p1,p3}') AS ts \gset
+SELECT (:'ts'::fencing_token[])[1] = (:'ts'::fencing_token[])[3] AS repeat_same,
+       (:'ts'::fencing_token[])[1] = (SELECT token FROM fencing_leases WHERE lock_name = 'p3') AS p3,
+       (:'ts'::fencing_token[])[2] = (SELECT token FROM fencing_leases WHERE lock_name = 'p1') AS p1;
+SELECT fencing_session_close(:s) AS released;
+-- One of the locks is held by another: NULL, and none of them taken.
+SELECT fencing_acquire('p4', 'other', '1 minute') AS t4 \gset
+SELECT fencing_session_open('worker-5', '1 hour') AS s \gset
+SELECT fencing_session_acquire_all(:s, '{p1,p2,p4}') IS NULL AS none;
+SELECT fencing_session_acquire_all(:s, '{p1,p2,p4}', '200 ms') IS NULL AS none_after_a_wait;
+SELECT lock_name, holder, state FROM fencing_leases ORDER BY 1;
+SELECT leases FROM fencing_sessions;
+SELECT fencing_release('p4', :'t4');
+SELECT array_length(fencing_session_acquire_all(:s, '{p1,p2,p4}'), 1) AS all_three;
+SELECT leases FROM fencing_sessions;
+
+-- 6. A revoke ends that lease only; the session keeps the others.
+RESET ROLE;
+SELECT fencing_revoke('p2', 'incident') IS NOT NULL AS revoked;
+SET ROLE ss_app;
+SELECT lock_name, state, end_reason, session_id IS NOT NULL AS in_session
+  FROM fencing_leases ORDER BY 1;
+SELECT leases FROM fencing_sessions;
+RESET ROLE;
+
+-- 7. Bad input.
+SET ROLE ss_app;
+SELECT fencing_session_open(NULL, '1 minute');
+SELECT fencing_session_open('', '1 minute');
+SELECT fencing_session_open('w', NULL);
+SELECT fencing_session_open('w', '0');
+SELECT fencing_session_open('w', '-1 s');
+SELECT fencing_session_renew(NULL);
+SELECT fencing_session_renew(:s, '0');
+SELECT fencing_session_close(NULL);
+SELECT fencing_session_acquire(NULL, 'p1');
+SELECT fencing_session_acquire(:s, NULL);
+SELECT fencing_session_acquire(:s, 'p1', kind => 'semaphore');
+SELECT fencing_session_acquire(:s, 'p1', kind => 'permit', permits => 2);
+SELECT fencing_session_acquire(:s, 'p1', permits => 2);
+SELECT fencing_session_acquire(:s, 'p1', '-1 s');
+SELECT fencing_session_acquire(-1, 'p1');
+SELECT fencing_session_acquire_all(:s, NULL);
+SELECT fencing_session_acquire_all(:s, '{}');
+SELECT fencing_session_acquire_all(:s, '{p1,NULL}');
+RESET ROLE;
+
+-- 8. Who may do what.  A role with the session role's privileges acts in
+-- it; another role may neither see, renew, acquire in nor close it, nor
+-- reach the internal functions or the table.
+SET ROLE ss_worker;
+SELECT fencing_session_renew(:s) AS worker_renews;
+SELECT count(*) AS worker_sees FROM fencing_sessions;
+RESET ROLE;
+SET ROLE ss_mallory;
+SELECT count(*) AS mallory_sees FROM fencing_sessions;
+SELECT pg_temp.try(format('SELECT fencing_session_renew(%s)', :s));
+SELECT pg_temp.try(format('SELECT fencing_session_close(%s)', :s));
+SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L)', :s, 'm1'));
+SELECT pg_temp.try(format('SELECT fencing_session_acquire_all(%s, %L)', :s, '{m1}'));
+SELECT fencing_session_renew_as('ss_app'::regrole, :s, '1 hour');
+SELECT fencing_session_close_as('ss_app'::regrole, :s);
+SELECT fencing_session_for('ss_app'::regrole, :s, 'x');
+SELECT fencing_end_expired_sessions();
+SELECT * FROM fencing_session;
+UPDATE fencing_lease SET session_id = NULL;
+-- Its own session cannot take another application's lock.
+SELECT fencing_session_open('mallory', '1 hour') AS m \gset
+SELECT fencing_session_acquire(:m, 'p3');
+SELECT fencing_session_close(:m) AS mallory_released;
+RESET ROLE;
+-- A superuser may close any session, during an incident.
+SELECT fencing_session_close(:s) AS released_by_superuser;
+SELECT lock_name, state, session_id FROM fencing_leases ORDER BY 1;
+
+\c contrib_regression
+DROP DATABASE fencing_session_probe;
+DROP ROLE ss_app, ss_worker, ss_mallory;
