@@ -1,0 +1,84 @@
+# Sessions (1.8) through a database's life, on a server that preloads the
+# library (its expiry worker running):
+#
+#  - a session that is not renewed loses every lease at once: the expiry
+#    worker writes the session's end into each lease, marks each expired,
+#    counts each expiry, and deletes the session, within seconds of its end
+#    (10 s allowed for a loaded machine), with nobody calling anything;
+#  - a session and its leases are as durable as plain leases: after a
+#    crash (immediate stop) and a restart the session is still open with
+#    its leases live and their tokens, and renews; a write under one of
+#    them passes and a stale one is refused;
+#  - close, after the restart, releases them all and counts the releases.
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('sessions');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_fencing'");
+$node->start;
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sql(q{
+CREATE EXTENSION pg_fencing;
+CREATE TABLE parts (id int PRIMARY KEY, token fencing_token, v text);
+SELECT fencing_protect('parts', lock_name => 'part-1');
+});
+
+# 1. Expiry by the worker, all at once.
+my $short = sql("SELECT fencing_session_open('short', '2 s')");
+sql("SELECT fencing_session_acquire($short, 'exp-$_')") for 1 .. 3;
+is(sql("SELECT leases FROM fencing_sessions WHERE session_id = $short"),
+	'3', 'a session holds three leases');
+my $end = sql("SELECT expires_at FROM fencing_sessions WHERE session_id = $short");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT NOT EXISTS (SELECT FROM fencing_session WHERE session_id = $short)
+		   AND (SELECT count(*) FROM fencing_lease WHERE lock_name LIKE 'exp-%' AND ended = 'expired') = 3",
+		't'),
+	'the expiry worker ends the session and marks its three leases expired, nobody acting');
+is( sql(
+		"SELECT count(*) FILTER (WHERE expires_at = '$end' AND session_id IS NULL)
+		   FROM fencing_lease WHERE lock_name LIKE 'exp-%'"),
+	'3', "each lease ended at the session's end, and is in no session any more");
+is(sql("SELECT sum(expiries) FROM fencing_lock_stats WHERE lock_name LIKE 'exp-%'"),
+	'3', 'and each expiry was counted');
+ok(sql("SELECT fencing_acquire('exp-2', 'next', '1 minute') IS NOT NULL") eq 't',
+	'another holder takes a lock the ended session held');
+
+# 2. Durable: a crash and a restart keep the session and its leases.
+my $long = sql("SELECT fencing_session_open('long', '1 hour')");
+my @tokens = map { sql("SELECT fencing_session_acquire($long, 'part-$_')") } 1 .. 2;
+sql("INSERT INTO parts VALUES (1, '$tokens[0]', 'before the crash')");
+$node->stop('immediate');
+$node->start;
+is(sql("SELECT live, leases FROM fencing_sessions WHERE session_id = $long"),
+	't|2', 'after a crash the session is open with its two leases');
+is( sql(
+		"SELECT string_agg(token::text, ',' ORDER BY lock_name) FROM fencing_leases
+		  WHERE session_id = $long AND live"),
+	join(',', @tokens), '... live, with their tokens');
+is(sql("SELECT fencing_session_renew($long)"), 't', '... and it renews');
+sql("UPDATE parts SET v = 'after the crash', token = '$tokens[0]' WHERE id = 1");
+is(sql("SELECT v FROM parts"), 'after the crash', 'a write under its lease passes');
+my ($ret, $out, $err) =
+  $node->psql('postgres', "UPDATE parts SET token = '" . ($tokens[0] - 1) . "' WHERE id = 1");
+like($err, qr/stale fencing token/, 'a stale one is refused');
+
+# 3. Close releases both, counted as releases.
+is(sql("SELECT fencing_session_close($long)"), '2', 'close releases both leases');
+is( sql(
+		"SELECT string_agg(state, ',' ORDER BY lock_name) FROM fencing_leases
+		  WHERE lock_name LIKE 'part-%'"),
+	'released,released', '... at once');
+is(sql("SELECT sum(releases) FROM fencing_lock_stats WHERE lock_name LIKE 'part-%'"),
+	'2', '... and counted as releases');
+
+$node->stop;
+done_testing();
