@@ -13,10 +13,12 @@
 
 \echo Use "ALTER EXTENSION pg_fencing UPDATE TO '1.8'" to load this file. \quit
 
--- The session a lease is in (NULL: none).  No index: a session's leases
--- are looked up only when it is closed or swept, and an index would make
--- every grant's update of the row a non-HOT one.
+-- The session a lease is in (NULL: none), and a session's leases, for its
+-- close and its sweep; partial, so that a plain grant (session_id NULL
+-- before and after) stays a HOT update.
 ALTER TABLE @extschema@.fencing_lease ADD COLUMN session_id bigint;
+CREATE INDEX fencing_lease_session ON @extschema@.fencing_lease (session_id)
+  WHERE session_id IS NOT NULL;
 
 -- Sessions (1.8): one keepalive for many leases.  A lease in a session
 -- carries its session's id, and while it has not ended early (released or
@@ -32,7 +34,9 @@ ALTER TABLE @extschema@.fencing_lease ADD COLUMN session_id bigint;
 CREATE TABLE @extschema@.fencing_session (
   session_id bigint PRIMARY KEY,
   holder text NOT NULL,
-  holder_role name NOT NULL,
+  -- By oid: a dropped role's session is nobody's, and a new role of the
+  -- same name does not inherit it.
+  holder_role regrole NOT NULL,
   ttl interval NOT NULL,
   opened_at timestamptz NOT NULL,
   expires_at timestamptz NOT NULL
@@ -103,7 +107,13 @@ BEGIN
   -- under the current mark (they hold the gate shared), and for a shared
   -- grant in flight, whose lease it then ends with the others.
   PERFORM @extschema@.fencing_lock_fence_gate(l.lock_id);
-  -- A lease in a session: this lease only, taken out of its session.
+  -- A lease in a session: this lease only, taken out of its session; the
+  -- session's row held FOR SHARE first, so that a renewal committing now
+  -- is waited for and judged.
+  PERFORM FROM @extschema@.fencing_session s
+   WHERE s.session_id = (SELECT e.session_id FROM @extschema@.fencing_lease e
+                          WHERE e.lock_name = l.lock_name)
+     FOR SHARE;
   UPDATE @extschema@.fencing_lease e
      SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason, session_id = NULL
    WHERE e.lock_name = l.lock_name
@@ -200,11 +210,11 @@ CREATE FUNCTION @extschema@.fencing_session_check_role(
   RETURNS void LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  IF NOT pg_catalog.pg_has_role(caller, s.holder_role, 'USAGE') THEN
+  IF NOT pg_catalog.pg_has_role(caller, s.holder_role::oid, 'USAGE') THEN
     RAISE EXCEPTION 'role "%" may not % fencing session %', pg_catalog.pg_get_userbyid(caller),
       verb, s.session_id
       USING ERRCODE = '42501',
-            DETAIL = pg_catalog.format('The session belongs to role "%s"; a superuser may act in it too.', s.holder_role);
+            DETAIL = 'The session belongs to another role: only that role, a role with its privileges, or a superuser acts in it.';
   END IF;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.fencing_session, text) FROM PUBLIC;
@@ -246,17 +256,28 @@ COMMENT ON FUNCTION @extschema@.fencing_session_for(oid, bigint, text) IS
 CREATE FUNCTION @extschema@.fencing_end_expired_sessions() RETURNS integer
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  ended integer;
+  s record;
+  locked bigint;
+  ended integer := 0;
 BEGIN
-  WITH due AS (SELECT s.session_id FROM @extschema@.fencing_session s
-                WHERE s.expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED),
-       gone AS (DELETE FROM @extschema@.fencing_session s USING due
-                 WHERE s.session_id = due.session_id RETURNING s.session_id, s.expires_at),
-       leases AS (UPDATE @extschema@.fencing_lease l
-                     SET expires_at = CASE WHEN l.ended IS NULL THEN gone.expires_at ELSE l.expires_at END,
-                         session_id = NULL
-                    FROM gone WHERE l.session_id = gone.session_id RETURNING 1)
-  SELECT pg_catalog.count(*) INTO ended FROM gone;
+  -- One session at a time, each in statements of their own (so that each
+  -- sees what committed before it), and nothing waited for: a session
+  -- locked by an acquire in it, or one whose lease rows a transaction is
+  -- writing, is left for the next sweep.
+  FOR s IN SELECT x.session_id, x.expires_at FROM @extschema@.fencing_session x
+            WHERE x.expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED LOOP
+    PERFORM FROM @extschema@.fencing_lease e WHERE e.session_id = s.session_id
+      FOR NO KEY UPDATE SKIP LOCKED;
+    GET DIAGNOSTICS locked = ROW_COUNT;
+    CONTINUE WHEN locked <> (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease e
+                              WHERE e.session_id = s.session_id);
+    UPDATE @extschema@.fencing_lease e
+       SET expires_at = CASE WHEN e.ended IS NULL THEN s.expires_at ELSE e.expires_at END,
+           session_id = NULL
+     WHERE e.session_id = s.session_id;
+    DELETE FROM @extschema@.fencing_session x WHERE x.session_id = s.session_id;
+    ended := ended + 1;
+  END LOOP;
   RETURN ended;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_end_expired_sessions() FROM PUBLIC;
@@ -271,11 +292,15 @@ DECLARE
   id bigint;
 BEGIN
   checked := @extschema@.fencing_check_session_args(holder, ttl, true);
-  PERFORM @extschema@.fencing_end_expired_sessions();
+  -- Swept here too, for a server without the expiry worker; only at READ
+  -- COMMITTED, where each of the sweep's statements sees what committed
+  -- before it.
+  IF current_setting('transaction_isolation') = 'read committed' THEN
+    PERFORM @extschema@.fencing_end_expired_sessions();
+  END IF;
   id := @extschema@.fencing_grant()::bigint;
   INSERT INTO @extschema@.fencing_session
-    VALUES (id, holder, pg_catalog.pg_get_userbyid(caller), ttl, clock_timestamp(),
-            clock_timestamp() + ttl);
+    VALUES (id, holder, caller::regrole, ttl, clock_timestamp(), clock_timestamp() + ttl);
   PERFORM @extschema@.fencing_commit_durably();
   RETURN id;
 END $$;
@@ -300,18 +325,22 @@ BEGIN
   IF session IS NULL THEN
     RAISE EXCEPTION 'fencing_session_renew() needs a session, got NULL' USING ERRCODE = '22004';
   END IF;
-  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session;
-  IF FOUND THEN
-    PERFORM @extschema@.fencing_session_check_role(caller, s, 'renew');
-  END IF;
-  -- One row, whatever the number of leases; an ended session stays ended
-  -- (judged on the row as it is when updated).
-  UPDATE @extschema@.fencing_session x
-     SET expires_at = clock_timestamp() + coalesce(fencing_session_renew_as.ttl, x.ttl)
-   WHERE x.session_id = session AND x.expires_at > clock_timestamp();
+  -- Locked first, so that the row checked is the row renewed (and a grant
+  -- that holds it FOR SHARE, having found the session ended, is waited for).
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session
+    FOR NO KEY UPDATE;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
+  PERFORM @extschema@.fencing_session_check_role(caller, s, 'renew');
+  -- An ended session stays ended.
+  IF s.expires_at <= clock_timestamp() THEN
+    RETURN false;
+  END IF;
+  -- One row, whatever the number of leases.
+  UPDATE @extschema@.fencing_session x
+     SET expires_at = clock_timestamp() + coalesce(fencing_session_renew_as.ttl, x.ttl)
+   WHERE x.session_id = session;
   PERFORM @extschema@.fencing_commit_durably();
   RETURN true;
 END $$;
@@ -388,6 +417,7 @@ CREATE FUNCTION @extschema@.fencing_session_acquire_as(
 DECLARE
   s @extschema@.fencing_session :=
     @extschema@.fencing_session_for(caller, session, 'fencing_session_acquire()');
+  remaining interval;
   granted @extschema@.fencing_token;
 BEGIN
   IF kind IS DISTINCT FROM 'exclusive' THEN
@@ -399,12 +429,26 @@ BEGIN
     RAISE EXCEPTION 'permits is for kind permit, got % for an exclusive lease', permits
       USING ERRCODE = '22023';
   END IF;
-  granted := @extschema@.fencing_acquire_as(caller, lock_name, s.holder,
-                                            s.expires_at - clock_timestamp(), wait, payload);
+  remaining := s.expires_at - clock_timestamp();
+  IF remaining <= interval '0' THEN
+    RAISE EXCEPTION 'fencing session % has ended', session USING ERRCODE = '55Z05';
+  END IF;
+  -- No wait past the session's end: a lease granted then would be dead.
+  granted := @extschema@.fencing_acquire_as(caller, lock_name, s.holder, remaining,
+                                            CASE WHEN wait IS NULL THEN NULL
+                                                 ELSE least(wait, remaining) END,
+                                            payload);
   IF granted IS NOT NULL THEN
     UPDATE @extschema@.fencing_lease e SET session_id = s.session_id
      WHERE e.lock_name = fencing_session_acquire_as.lock_name
        AND e.token::bigint = granted::bigint;
+    -- Its end is the session's: one that passed while the grant was made
+    -- (not renewed meanwhile) undoes the grant.
+    IF (SELECT x.expires_at FROM @extschema@.fencing_session x
+         WHERE x.session_id = s.session_id) <= clock_timestamp() THEN
+      RAISE EXCEPTION 'fencing session % ended while lock "%" was being taken', session, lock_name
+        USING ERRCODE = '55Z05';
+    END IF;
   END IF;
   RETURN granted;
 END $$;
@@ -478,7 +522,7 @@ CREATE VIEW @extschema@.fencing_sessions WITH (security_barrier) AS
          (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease l
            WHERE l.session_id = s.session_id AND l.ended IS NULL) AS leases
     FROM @extschema@.fencing_session s
-   WHERE pg_catalog.pg_has_role(current_user, s.holder_role, 'USAGE')
+   WHERE pg_catalog.pg_has_role(current_user, s.holder_role::oid, 'USAGE')
       OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE');
 GRANT SELECT ON @extschema@.fencing_sessions TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_sessions IS

@@ -189,6 +189,39 @@ RESET ROLE;
 SELECT fencing_session_close(:s) AS released_by_superuser;
 SELECT lock_name, state, session_id FROM fencing_leases ORDER BY 1;
 
+-- 9. A shared acquire judges an exclusive lease in a session by the
+-- session's end, not the lease's own (which a renewal does not move).
+SET ROLE ss_app;
+SELECT fencing_create_lock('sh1');
+SELECT fencing_acquire_shared('sh1', 'reader', '1 minute') AS r \gset
+SELECT fencing_release('sh1', :'r');
+SELECT fencing_session_open('writer', '500 ms') AS s \gset
+SELECT fencing_session_acquire(:s, 'sh1') IS NOT NULL AS exclusive_in_session;
+SELECT fencing_session_renew(:s, '1 hour');
+SELECT pg_sleep(0.7);
+SELECT fencing_acquire_shared('sh1', 'reader', '1 minute') IS NULL AS shared_refused;
+SELECT state FROM fencing_leases WHERE lock_name = 'sh1';
+SELECT fencing_session_close(:s) AS released;
+-- A wait is cut at the session's end: a lease granted after it would be
+-- dead.  p4's holder keeps it a second; the session ends in half of one.
+SELECT fencing_acquire('p4', 'other', '1 s') AS t4 \gset
+SELECT fencing_session_open('short-wait', '500 ms') AS s \gset
+SELECT fencing_session_acquire(:s, 'p4', '3 s') IS NULL AS not_granted;
+SELECT holder FROM fencing_leases WHERE lock_name = 'p4';
+RESET ROLE;
+-- A session whose role was dropped is nobody's: the view still answers
+-- (its role shown by oid), and only a superuser can close it.
+CREATE ROLE ss_gone;
+SET ROLE ss_gone;
+SELECT fencing_session_open('orphan', '1 hour') AS s \gset
+RESET ROLE;
+DROP ROLE ss_gone;
+SELECT role::text ~ '^[0-9]+$' AS role_by_oid, holder FROM fencing_sessions WHERE session_id = :s;
+SET ROLE ss_app;
+SELECT pg_temp.try(format('SELECT fencing_session_renew(%s)', :s));
+RESET ROLE;
+SELECT fencing_session_close(:s) AS released_by_superuser;
+
 \c contrib_regression
 DROP DATABASE fencing_session_probe;
 DROP ROLE ss_app, ss_worker, ss_mallory;

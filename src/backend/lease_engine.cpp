@@ -205,6 +205,46 @@ uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values
   return inserted;
 }
 
+// ---- Leases in a session (1.8) ----------------------------------------------------
+
+// The end of a lease row as a grant must judge it.  For a lease in a
+// session whose look found it ended (end <= now), the session's row is
+// locked FOR SHARE until this transaction ends: that waits for a renewal of
+// the session that is committing, and the end returned is the session's as
+// it then stands (READ COMMITTED sees the renewal; REPEATABLE READ fails
+// with 40001, as for any row changed under it).  A plain lease's renewal
+// writes the lease's own row, which the grant locks; a session's writes
+// the session's, hence this.  Afterwards no renewal can revive the session
+// under the grant (it waits for the grant's commit, and then finds the
+// session ended).  A session closed or swept meanwhile has written its
+// leases' ends: the row's own end stands.
+TimestampTz EndForGrant(const Tables &t, Oid schema, HeapTuple lease, TimestampTz end,
+                        TimestampTz now) {
+  const int64 session = LeaseRowSession(*t.ids, t.lease, lease);
+  if (session == 0 || end > now) return end;
+  bool ended_null = false;
+  (void)RowColumn(t.lease, lease, t.ids->lease_ended, &ended_null);
+  if (!ended_null) return end;
+  Oid types[] = {INT8OID};
+  Datum values[] = {Int64GetDatum(session)};
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  const int rc = SPI_execute_with_args(
+      psprintf("SELECT expires_at FROM %s.fencing_session WHERE session_id = $1 FOR SHARE",
+               quote_identifier(get_namespace_name(schema))),
+      1, types, values, nullptr, false, 1);
+  if (rc != SPI_OK_SELECT) {
+    elog(ERROR, "pg_fencing: locking a session failed: %s", SPI_result_code_string(rc));
+  }
+  TimestampTz session_end = end;
+  if (SPI_processed == 1) {
+    bool is_null = false;
+    session_end = DatumGetTimestampTz(
+        SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null));
+  }
+  SPI_finish();
+  return session_end;
+}
+
 // ---- The lock's mark --------------------------------------------------------------
 
 // Raises the lock's mark to token (if it is lower): a grant fences out
@@ -488,7 +528,7 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
       const LeaseTableIds &ids = *t.ids;
       bool is_null = false, ended_null = false;
       seen.exists = true;
-      seen.expires_at = lease_end;
+      seen.expires_at = EndForGrant(t, request.schema, lease, lease_end, now);
       const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
       // 'expired': an expiry already announced, still an expiry (it
       // starts the lock-delay); 'released' and 'revoked' end a lease early.
@@ -1000,6 +1040,7 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
   const Datum lock_delay = RowColumn(t.lock, lock, ids.lock_delay, &is_null);
   const bool shared = request.want == LockKind::kShared;
   HeapTuple lease = shared ? FetchLease(t, request.lease.lock_name, snapshot) : nullptr;
+  const TimestampTz lease_end = lease != nullptr ? LeaseRowEnd(ids, t.lease, lease, snapshot) : 0;
   const SlotLook slots = LookAtSlots(permit, key, ids, request, lock_id, lock_delay, snapshot);
   UnregisterSnapshot(snapshot);
 
@@ -1009,8 +1050,7 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
   // Not beside a live exclusive lease, nor in its lock-delay.
   if (lease != nullptr) {
     bool ended_null = false;
-    const TimestampTz end =
-        DatumGetTimestampTz(RowColumn(t.lease, lease, ids.lease_expires_at, &is_null));
+    const TimestampTz end = EndForGrant(t, ids.schema, lease, lease_end, now);
     const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
     const bool ended_early = !ended_null && !TextIs(ended, "expired");
     const TimestampTz free_at =
