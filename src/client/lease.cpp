@@ -21,22 +21,21 @@
 // The connection belongs to the constructor until the thread starts, then to
 // the thread, then (after the thread has been joined) to GiveBack().
 //
-// Renewals are sent asynchronously (pqxx::pipeline, then poll() on the
+// Renewals are sent asynchronously (detail::BooleanByDeadline,
+// deadline_query.hpp: pqxx::pipeline, then poll() on the
 // socket) so that the thread can give up waiting for an answer at the
 // deadline: a renewal stuck behind a row lock or a dead network must not
 // delay on_lost.  A pipeline takes plain SQL text, so the renewal's values
 // are quoted literals (PQescapeStringConn) rather than parameters.
-#include <poll.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <utility>
 
+#include "deadline_query.hpp"
 #include "pg_fencing/client.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
+#include "sql_text.hpp"
 
 namespace pg_fencing::client {
 
@@ -45,10 +44,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// '1500 milliseconds': the text form the SQL casts to interval.
-std::string IntervalText(milliseconds duration) {
-  return std::to_string(duration.count()) + " milliseconds";
-}
+using detail::IntervalText;
 
 std::string TokenText(Token token) {
   char buf[kTokenTextBufferSize];
@@ -59,12 +55,7 @@ std::string TokenText(Token token) {
 // The value fencing_acquire returned: a token, or NULL when the lock is busy.
 std::optional<Token> TokenFromField(const pqxx_compat::Field &field) {
   if (field.is_null()) return std::nullopt;
-  const ParseResult parsed = ParseToken(field.c_str());
-  if (parsed.status != ParseStatus::kOk) {
-    throw std::runtime_error(std::string("the server returned a malformed token: \"") +
-                             field.c_str() + "\"");
-  }
-  return parsed.value;
+  return detail::TokenOfText(field.c_str());
 }
 
 // fencing_release on conn; true if the server still had the lease live.
@@ -293,36 +284,10 @@ Heartbeat::Renewal Lease::RenewPipelined(Clock::time_point deadline) {
   const std::string sql = "SELECT fencing_renew(" + conn.quote(options_.lock_name) + ", " +
                           conn.quote(TokenText(token_)) + ", " +
                           conn.quote(IntervalText(options_.ttl)) + "::interval)";
-  pqxx::nontransaction tx(conn);
-  pqxx::pipeline pipe(tx);
-  renew_in_flight_ = true;
-  const pqxx::pipeline::query_id id = pipe.insert(sql);  // sent at once: retain is 0
-  for (;;) {
-    pipe.resume();  // reads what has arrived, without blocking
-    if (pipe.is_finished(id)) break;
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline) {
-      // Report before the pipeline's destructor cancels the query, which
-      // needs a connection of its own and may itself hang.
-      heartbeat_->ReportTimedOut();
-      return Heartbeat::Renewal::kTimedOut;
-    }
-    const int fd = conn.sock();
-    if (fd < 0) throw pqxx::broken_connection("heartbeat connection has no socket");
-    pollfd pfd{};
-    pfd.fd = fd;
-    pfd.events = POLLIN;
-    // Round up, so that we never spin on a sub-millisecond remainder.
-    const auto wait = std::chrono::ceil<milliseconds>(deadline - now);
-    if (poll(&pfd, 1, static_cast<int>(std::min<milliseconds::rep>(wait.count(), 60000))) < 0 &&
-        errno != EINTR) {
-      throw std::runtime_error(std::string("poll on the heartbeat connection: ") +
-                               std::strerror(errno));
-    }
-  }
-  const pqxx::result result = pipe.retrieve(id);  // throws the server's error, if any
-  return result.at(0).at(0).as<bool>() ? Heartbeat::Renewal::kRenewed
-                                       : Heartbeat::Renewal::kRefused;
+  const std::optional<bool> renewed = detail::BooleanByDeadline(
+      conn, sql, deadline, renew_in_flight_, [this] { heartbeat_->ReportTimedOut(); });
+  if (!renewed) return Heartbeat::Renewal::kTimedOut;
+  return *renewed ? Heartbeat::Renewal::kRenewed : Heartbeat::Renewal::kRefused;
 }
 
 // ---- Graceful hand-over ----------------------------------------------------

@@ -1,5 +1,5 @@
 // Uses every installed header and all archives: the core (ParseToken), the
-// client (RethrowMapped, Lease, Heartbeat, LeaderWatch), the Redis and etcd
+// client (RethrowMapped, Lease, Session, Heartbeat, LeaderWatch), the Redis and etcd
 // locks and, through them, libpqxx, hiredis, libcurl and threads.  check.sh fails if a
 // header is installed that this file does not include.  Needs no server:
 // nothing connects unless a conninfo is given.
@@ -9,6 +9,7 @@
 #include <pg_fencing/pqxx_compat.hpp>
 #include <pg_fencing/redis_lock.hpp>
 #include <pg_fencing/renewed_lock.hpp>
+#include <pg_fencing/session.hpp>
 #include <pg_fencing/token.hpp>
 #include <pg_fencing/watch.hpp>
 
@@ -62,6 +63,17 @@ int main(int argc, char **argv) {
     watch_options.lock_name = "client_consumer";
     pfc::LeaderWatch watch(watch_options);
     std::fprintf(stderr, "LeaderWatch accepted options without on_change\n");
+    return 1;
+  } catch (const std::invalid_argument &) {
+    // expected
+  }
+
+  try {
+    pfc::SessionOptions session_options;
+    session_options.holder = "client_consumer";
+    session_options.ttl = std::chrono::milliseconds(0);
+    pfc::Session session(session_options);
+    std::fprintf(stderr, "Session accepted a ttl of 0\n");
     return 1;
   } catch (const std::invalid_argument &) {
     // expected

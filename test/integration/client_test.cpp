@@ -7,6 +7,7 @@
 // tamper with the extension's lease table, which needs a superuser; they skip
 // otherwise.  Every test uses lock and table names of its own.
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/session.hpp"
 #include "pg_fencing/watch.hpp"
 
 #include <gtest/gtest.h>
@@ -474,6 +475,94 @@ TEST(LeaseOptionsTest, InvalidHeartbeatIsRefusedBeforeConnecting) {
 // A holder whose whole process is paused past its ttl (SIGSTOP) wakes up not
 // holding the lease, is told so, and cannot write with its old token.
 // ---- Permits and shared leases ---------------------------------------------------
+
+// ---- Sessions (1.8) --------------------------------------------------------
+
+SessionOptions SessionOf(const std::string &holder, milliseconds ttl) {
+  SessionOptions options;
+  options.conninfo = Dsn();
+  options.holder = holder;
+  options.ttl = ttl;
+  return options;
+}
+
+TEST_F(ClientTest, SessionKeepsAllItsLeasesAliveWithOneHeartbeat) {
+  const std::string a = Name("a"), b = Name("b");
+  LostProbe lost;
+  SessionOptions options = SessionOf("many", 600ms);
+  options.on_lost = lost.Callback();
+  Session session(options);
+  const std::optional<Token> ta = session.Acquire(a);
+  const std::optional<Token> tb = session.Acquire(b);
+  ASSERT_TRUE(ta && tb);
+  EXPECT_LT(*ta, *tb);
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 2000) {  // over three ttls: only the session is renewed
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(Row(a).live && Row(b).live) << "after " << Since(start) << " ms";
+    ASSERT_TRUE(session.held()) << session.lost_reason();
+  }
+  EXPECT_EQ(Row(a).token, *ta);
+  EXPECT_EQ(lost.calls(), 0) << lost.reason();
+  // Another holder cannot take them; Close releases both at once.
+  SessionOptions other = SessionOf("other", 5s);
+  Session second(other);
+  EXPECT_FALSE(second.Acquire(a));
+  EXPECT_EQ(session.Close(), 2);
+  EXPECT_EQ(session.Close(), 0) << "idempotent";
+  EXPECT_FALSE(session.held());
+  EXPECT_THROW(session.Acquire(a), LeaseLostError);
+  EXPECT_TRUE(second.Acquire(a));
+}
+
+TEST_F(ClientTest, SessionAcquireAllTakesEveryLockOrNone) {
+  const std::string a = Name("a"), b = Name("b"), c = Name("c\"quoted");
+  Session first(SessionOf("first", 5s));
+  Session second(SessionOf("second", 5s));
+  const auto all = first.AcquireAll({c, a, c});
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0], (*all)[2]);
+  EXPECT_EQ((*all)[1], Row(a).token);
+  EXPECT_EQ((*all)[0], Row(c).token);
+  // One of them held by the first session: none, after a short wait.
+  EXPECT_FALSE(second.AcquireAll({b, a}, 200ms));
+  EXPECT_TRUE(first.Release(a, (*all)[1]));
+  const auto now_both = second.AcquireAll({b, a});
+  ASSERT_TRUE(now_both);
+  EXPECT_EQ((*now_both)[0], Row(b).token);
+}
+
+TEST_F(ClientTest, SessionOnLostFiresOnceWhenClosedFromAnotherConnection) {
+  const std::string a = Name("a");
+  LostProbe lost;
+  SessionOptions options = SessionOf("victim", 3s);
+  options.heartbeat = 300ms;
+  options.on_lost = lost.Callback();
+  Session session(options);
+  ASSERT_TRUE(session.Acquire(a));
+  {
+    pqxx::nontransaction tx(*conn_);
+    ASSERT_EQ(
+        pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", session.id())[0].as<int>(),
+        1);
+  }
+  ASSERT_TRUE(lost.WaitFor(2s)) << "on_lost not called";
+  EXPECT_FALSE(session.held());
+  EXPECT_THROW(session.CheckHeld(), LeaseLostError);
+  EXPECT_FALSE(Row(a).live);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(lost.calls(), 1);
+}
+
+TEST(SessionOptionsTest, InvalidHeartbeatIsRefusedBeforeConnecting) {
+  SessionOptions options;
+  options.conninfo = "host=/nonexistent";  // never reached
+  options.holder = "h";
+  options.ttl = 1000ms;
+  options.heartbeat = 1000ms;
+  EXPECT_THROW(Session session(options), std::invalid_argument);
+}
 
 TEST_F(ClientTest, PermitsAreCountedAndEachIsFencedOnItsOwn) {
   const std::string lock = Name("sem");

@@ -1,0 +1,107 @@
+// pg_fencing::client::Session: one keepalive for many leases (extension
+// 1.8, fencing_session_open).  One heartbeat renews the session, and with
+// it every lease taken in it; the loss is reported once, for the whole
+// session (on_lost), and from then on held() is false: every lease in it has
+// ended by the server's clock, and writes under their tokens are refused.
+//
+//   pg_fencing::client::Session session({conninfo, "worker-17", std::chrono::seconds(10)});
+//   std::optional<Token> p3 = session.Acquire("partition-3");
+//   auto both = session.AcquireAll({"acct-7", "acct-9"});   // every lock or none
+//   ... write with *p3 while session.held() ...
+//   session.Close();                                         // releases them all
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "pg_fencing/client.hpp"  // LeaseLostError, Heartbeat, Token
+
+namespace pg_fencing::client {
+
+struct SessionOptions {
+  std::string conninfo;  // libpq connection string
+  std::string holder;    // unique per process, e.g. host:pid
+  std::chrono::milliseconds ttl{10000};
+  // Heartbeat period; zero means ttl / 3.
+  std::chrono::milliseconds heartbeat{0};
+  // Called once, from the heartbeat thread, when the session is lost: its
+  // renewal refused (it ended, or was closed by a superuser) or failed, or
+  // no renewal can land before the deadline any more.  Not called after
+  // Close() or once destruction began.  It must not destroy the Session.
+  std::function<void(const std::string &reason)> on_lost;
+};
+
+class Session {
+ public:
+  // Opens the session (fencing_session_open) and starts its heartbeat.
+  // Throws std::invalid_argument for a bad ttl or heartbeat, pqxx errors for
+  // database trouble (42883 on a database not updated to 1.8).
+  explicit Session(SessionOptions options);
+  // Stops the heartbeat and closes the session if it is still held, which
+  // releases every lease in it; never throws.
+  ~Session();
+
+  Session(const Session &) = delete;
+  Session &operator=(const Session &) = delete;
+
+  // The session's id (fencing_sessions.session_id).
+  std::int64_t id() const noexcept { return id_; }
+  // False once the session is known lost, judged on the monotonic clock as
+  // a Lease's held() is (Heartbeat): a paused process wakes up to false.
+  // False after Close() too.
+  bool held() const;
+  // Throws LeaseLostError unless held().
+  void CheckHeld() const;
+  // Why the session was lost; empty while held.
+  std::string lost_reason() const;
+
+  // Takes lock_name in the session (fencing_session_acquire), waiting up to
+  // `wait` if given: its token, or nullopt when the lock is busy.  The lease
+  // ends when the session does, unless released first.  Throws
+  // LeaseLostError unless held(), and pqxx errors (55Z05: the session has
+  // ended on the server).  Safe to call from several threads: the calls
+  // take turns on one connection of the session's.
+  std::optional<Token> Acquire(const std::string &lock_name,
+                               std::optional<std::chrono::milliseconds> wait = std::nullopt);
+  // Every lock of lock_names or none (fencing_session_acquire_all): their
+  // tokens in the order given, or nullopt when not all could be had within
+  // `wait`.  Never deadlocks with another session's AcquireAll.
+  std::optional<std::vector<Token>> AcquireAll(
+      const std::vector<std::string> &lock_names,
+      std::optional<std::chrono::milliseconds> wait = std::nullopt);
+  // Releases one lease of the session (fencing_release); whether it was
+  // still live.
+  bool Release(const std::string &lock_name, Token token);
+  // Stops the heartbeat and closes the session (fencing_session_close):
+  // how many leases it released.  Idempotent: later calls return 0.
+  int Close();
+
+ private:
+  Heartbeat::Renewal Renew(Heartbeat::Clock::time_point deadline);
+  // Runs sql($1 the session, $2 locks, $3 the wait) on the work connection
+  // at READ COMMITTED: its value as text, nullopt for NULL (not granted).
+  std::optional<std::string> AcquireInSession(const char *sql, const std::string &locks,
+                                              std::optional<std::chrono::milliseconds> wait);
+
+  SessionOptions options_;
+  std::int64_t id_ = 0;
+  // The heartbeat thread's, once it runs; the constructor's before, and
+  // Close()'s after it stopped.
+  std::unique_ptr<pqxx::connection> heartbeat_conn_;
+  bool renew_in_flight_ = false;  // the heartbeat thread's only
+  std::unique_ptr<Heartbeat> heartbeat_;
+  // Acquire, AcquireAll and Release take turns on it.
+  std::mutex work_mutex_;
+  std::unique_ptr<pqxx::connection> work_conn_;
+  bool closed_ = false;  // under work_mutex_
+};
+
+}  // namespace pg_fencing::client

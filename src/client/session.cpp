@@ -1,0 +1,188 @@
+// Session: fencing_session_open'd keepalive for many leases, renewed by a
+// heartbeat thread (Heartbeat, heartbeat.cpp), as a Lease is.
+//
+// Timing.  The server starts the session's ttl when it runs the open (or a
+// renewal), after the client sent it: "send time + ttl" on the client's
+// monotonic clock is never later than the server's end, so held() (the
+// heartbeat's, minus its safety margin) never claims a session, nor any
+// lease in it, that the server may have ended.
+//
+// Connections.  Two, both from options.conninfo, so both as the role that
+// opened the session: the heartbeat's, which opened the session and then
+// renews it (a renewal must never queue behind an acquire that waits), and
+// the work connection, on which Acquire, AcquireAll, Release and Close take
+// turns under work_mutex_.
+#include <string>
+#include <utility>
+
+#include "deadline_query.hpp"
+#include "pg_fencing/pqxx_compat.hpp"
+#include "pg_fencing/session.hpp"
+#include "sql_text.hpp"
+
+namespace pg_fencing::client {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+using detail::IntervalText;
+
+// A text[] literal of names: each element double-quoted, with its double
+// quotes and backslashes escaped, so that any name goes through as it is.
+std::string ArrayLiteral(const std::vector<std::string> &names) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (const char c : names[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+// A fencing_token[] as the server prints it, "{1,2,3}".
+std::vector<Token> TokensOfArray(const std::string &text) {
+  std::vector<Token> tokens;
+  if (text.size() < 2 || text.front() != '{' || text.back() != '}') {
+    throw std::runtime_error("the server returned a malformed token array: \"" + text + "\"");
+  }
+  std::string::size_type start = 1;
+  while (start < text.size() - 1) {
+    std::string::size_type end = text.find(',', start);
+    if (end == std::string::npos) end = text.size() - 1;
+    tokens.push_back(detail::TokenOfText(text.substr(start, end - start).c_str()));
+    start = end + 1;
+  }
+  return tokens;
+}
+
+}  // namespace
+
+Session::Session(SessionOptions options) : options_(std::move(options)) {
+  const std::string what = "fencing session of \"" + options_.holder + "\"";
+  Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, what);
+  heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
+  work_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
+  const Clock::time_point sent = Clock::now();
+  {
+    pqxx::nontransaction tx(*heartbeat_conn_);
+    id_ = pqxx_compat::ExecParams1(tx, "SELECT fencing_session_open($1, $2::interval)",
+                                   options_.holder, IntervalText(options_.ttl))[0]
+              .as<std::int64_t>();
+  }
+  try {
+    Heartbeat::Options heartbeat;
+    heartbeat.ttl = options_.ttl;
+    heartbeat.period = options_.heartbeat;
+    heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
+    heartbeat.refused = "the session ended, or was closed";
+    heartbeat.on_lost = options_.on_lost;
+    heartbeat_ = std::make_unique<Heartbeat>(std::move(heartbeat), sent);
+    heartbeat_->Start();
+  } catch (...) {
+    // No destructor will run: close it rather than let it linger a ttl.
+    try {
+      pqxx::nontransaction tx(*work_conn_);
+      pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", id_);
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+Session::~Session() {
+  try {
+    Close();
+  } catch (...) {
+    // A destructor must not throw; the server ends the session after ttl.
+  }
+}
+
+bool Session::held() const { return heartbeat_->held(); }
+
+void Session::CheckHeld() const {
+  if (!held()) {
+    throw LeaseLostError("fencing session " + std::to_string(id_) +
+                         " is no longer held: " + lost_reason());
+  }
+}
+
+std::string Session::lost_reason() const { return heartbeat_->lost_reason(); }
+
+Heartbeat::Renewal Session::Renew(Clock::time_point deadline) {
+  if (!heartbeat_conn_) return Heartbeat::Renewal::kTimedOut;  // an earlier one never answered
+  pqxx::connection &conn = *heartbeat_conn_;
+  const std::string sql = "SELECT fencing_session_renew(" + std::to_string(id_) + ", " +
+                          conn.quote(IntervalText(options_.ttl)) + "::interval)";
+  std::optional<bool> renewed;
+  try {
+    renewed = detail::BooleanByDeadline(conn, sql, deadline, renew_in_flight_,
+                                        [this] { heartbeat_->ReportTimedOut(); });
+  } catch (...) {
+    renew_in_flight_ = false;
+    throw;
+  }
+  renew_in_flight_ = false;
+  if (!renewed) {
+    heartbeat_conn_.reset();  // its answer may still come: never reused
+    return Heartbeat::Renewal::kTimedOut;
+  }
+  return *renewed ? Heartbeat::Renewal::kRenewed : Heartbeat::Renewal::kRefused;
+}
+
+std::optional<Token> Session::Acquire(const std::string &lock_name,
+                                      std::optional<milliseconds> wait) {
+  const std::optional<std::string> token =
+      AcquireInSession("SELECT fencing_session_acquire($1, $2, $3::interval)", lock_name, wait);
+  if (!token) return std::nullopt;
+  return detail::TokenOfText(token->c_str());
+}
+
+std::optional<std::vector<Token>> Session::AcquireAll(const std::vector<std::string> &lock_names,
+                                                      std::optional<milliseconds> wait) {
+  const std::optional<std::string> tokens =
+      AcquireInSession("SELECT fencing_session_acquire_all($1, $2::text[], $3::interval)",
+                       ArrayLiteral(lock_names), wait);
+  if (!tokens) return std::nullopt;
+  return TokensOfArray(*tokens);
+}
+
+std::optional<std::string> Session::AcquireInSession(const char *sql, const std::string &locks,
+                                                     std::optional<milliseconds> wait) {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  CheckHeld();
+  // READ COMMITTED, as the waiting acquire requires (pqxx's BEGIN leaves the
+  // level to default_transaction_isolation).
+  pqxx::work tx(*work_conn_);
+  pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  const std::string wait_text = wait ? IntervalText(*wait) : std::string();
+  // A null char pointer is SQL NULL (no wait) to libpqxx 6 and 7 alike.
+  const pqxx::row row =
+      pqxx_compat::ExecParams1(tx, sql, id_, locks, wait ? wait_text.c_str() : nullptr);
+  tx.commit();
+  if (row[0].is_null()) return std::nullopt;
+  return std::string(row[0].c_str());
+}
+
+bool Session::Release(const std::string &lock_name, Token token) {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  pqxx::nontransaction tx(*work_conn_);
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock_name, token)[0]
+      .as<bool>();
+}
+
+int Session::Close() {
+  heartbeat_->Stop();  // no renewal after the close
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  if (closed_) return 0;
+  closed_ = true;
+  pqxx::nontransaction tx(*work_conn_);
+  return pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", id_)[0].as<int>();
+}
+
+}  // namespace pg_fencing::client
