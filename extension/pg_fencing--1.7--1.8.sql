@@ -527,3 +527,20 @@ CREATE VIEW @extschema@.fencing_sessions WITH (security_barrier) AS
 GRANT SELECT ON @extschema@.fencing_sessions TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_sessions IS
   'the open sessions of the roles whose privileges the current role has (every one for pg_read_all_stats), with their ends and how many leases each holds; live is judged by the server clock now';
+
+-- CALL fencing_await(lock_name, session => id, wait => w) waits for a lease
+-- in the session, holding no snapshot while it waits, as the plain form
+-- waits for a plain lease: a new last argument (before the INOUT token),
+-- and defaults for holder, ttl and wait so that session => can leave the
+-- first two out.  Not an overload: a second fencing_await would make the
+-- plain form's calls with literals ambiguous.
+DROP PROCEDURE @extschema@.fencing_await(text, text, interval, interval, text, integer, jsonb, @extschema@.fencing_token);
+CREATE PROCEDURE @extschema@.fencing_await(
+    lock_name text, holder text DEFAULT NULL, ttl interval DEFAULT NULL,
+    wait interval DEFAULT NULL,
+    kind text DEFAULT 'exclusive', permits integer DEFAULT NULL, payload jsonb DEFAULT NULL,
+    session bigint DEFAULT NULL,
+    INOUT token @extschema@.fencing_token DEFAULT NULL)
+  AS 'MODULE_PATHNAME', 'fencing_await' LANGUAGE C;
+COMMENT ON PROCEDURE @extschema@.fencing_await(text, text, interval, interval, text, integer, jsonb, bigint, @extschema@.fencing_token) IS
+  'waits up to wait, in arrival order, for the lock (kind exclusive, shared, or permit with permits; in the session with session =>) and returns its new token, NULL if the wait ran out; commits between attempts, so that it holds no snapshot while it waits; not inside a transaction block';

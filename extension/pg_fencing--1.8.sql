@@ -2017,14 +2017,23 @@ COMMENT ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, inte
 -- CALL would need a placeholder for it; whatever is passed for it is
 -- ignored.  Not SECURITY DEFINER (a procedure that is cannot commit): it
 -- runs as its caller, and its attempts are the acquire functions, with
--- their permission checks.
+-- their permission checks.  With session => (1.8) its attempts are
+-- fencing_session_acquire, with no holder and no ttl of their own, and a
+-- sleep ends at the session's end too, where the next attempt fails with
+-- 55Z05 and leaves the lock's room to the next in line.  One procedure,
+-- not an overload: a second fencing_await would make the plain form's
+-- calls with literals ambiguous.  holder, ttl and wait have defaults only
+-- so that session => can leave the first two out; a plain call without
+-- them is refused as before.
 CREATE PROCEDURE @extschema@.fencing_await(
-    lock_name text, holder text, ttl interval, wait interval,
+    lock_name text, holder text DEFAULT NULL, ttl interval DEFAULT NULL,
+    wait interval DEFAULT NULL,
     kind text DEFAULT 'exclusive', permits integer DEFAULT NULL, payload jsonb DEFAULT NULL,
+    session bigint DEFAULT NULL,
     INOUT token @extschema@.fencing_token DEFAULT NULL)
   AS 'MODULE_PATHNAME', 'fencing_await' LANGUAGE C;
-COMMENT ON PROCEDURE @extschema@.fencing_await(text, text, interval, interval, text, integer, jsonb, @extschema@.fencing_token) IS
-  'waits up to wait, in arrival order, for the lock (kind exclusive, shared, or permit with permits) and returns its new token, NULL if the wait ran out; commits between attempts, so that it holds no snapshot while it waits; not inside a transaction block';
+COMMENT ON PROCEDURE @extschema@.fencing_await(text, text, interval, interval, text, integer, jsonb, bigint, @extschema@.fencing_token) IS
+  'waits up to wait, in arrival order, for the lock (kind exclusive, shared, or permit with permits; in the session with session =>) and returns its new token, NULL if the wait ran out; commits between attempts, so that it holds no snapshot while it waits; not inside a transaction block';
 
 -------------------------------------------------------------------------------
 -- 9. Observability: events, statistics, rejections, history

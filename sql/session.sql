@@ -222,6 +222,51 @@ SELECT pg_temp.try(format('SELECT fencing_session_renew(%s)', :s));
 RESET ROLE;
 SELECT fencing_session_close(:s) AS released_by_superuser;
 
+-- 10. CALL fencing_await(..., session => id) waits for a lease in the
+-- session, committing before each sleep (TAP 012 shows it woken, holding
+-- no snapshot): the lease is the session's.
+SET ROLE ss_app;
+SELECT fencing_session_open('awaiter', '1 hour') AS s \gset
+CALL fencing_await('p1', session => :s, wait => '0') \gset p1_
+CALL fencing_await(lock_name => 'p2', session => :s, wait => '1 s', payload => '{"n": 2}') \gset p2_
+SELECT lock_name, holder, payload, session_id = :s AS in_session, state,
+       token = CASE lock_name WHEN 'p1' THEN :'p1_token' ELSE :'p2_token' END::fencing_token AS its_token
+  FROM fencing_leases WHERE lock_name IN ('p1', 'p2') ORDER BY 1;
+-- A lock held by another: NULL once the wait runs out (\gset unsets the
+-- variable for a NULL), nothing taken.
+SELECT fencing_acquire('p4', 'other', '1 hour') AS t4 \gset
+CALL fencing_await('p4', session => :s, wait => '100 ms') \gset p4_
+SELECT :{?p4_token} AS got_p4, leases FROM fencing_sessions WHERE session_id = :s;
+-- Bad input: a holder or a ttl of its own, no wait, kinds a session does
+-- not hold, inside a transaction block, an ended session.
+CALL fencing_await('p3', 'me', session => :s, wait => '0');
+CALL fencing_await('p3', ttl => '1 minute', session => :s, wait => '0');
+CALL fencing_await('p3', session => :s);
+\set VERBOSITY sqlstate
+CALL fencing_await('p3', session => :s, wait => '0', kind => 'shared');
+BEGIN;
+CALL fencing_await('p3', session => :s, wait => '0');
+ROLLBACK;
+SELECT fencing_session_close(:s) AS released;
+CALL fencing_await('p3', session => :s, wait => '0');
+\set VERBOSITY default
+SELECT fencing_release('p4', :'t4');
+RESET ROLE;
+-- Another role cannot wait in the session (42501), nor take the
+-- application's lock in its own.
+SET ROLE ss_app;
+SELECT fencing_session_open('awaiter-2', '1 hour') AS s \gset
+RESET ROLE;
+SET ROLE ss_mallory;
+\set VERBOSITY sqlstate
+CALL fencing_await('m1', session => :s, wait => '0');
+\set VERBOSITY default
+SELECT fencing_session_open('mallory', '1 hour') AS m \gset
+CALL fencing_await('p3', session => :m, wait => '0');
+SELECT fencing_session_close(:m) AS mallory_released;
+RESET ROLE;
+SELECT fencing_session_close(:s) AS released;
+
 \c contrib_regression
 DROP DATABASE fencing_session_probe;
 DROP ROLE ss_app, ss_worker, ss_mallory;

@@ -64,7 +64,8 @@ class Session {
   std::string lost_reason() const;
 
   // Takes lock_name in the session (fencing_session_acquire), waiting up to
-  // `wait` if given: its token, or nullopt when the lock is busy.  The lease
+  // `wait` if given (CALL fencing_await(..., session =>), which holds no
+  // snapshot while it waits): its token, or nullopt when the lock is busy.  The lease
   // ends when the session does, unless released first.  Throws
   // LeaseLostError unless held(), and pqxx errors (55Z05: the session has
   // ended on the server).  Safe to call from several threads: the calls
@@ -86,6 +87,10 @@ class Session {
 
  private:
   Heartbeat::Renewal Renew(Heartbeat::Clock::time_point deadline);
+  // Acquire's wait: CALL fencing_await on the work connection; the token as
+  // text, nullopt when the wait ran out.
+  std::optional<std::string> AwaitInSession(const std::string &lock_name,
+                                            std::chrono::milliseconds wait);
   // Runs sql($1 the session, $2 locks, $3 the wait) on the work connection
   // at READ COMMITTED: its value as text, nullopt for NULL (not granted).
   std::optional<std::string> AcquireInSession(const char *sql, const std::string &locks,

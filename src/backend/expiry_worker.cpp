@@ -480,14 +480,17 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
   Oid await_args[lengthof(kAwaitArgs)];
   memcpy(await_args, kAwaitArgs, sizeof kAwaitArgs);
   await_args[lengthof(kAwaitArgs) - 1] = TokenTypeOid(schema);
-  // A procedure: the function lookups (LookupFuncName) pass over it.
-  const bool has_permits = SearchSysCacheExists3(
-      PROCNAMEARGSNSP, CStringGetDatum("fencing_await"),
-      PointerGetDatum(buildoidvector(await_args, lengthof(await_args))), ObjectIdGetDatum(schema));
   // Sessions (1.8): an expired session's end goes into its leases first,
   // which are then marked as any; a lease still in a session is the
   // session's to end, whatever its own expires_at says.
   const bool has_sessions = OidIsValid(get_relname_relid("fencing_session", schema));
+  // 1.7 exactly, by its fencing_await (1.8 gave it a session argument).  A
+  // procedure: the function lookups (LookupFuncName) pass over it.
+  const bool has_permits =
+      has_sessions ||
+      SearchSysCacheExists3(PROCNAMEARGSNSP, CStringGetDatum("fencing_await"),
+                            PointerGetDatum(buildoidvector(await_args, lengthof(await_args))),
+                            ObjectIdGetDatum(schema));
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
   if (has_sessions && SPI_execute(psprintf("SELECT %s.fencing_end_expired_sessions()", s), false,
                                   0) != SPI_OK_SELECT) {

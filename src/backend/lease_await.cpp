@@ -1,6 +1,9 @@
 // CALL fencing_await(lock_name, holder, ttl, wait [, kind, permits,
 // payload]) (1.7): the waiting acquire as a procedure, which holds no
-// snapshot and no transaction id while it waits.
+// snapshot and no transaction id while it waits.  CALL
+// fencing_await(lock_name, session, wait [, kind, permits, payload]) (1.8):
+// the same for a lease in a session, whose attempts are
+// fencing_session_acquire and whose sleeps end at the session's end.
 //
 // A waiting function (fencing_acquire(..., wait) and the permit and shared
 // forms) runs inside one statement: its snapshot is the database's xmin
@@ -39,6 +42,7 @@ extern "C" {
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -56,14 +60,15 @@ namespace pg_fencing {
 namespace {
 
 // The procedure's arguments, in the order of its signature.
-enum AwaitArg { kLockName, kHolder, kTtl, kWait, kKind, kPermits, kPayload };
+enum AwaitArg { kLockName, kHolder, kTtl, kWait, kKind, kPermits, kPayload, kSession, kArgCount };
 
 struct AwaitRequest {
   Oid schema;
   const char *lock_name;
   AwaitKind kind;
-  Datum args[kPayload + 1];
-  bool nulls[kPayload + 1];
+  bool in_session;
+  Datum args[kArgCount];
+  bool nulls[kArgCount];
 };
 
 void RefuseAtomicCall(FunctionCallInfo fcinfo, const char *lock_name) {
@@ -84,16 +89,34 @@ void RefuseAtomicCall(FunctionCallInfo fcinfo, const char *lock_name) {
 
 AwaitRequest RequestFrom(FunctionCallInfo fcinfo) {
   AwaitRequest request = {};
-  request.lock_name = CheckLeaseArguments(fcinfo, kHolder, kTtl);
+  // 1.7's procedure has no session argument: its INOUT token is where 1.8
+  // has the session.
+  const bool has_session_arg = PG_NARGS() > kArgCount;
+  request.in_session = has_session_arg && !PG_ARGISNULL(kSession);
+  if (request.in_session) {
+    // A lease in a session has the session's holder and end.
+    request.lock_name = CheckLockName(fcinfo, kLockName);
+    if (!PG_ARGISNULL(kHolder) || !PG_ARGISNULL(kTtl)) {
+      ereport(ERROR,
+              (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+               errmsg("fencing_await() takes no holder and no ttl with a session (lock \"%s\")",
+                      request.lock_name),
+               errdetail("A lease in a session has the session's holder, and ends when the "
+                         "session does."),
+               errhint("CALL fencing_await(lock_name, session => id, wait => interval).")));
+    }
+  } else {
+    request.lock_name = CheckLeaseArguments(fcinfo, kHolder, kTtl);
+  }
   RefuseAtomicCall(fcinfo, request.lock_name);
   request.schema = ExtensionSchema(fcinfo);
-  for (int i = 0; i <= kPayload; ++i) {
-    request.nulls[i] = PG_ARGISNULL(i);
+  for (int i = 0; i < kArgCount; ++i) {
+    request.nulls[i] = (i == kSession && !has_session_arg) || PG_ARGISNULL(i);
     request.args[i] = request.nulls[i] ? Datum(0) : PG_GETARG_DATUM(i);
   }
   // Detoasted now, in the CALL's memory, which outlives the commits below.
   request.args[kLockName] = PointerGetDatum(PG_GETARG_TEXT_PP(kLockName));
-  request.args[kHolder] = PointerGetDatum(PG_GETARG_TEXT_PP(kHolder));
+  if (!request.in_session) request.args[kHolder] = PointerGetDatum(PG_GETARG_TEXT_PP(kHolder));
   if (!request.nulls[kPayload]) {
     request.args[kPayload] = PointerGetDatum(PG_DETOAST_DATUM_COPY(PG_GETARG_DATUM(kPayload)));
   }
@@ -163,8 +186,8 @@ AwaitRequest RequestFrom(FunctionCallInfo fcinfo) {
 // checks).  Returns whether it granted a token (*token).
 bool Attempt(const AwaitRequest &r, int64 *token) {
   FmgrInfo *fn = nullptr;
-  Datum args[5];
-  bool nulls[5];
+  Datum args[6];
+  bool nulls[6];
   int nargs = 0;
   const auto arg = [&](AwaitArg which) {
     args[nargs] = r.args[which];
@@ -176,26 +199,23 @@ bool Attempt(const AwaitRequest &r, int64 *token) {
     nulls[nargs] = true;
     ++nargs;
   };
-  switch (r.kind) {
-    case AwaitKind::kExclusive: {
-      static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INTERVALOID, JSONBOID};
-      fn = ExtensionFunction(r.schema, "fencing_acquire", 5, kTypes);
-      arg(kLockName), arg(kHolder), arg(kTtl), no_wait(), arg(kPayload);
-      break;
-    }
-    case AwaitKind::kPermit: {
-      static const Oid kTypes[] = {TEXTOID, TEXTOID, INT4OID, INTERVALOID, INTERVALOID};
-      fn = ExtensionFunction(r.schema, "fencing_acquire_permit", 5, kTypes);
-      arg(kLockName), arg(kHolder), arg(kPermits), arg(kTtl), no_wait();
-      break;
-    }
-    case AwaitKind::kShared:
-    case AwaitKind::kUnknown: {  // refused by RequestFrom
-      static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INTERVALOID};
-      fn = ExtensionFunction(r.schema, "fencing_acquire_shared", 4, kTypes);
-      arg(kLockName), arg(kHolder), arg(kTtl), no_wait();
-      break;
-    }
+  if (r.in_session) {
+    // Every kind through one function, which says which it takes.
+    static const Oid kTypes[] = {INT8OID, TEXTOID, INTERVALOID, JSONBOID, TEXTOID, INT4OID};
+    fn = ExtensionFunction(r.schema, "fencing_session_acquire", 6, kTypes);
+    arg(kSession), arg(kLockName), no_wait(), arg(kPayload), arg(kKind), arg(kPermits);
+  } else if (r.kind == AwaitKind::kExclusive) {
+    static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INTERVALOID, JSONBOID};
+    fn = ExtensionFunction(r.schema, "fencing_acquire", 5, kTypes);
+    arg(kLockName), arg(kHolder), arg(kTtl), no_wait(), arg(kPayload);
+  } else if (r.kind == AwaitKind::kPermit) {
+    static const Oid kTypes[] = {TEXTOID, TEXTOID, INT4OID, INTERVALOID, INTERVALOID};
+    fn = ExtensionFunction(r.schema, "fencing_acquire_permit", 5, kTypes);
+    arg(kLockName), arg(kHolder), arg(kPermits), arg(kTtl), no_wait();
+  } else {  // kShared (kUnknown is refused by RequestFrom)
+    static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INTERVALOID};
+    fn = ExtensionFunction(r.schema, "fencing_acquire_shared", 4, kTypes);
+    arg(kLockName), arg(kHolder), arg(kTtl), no_wait();
   }
   bool is_null = false;
   const Datum granted = CallExtensionFunction(fn, nargs, args, nulls, &is_null);
@@ -221,9 +241,29 @@ bool AttemptWithin(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
   return finished && granted;
 }
 
-// When the lock may next be granted, as the function forms' waiting loop
-// judges it (extension/pg_fencing--1.3--1.4.sql): read as the tables'
-// owner, in the attempt's transaction.  False: not known.
+// The end of the request's session, read as the tables' owner: false when
+// it has no row any more (closed, or swept after its end).
+bool SessionEnd(const AwaitRequest &r, TimestampTz *at) {
+  Oid types[] = {INT8OID};
+  Datum values[] = {r.args[kSession]};
+  const char *sql = psprintf("SELECT expires_at FROM %s.fencing_session WHERE session_id = $1",
+                             quote_identifier(get_namespace_name(r.schema)));
+  if (SPI_execute_with_args(sql, 1, types, values, nullptr, true, 1) != SPI_OK_SELECT) {
+    elog(ERROR, "pg_fencing: reading the end of fencing session failed");
+  }
+  if (SPI_processed == 0) return false;
+  bool is_null = false;
+  const Datum end = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+  *at = DatumGetTimestampTz(end);
+  return true;
+}
+
+// When the next attempt should be made: when the lock may next be granted,
+// as the function forms' waiting loop judges it
+// (extension/pg_fencing--1.3--1.4.sql), or at the session's end, when the
+// attempt says the session has ended (and leaves the lock's room to the
+// next in line).  Read as the tables' owner, in the attempt's transaction.
+// False: not known.
 bool NextChance(const AwaitRequest &r, int64 lock_id, TimestampTz *at) {
   Oid saved_user;
   int saved_context;
@@ -243,10 +283,18 @@ bool NextChance(const AwaitRequest &r, int64 lock_id, TimestampTz *at) {
     const Datum args[] = {Int64GetDatum(lock_id)};
     next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
   }
+  bool known = !is_null;
+  TimestampTz chance = known ? DatumGetTimestampTz(next) : 0;
+  if (r.in_session) {
+    TimestampTz session_end = 0;
+    // No row: it was closed or swept; the next attempt says so at once.
+    if (!SessionEnd(r, &session_end)) session_end = GetCurrentTimestamp();
+    if (!known || session_end < chance) chance = session_end;
+    known = true;
+  }
   SetUserIdAndSecContext(saved_user, saved_context);
-  if (is_null) return false;
-  *at = DatumGetTimestampTz(next);
-  return true;
+  *at = chance;
+  return known;
 }
 
 // Commits the current transaction and starts the next, at READ COMMITTED
@@ -305,20 +353,9 @@ bool WaitAndAttempt(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
   return granted;
 }
 
-}  // namespace
-}  // namespace pg_fencing
-
-using namespace pg_fencing;
-
-extern "C" {
-
-// fencing_await(lock_name text, holder text, ttl interval, wait interval,
-// kind text DEFAULT 'exclusive', permits integer DEFAULT NULL, payload
-// jsonb DEFAULT NULL, INOUT token fencing_token DEFAULT NULL): a procedure;
-// its row's token is the grant's, or NULL when the wait ran out.
-PG_FUNCTION_INFO_V1(fencing_await);
-Datum fencing_await(PG_FUNCTION_ARGS) {
-  const AwaitRequest request = RequestFrom(fcinfo);
+// Both forms of the procedure: the attempts and the wait; the row of its
+// INOUT token, the grant's or NULL when the wait ran out.
+Datum Await(FunctionCallInfo fcinfo, const AwaitRequest &request) {
   // On a standby, or with default_transaction_read_only, no attempt could
   // write: say so at once rather than wait out the wait.
   PreventCommandIfReadOnly("fencing_await()");
@@ -351,5 +388,22 @@ Datum fencing_await(PG_FUNCTION_ARGS) {
   bool is_null = !granted;
   return HeapTupleGetDatum(heap_form_tuple(row_type, &value, &is_null));
 }
+
+}  // namespace
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_await(lock_name text, holder text DEFAULT NULL, ttl interval
+// DEFAULT NULL, wait interval DEFAULT NULL, kind text DEFAULT 'exclusive',
+// permits integer DEFAULT NULL, payload jsonb DEFAULT NULL, session bigint
+// DEFAULT NULL, INOUT token fencing_token DEFAULT NULL): a procedure; its
+// row's token is the grant's, or NULL when the wait ran out.  With a
+// session (1.8), the lease is taken in it (fencing_session_acquire), with
+// no holder and no ttl of its own.
+PG_FUNCTION_INFO_V1(fencing_await);
+Datum fencing_await(PG_FUNCTION_ARGS) { return Await(fcinfo, RequestFrom(fcinfo)); }
 
 }  // extern "C"

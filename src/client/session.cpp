@@ -138,9 +138,26 @@ Heartbeat::Renewal Session::Renew(Clock::time_point deadline) {
 std::optional<Token> Session::Acquire(const std::string &lock_name,
                                       std::optional<milliseconds> wait) {
   const std::optional<std::string> token =
-      AcquireInSession("SELECT fencing_session_acquire($1, $2, $3::interval)", lock_name, wait);
+      wait ? AwaitInSession(lock_name, *wait)
+           : AcquireInSession("SELECT fencing_session_acquire($1, $2, $3::interval)", lock_name,
+                              std::nullopt);
   if (!token) return std::nullopt;
   return detail::TokenOfText(token->c_str());
+}
+
+// CALL fencing_await(..., session =>), outside any transaction block (the
+// procedure ends its own transactions): it commits each attempt before it
+// sleeps, so that a wait of hours holds no snapshot, as Lease's does.
+std::optional<std::string> Session::AwaitInSession(const std::string &lock_name,
+                                                   milliseconds wait) {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  CheckHeld();
+  pqxx::nontransaction tx(*work_conn_);
+  const pqxx::row row =
+      pqxx_compat::ExecParams1(tx, "CALL fencing_await($1, session => $2, wait => $3::interval)",
+                               lock_name, id_, IntervalText(wait));
+  if (row[0].is_null()) return std::nullopt;
+  return std::string(row[0].c_str());
 }
 
 std::optional<std::vector<Token>> Session::AcquireAll(const std::vector<std::string> &lock_names,

@@ -275,6 +275,30 @@ class ClientTest : public ::testing::Test {
     return quoted;
   }
 
+  // Looks at the connection named app while it sleeps for a lock
+  // (wait_event_type Extension: on its latch, between attempts), five
+  // times: it must be seen waiting, and never with an xmin or an xid.
+  void ExpectWaitingWithoutSnapshot(const std::string &app) {
+    int sleeping_looks = 0;
+    int holding_looks = 0;
+    const Clock::time_point start = Clock::now();
+    while (sleeping_looks < 5 && Since(start) < 10000) {
+      pqxx::nontransaction tx(*conn_);
+      const pqxx::result r = pqxx_compat::ExecParams(
+          tx,
+          "SELECT backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
+          "WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Extension'",
+          app);
+      if (!r.empty()) {
+        ++sleeping_looks;
+        if (r[0][0].as<bool>()) ++holding_looks;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_GE(sleeping_looks, 5) << app << " was never seen waiting";
+    EXPECT_EQ(holding_looks, 0) << app << " held a snapshot or an xid while it waited";
+  }
+
   std::unique_ptr<pqxx::connection> conn_;
 };
 
@@ -378,26 +402,7 @@ TEST_F(ClientTest, WaitingLeaseHoldsNoSnapshotWhileItWaits) {
       }
     });
 
-    // Looks while the follower sleeps for the lock (wait_event_type
-    // Extension: on its latch, between attempts).
-    int sleeping_looks = 0;
-    int holding_looks = 0;
-    const Clock::time_point start = Clock::now();
-    while (sleeping_looks < 5 && Since(start) < 10000) {
-      pqxx::nontransaction tx(*conn_);
-      const pqxx::result r = pqxx_compat::ExecParams(
-          tx,
-          "SELECT backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
-          "WHERE application_name = $1 AND state = 'active' AND wait_event_type = 'Extension'",
-          app);
-      if (!r.empty()) {
-        ++sleeping_looks;
-        if (r[0][0].as<bool>()) ++holding_looks;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    EXPECT_GE(sleeping_looks, 5) << "the follower was never seen waiting";
-    EXPECT_EQ(holding_looks, 0) << "the waiting follower held a snapshot or an xid";
+    ExpectWaitingWithoutSnapshot(app);
 
     EXPECT_TRUE(first->Release());
     follower.join();
@@ -531,6 +536,36 @@ TEST_F(ClientTest, SessionAcquireAllTakesEveryLockOrNone) {
   const auto now_both = second.AcquireAll({b, a});
   ASSERT_TRUE(now_both);
   EXPECT_EQ((*now_both)[0], Row(b).token);
+}
+
+// A Session's Acquire given a wait waits with CALL fencing_await(...,
+// session =>): no snapshot and no xid while it sleeps, and the release of
+// the lock's holder hands it the lock in the session.
+TEST_F(ClientTest, SessionAcquireWaitsWithoutSnapshot) {
+  const std::string a = Name("a");
+  auto holder = std::make_unique<Lease>(Options(a, "holder", 20s));
+  const std::string app = "ct_session_wait_" + std::to_string(getpid());
+  SessionOptions options = SessionOf("waiter", 20s);
+  options.conninfo = std::string(Dsn()) + " application_name=" + app;
+  Session session(options);
+  std::optional<Token> granted;
+  std::string failure;
+  std::thread waiter([&] {
+    try {
+      granted = session.Acquire(a, 20s);
+    } catch (const std::exception &e) {
+      failure = e.what();
+    }
+  });
+  ExpectWaitingWithoutSnapshot(app);
+  EXPECT_TRUE(holder->Release());
+  waiter.join();
+  ASSERT_EQ(failure, "");
+  ASSERT_TRUE(granted);
+  EXPECT_GT(*granted, holder->token());
+  EXPECT_EQ(Row(a).token, *granted);
+  EXPECT_EQ(Leader(a), std::optional<std::string>("waiter"));
+  EXPECT_EQ(session.Close(), 1);
 }
 
 TEST_F(ClientTest, SessionOnLostFiresOnceWhenClosedFromAnotherConnection) {

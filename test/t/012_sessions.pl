@@ -9,7 +9,11 @@
 #    crash (immediate stop) and a restart the session is still open with
 #    its leases live and their tokens, and renews; a write under one of
 #    them passes and a stale one is refused;
-#  - close, after the restart, releases them all and counts the releases.
+#  - close, after the restart, releases them all and counts the releases;
+#  - CALL fencing_await(..., session => id) waits for a lease in the
+#    session holding no snapshot and no transaction id, and is woken by the
+#    holder's release; a session that ends while it waits ends its wait
+#    then, with 55Z05, and the next in line is served.
 
 use strict;
 use warnings;
@@ -79,6 +83,69 @@ is( sql(
 	'released,released', '... at once');
 is(sql("SELECT sum(releases) FROM fencing_lock_stats WHERE lock_name LIKE 'part-%'"),
 	'2', '... and counted as releases');
+
+# 4. Waiting in a session without a snapshot.
+sql("SELECT fencing_acquire('aw-1', 'leader', '1 hour')");
+my $waiter_session = sql("SELECT fencing_session_open('aw-waiter', '1 hour')");
+
+# Starts $call in a psql of its own named $name, once it is connected.
+sub start_call
+{
+	my ($name, $call) = @_;
+	my $psql = $node->background_psql('postgres', on_error_stop => 0);
+	$psql->query_until(qr/started/,
+		"SET application_name = '$name';\n\\echo started\n$call;\n\\echo finished\n");
+	return $psql;
+}
+
+# $name's backend_xid and backend_xmin ('' when NULL), once it sleeps on
+# its latch.
+sub sleeping_ids
+{
+	my ($name) = @_;
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE application_name = '$name' "
+		  . "AND wait_event_type = 'Extension'")
+	  or die "$name never slept on its latch";
+	return sql("SELECT coalesce(backend_xid::text, '') || '/' || coalesce(backend_xmin::text, '') "
+		  . "FROM pg_stat_activity WHERE application_name = '$name'");
+}
+
+my $first = start_call('aw-first',
+	"CALL fencing_await('aw-1', session => $waiter_session, wait => '1 min')");
+is(sleeping_ids('aw-first'), '/', 'a wait in a session holds no xid and no xmin');
+sql("SELECT fencing_release('aw-1', token) FROM fencing_lease WHERE lock_name = 'aw-1'");
+like($first->query_until(qr/finished/, ''), qr/^\s*\d+\s*$/m, 'the release wakes it with a token');
+is(sql("SELECT holder, session_id = $waiter_session FROM fencing_leases WHERE lock_name = 'aw-1' AND live"),
+	'aw-waiter|t', "... of a lease in the session, with the session's holder");
+$first->quit;
+
+# The session ends (3 s) while its wait (10 min, past any poll here) goes
+# on; the lock's holder keeps it an hour, and no recheck wakes the waiter
+# (pg_fencing.wait_recheck, an hour).  The wait ends at the session's end,
+# and the plain waiter queued behind it is next in line.
+sql("SELECT fencing_acquire('aw-2', 'leader', '1 hour')");
+my $brief = sql("SELECT fencing_session_open('aw-brief', '3 s')");
+$first = start_call('aw-first',
+	"SET pg_fencing.wait_recheck = '1h'; "
+	  . "CALL fencing_await('aw-2', session => $brief, wait => '10 min')");
+sleeping_ids('aw-first');
+my $second = start_call('aw-second', "CALL fencing_await('aw-2', 'second', '1 hour', '10 min')");
+ok( $node->poll_query_until(
+		'postgres',
+		"SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE application_name = 'aw-first' "
+		  . "AND state = 'active')"),
+	"a wait in a session ends at the session's end");
+$first->query_until(qr/finished/, '');
+like($first->{stderr}, qr/fencing session \d+ does not exist or has ended/,
+	'... with 55Z05 (the session has ended)');
+$first->quit;
+sql("SELECT fencing_release('aw-2', token) FROM fencing_lease WHERE lock_name = 'aw-2'");
+like($second->query_until(qr/finished/, ''), qr/^\s*\d+\s*$/m,
+	'the waiter behind it is served at the release');
+is(sql("SELECT holder FROM fencing_leases WHERE lock_name = 'aw-2' AND live"),
+	'second', '... and holds the lock');
+$second->quit;
 
 $node->stop;
 done_testing();
