@@ -132,14 +132,206 @@ class _Timeout(Exception):
     """No answer from the server before the deadline."""
 
 
-def _interval(seconds: float) -> str:
+def _interval(seconds: float, at_least_ms: int = 1) -> str:
     """'1500 milliseconds': a text the SQL casts to interval."""
-    return f"{max(1, round(seconds * 1000))} milliseconds"
+    return f"{max(at_least_ms, round(seconds * 1000))} milliseconds"
+
+
+def default_holder() -> str:
+    """host:pid:random, new at each call: two leases or sessions of one
+    process never share a holder."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def safety_margin(ttl: float) -> float:
     """How long before the computed expiry the client stops trusting a lease."""
     return min(max(ttl / 10, 0.05), ttl / 2)
+
+
+def _wait(conn, deadline: Optional[float]) -> None:
+    """Polls an asynchronous connection until its statement has answered;
+    _Timeout once time.monotonic() passes deadline (None: no deadline)."""
+    while True:
+        state = conn.poll()  # raises the server's error, if any
+        if state == psycopg2.extensions.POLL_OK:
+            return
+        timeout = None
+        if deadline is not None:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise _Timeout()
+        if state == psycopg2.extensions.POLL_READ:
+            select.select([conn.fileno()], [], [], timeout)
+        elif state == psycopg2.extensions.POLL_WRITE:
+            select.select([], [conn.fileno()], [], timeout)
+        else:
+            raise psycopg2.OperationalError(f"unexpected poll state {state}")
+
+
+class _AsyncConnection:
+    """An asynchronous psycopg2 connection (so in autocommit: no BEGIN is ever
+    sent) whose statements wait for their answer only until a deadline."""
+
+    def __init__(self, dsn: str, application_name: str):
+        self._conn = psycopg2.connect(dsn, async_=1, application_name=application_name[:63])
+        try:
+            _wait(self._conn, deadline=None)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def query(self, sql: str, params: Sequence[Any] = (), deadline: Optional[float] = None):
+        """Runs one statement and returns its first row (None if it has none)."""
+        cur = self._conn.cursor()
+        cur.execute(sql, params)
+        _wait(self._conn, deadline)
+        return cur.fetchone() if cur.description else None
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._conn.closed)
+
+    def close(self) -> None:
+        if not self._conn.closed:
+            self._conn.close()
+
+
+class _Heartbeat:
+    """The keepalive of a lease or a session: a thread that renews it every
+    `period` seconds, and the judgement of whether it is still held.
+
+    Held is judged on the monotonic clock, conservatively: it is lost once the
+    send time of the last successful acquire, open or renewal (begin(),
+    renewed()), plus ttl, minus the safety margin, has passed -- whether or not
+    the thread ran meanwhile (the whole process may have been paused).
+
+    renew(deadline) sends one renewal and returns whether the server took it,
+    waiting for the answer only until deadline (_Timeout then; psycopg2.Error
+    when it fails).  After a renewal that timed out or failed, drop() gives up
+    its connection: an answer may still be on its way.  on_lost(reason) is
+    called once, from the thread, unless stop() came first.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        ttl: float,
+        period: Optional[float],
+        renew: Callable[[float], bool],
+        drop: Callable[[], None],
+        refused: str,
+        on_lost: Optional[Callable[[str], None]],
+    ):
+        self.what = what  # "lease", "session": in the reasons
+        self.ttl = ttl
+        self.margin = safety_margin(ttl)
+        self.period = period if period is not None else ttl / 3
+        if not 0 < self.period < ttl - self.margin:
+            raise ValueError("heartbeat must be positive and shorter than ttl minus the safety margin")
+        self._renew = renew
+        self._drop = drop
+        self._refused = refused
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stopped = False
+        self._thread: Optional[threading.Thread] = None
+        self._valid_from = 0.0  # monotonic send time of the last successful acquire/open/renew
+        self._lost_reason: Optional[str] = None
+
+    def begin(self, sent: float) -> None:
+        """The send time of the request that took the lease or opened the session."""
+        with self._lock:
+            self._valid_from = sent
+
+    def renewed(self, sent: float) -> None:
+        with self._lock:
+            self._valid_from = max(self._valid_from, sent)
+
+    def start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> bool:
+        """Stops the thread (waiting for a renewal in flight, up to its
+        deadline); no on_lost from then on.  False if it was stopped already."""
+        with self._lock:
+            if self._stopped:
+                return False
+            self._stopped = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        return True
+
+    @property
+    def stopped(self) -> bool:
+        with self._lock:
+            return self._stopped
+
+    @property
+    def deadline(self) -> float:
+        """time.monotonic() after which it no longer counts as held."""
+        with self._lock:
+            return self._valid_from + self.ttl - self.margin
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        now = time.monotonic()
+        with self._lock:
+            if self._lost_reason is not None:
+                return self._lost_reason
+            if now >= self._valid_from + self.ttl - self.margin:
+                # The thread has not run since the deadline passed (say the
+                # whole process was paused); it reports the same when it does.
+                return "not renewed within ttl minus the safety margin"
+        return None
+
+    def mark_lost(self, reason: str) -> None:
+        with self._lock:
+            if self._stopped or self._lost_reason is not None:
+                return
+            self._lost_reason = reason
+        if self._on_lost is not None:
+            try:
+                self._on_lost(reason)
+            except Exception:
+                pass  # the callback's exception has nowhere to go on this thread
+
+    def _run(self) -> None:
+        try:
+            while True:
+                now = time.monotonic()
+                deadline = self.deadline
+                if now >= deadline:
+                    self.mark_lost(
+                        f"not renewed before the {self.what}'s safe deadline; was the process paused?"
+                    )
+                    return
+                due = self._valid_from + self.period
+                if now < due:
+                    if self._stop.wait(min(due, deadline) - now):
+                        return
+                    continue
+                sent = time.monotonic()
+                try:
+                    renewed = self._renew(deadline)
+                except _Timeout:
+                    self._drop()
+                    self.mark_lost(f"renewal got no answer before the {self.what}'s safe deadline")
+                    return
+                except psycopg2.Error as error:
+                    self._drop()
+                    self.mark_lost(f"renewal failed: {str(error).strip()}")
+                    return
+                if not renewed:
+                    self.mark_lost(f"renewal refused: {self._refused}")
+                    return
+                self.renewed(sent)
+                if self._stop.is_set():
+                    return
+        except Exception as error:  # never let anything out of the thread silently
+            self.mark_lost(f"heartbeat failed: {error!r}")
 
 
 class FencedLease:
@@ -173,23 +365,19 @@ class FencedLease:
             raise ValueError("wait must not be negative")
         self.dsn = dsn
         self.lock_name = lock_name
-        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holder = holder or default_holder()
         self.ttl = float(ttl)
         self.wait = wait
         self.on_lost = on_lost
-        self.margin = safety_margin(self.ttl)
-        self.heartbeat = heartbeat if heartbeat is not None else self.ttl / 3
-        if not 0 < self.heartbeat < self.ttl - self.margin:
-            raise ValueError("heartbeat must be positive and shorter than ttl minus the safety margin")
+        self._beat = _Heartbeat(
+            "lease", self.ttl, heartbeat, renew=self._renew, drop=self._close,
+            refused="the lease expired, was released or taken over", on_lost=on_lost,
+        )
+        self.margin = self._beat.margin
+        self.heartbeat = self._beat.period
 
         self.token: Optional[int] = None
-        self._conn = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._valid_from = 0.0  # monotonic send time of the last successful acquire/renew
-        self._lost_reason: Optional[str] = None
-        self._released = False
+        self._conn: Optional[_AsyncConnection] = None
 
     # -- taking and giving back ---------------------------------------------
 
@@ -227,7 +415,7 @@ class FencedLease:
             self._close()
             return None
         self.token = int(row[0])
-        self._valid_from = sent
+        self._beat.begin(sent)
         try:
             # A wait can outlast much of the ttl: the server started the lease
             # when it granted it, not when we asked.  Renew once right away for
@@ -239,25 +427,17 @@ class FencedLease:
                         f'lock "{self.lock_name}" was granted (token {self.token}) but expired '
                         "before it could be renewed; ttl too short?"
                     )
-                self._valid_from = renew_sent
+                self._beat.renewed(renew_sent)
         except BaseException:
             self._release_quietly()
             raise
-        self._thread = threading.Thread(
-            target=self._heartbeat_loop, name=f"lease {self.lock_name}", daemon=True
-        )
-        self._thread.start()
+        self._beat.start(name=f"lease {self.lock_name}")
         return self.token
 
     def release(self) -> bool:
         """Gives the lock back: True if it was still ours on the server."""
-        with self._lock:
-            if self._released or self.token is None:
-                return False
-            self._released = True
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        if self.token is None or not self._beat.stop():
+            return False
         if self._conn is None or self._conn.closed:
             # The heartbeat gave up on its connection (a renewal timed out or
             # the connection broke): release on a new one rather than leave the
@@ -289,10 +469,13 @@ class FencedLease:
     # -- state ----------------------------------------------------------------
 
     @property
+    def _released(self) -> bool:
+        return self._beat.stopped
+
+    @property
     def deadline(self) -> float:
         """time.monotonic() after which the lease no longer counts as held."""
-        with self._lock:
-            return self._valid_from + self.ttl - self.margin
+        return self._beat.deadline
 
     @property
     def lost(self) -> bool:
@@ -305,15 +488,7 @@ class FencedLease:
 
     @property
     def lost_reason(self) -> Optional[str]:
-        now = time.monotonic()
-        with self._lock:
-            if self._lost_reason is not None:
-                return self._lost_reason
-            if self.token is not None and now >= self._valid_from + self.ttl - self.margin:
-                # The heartbeat has not run since the deadline passed (say the
-                # whole process was paused); it reports the same when it does.
-                return "not renewed within ttl minus the safety margin"
-        return None
+        return self._beat.lost_reason if self.token is not None else None
 
     def check(self) -> int:
         """The token, or LeaseLostError if the lease is not held any more."""
@@ -322,44 +497,7 @@ class FencedLease:
             raise LeaseLostError(f'lock "{self.lock_name}" (token {self.token}): {reason}')
         return self.token
 
-    # -- heartbeat --------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        try:
-            while True:
-                now = time.monotonic()
-                deadline = self.deadline
-                if now >= deadline:
-                    self._mark_lost(
-                        "not renewed before the lease's safe deadline; was the process paused?"
-                    )
-                    return
-                due = self._valid_from + self.heartbeat
-                if now < due:
-                    if self._stop.wait(min(due, deadline) - now):
-                        return
-                    continue
-                sent = time.monotonic()
-                try:
-                    renewed = self._renew(deadline)
-                except _Timeout:
-                    # An answer may still be on its way: drop the connection.
-                    self._close()
-                    self._mark_lost("renewal got no answer before the lease's safe deadline")
-                    return
-                except psycopg2.Error as error:
-                    self._close()
-                    self._mark_lost(f"renewal failed: {str(error).strip()}")
-                    return
-                if not renewed:
-                    self._mark_lost("renewal refused: the lease expired, was released or taken over")
-                    return
-                with self._lock:
-                    self._valid_from = max(self._valid_from, sent)
-                if self._stop.is_set():
-                    return
-        except Exception as error:  # never let anything out of the thread silently
-            self._mark_lost(f"heartbeat failed: {error!r}")
+    # -- heartbeat (_Heartbeat) ------------------------------------------------
 
     def _renew(self, deadline: float) -> bool:
         row = self._query(
@@ -369,53 +507,17 @@ class FencedLease:
         )
         return bool(row[0])
 
-    def _mark_lost(self, reason: str) -> None:
-        with self._lock:
-            if self._released or self._lost_reason is not None:
-                return
-            self._lost_reason = reason
-        if self.on_lost is not None:
-            try:
-                self.on_lost(reason)
-            except Exception:
-                pass  # the callback's exception has nowhere to go on this thread
-
     # -- the lease's own asynchronous connection -----------------------------
 
-    def _connect(self):
-        conn = psycopg2.connect(
-            self.dsn, async_=1, application_name=f"fenced_lease {self.holder}"[:63]
-        )
-        self._wait(conn, deadline=None)
-        return conn
+    def _connect(self) -> _AsyncConnection:
+        return _AsyncConnection(self.dsn, f"fenced_lease {self.holder}")
 
     def _query(self, sql: str, params: Sequence[Any] = (), deadline: Optional[float] = None):
         """Runs one statement and returns its first row (None if it has none)."""
-        cur = self._conn.cursor()
-        cur.execute(sql, params)
-        self._wait(self._conn, deadline)
-        return cur.fetchone() if cur.description else None
-
-    @staticmethod
-    def _wait(conn, deadline: Optional[float]) -> None:
-        while True:
-            state = conn.poll()  # raises the server's error, if any
-            if state == psycopg2.extensions.POLL_OK:
-                return
-            timeout = None
-            if deadline is not None:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    raise _Timeout()
-            if state == psycopg2.extensions.POLL_READ:
-                select.select([conn.fileno()], [], [], timeout)
-            elif state == psycopg2.extensions.POLL_WRITE:
-                select.select([], [conn.fileno()], [], timeout)
-            else:
-                raise psycopg2.OperationalError(f"unexpected poll state {state}")
+        return self._conn.query(sql, params, deadline)
 
     def _close(self) -> None:
-        if self._conn is not None and not self._conn.closed:
+        if self._conn is not None:
             self._conn.close()
 
     def _release_quietly(self) -> None:
