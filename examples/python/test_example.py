@@ -1,13 +1,17 @@
-"""Tests of fenced_lease and follower against a live server with pg_fencing installed.
+"""Tests of fenced_lease, fenced_session and follower against a live server with pg_fencing installed.
 
     python3 -m unittest discover -s examples/python -v
 
 The connection comes from libpq's PG* variables (psycopg2.connect('')); the
-role must be allowed to create the extension.  Each test uses a lock name of
-its own; the module makes (and drops) a protected table of its own.
+role must be allowed to create the extension, and roles.  Each test uses lock
+names of its own; the module makes (and drops) a protected table of its own.
 """
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -26,11 +30,13 @@ from fenced_lease import (
     StaleTokenError,
     fenced_execute,
 )
+from fenced_session import FencedSession
 
 DSN = ""  # libpq's PG* variables
-RUN = uuid.uuid4().hex[:8]  # in table and holder names: runs sharing a database do not meet
+RUN = uuid.uuid4().hex[:8]  # in table, role and holder names: runs sharing a database do not meet
 TABLE = "py_example_" + RUN
-ROWS = 4
+ROWS = 6  # 1-3 for FencedLeaseTest, 4-6 for FencedSessionTest
+HERE = os.path.dirname(os.path.abspath(__file__))
 admin = None
 
 
@@ -49,6 +55,12 @@ def tearDownModule():
     with admin.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
     admin.close()
+
+
+def sql(query, params=()):
+    """Runs a statement that returns nothing, on the admin connection."""
+    with admin.cursor() as cur:
+        cur.execute(query, params)
 
 
 def sql1(query, params=()):
@@ -90,6 +102,15 @@ def backend_of(application_name):
     return rows[0] if rows else None
 
 
+def leases_of(locks):
+    """{lock_name: (state, token, session_id, holder)} of fencing_leases, read now."""
+    with admin.cursor() as cur:
+        cur.execute(
+            "SELECT lock_name, state, token::bigint, session_id, holder FROM fencing_leases"
+            " WHERE lock_name = ANY(%s)", (list(locks),))
+        return {row[0]: row[1:] for row in cur.fetchall()}
+
+
 def wait_until(predicate, timeout):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -97,6 +118,17 @@ def wait_until(predicate, timeout):
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def assert_connections_closed(test, application_name_prefix):
+    """Every lease or session of this run gave back its connections (their
+    application_name is the prefix, then the holder, which ends in RUN)."""
+    open_conns = lambda: sql1(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+        (f"{application_name_prefix} %-{RUN}",),
+    )
+    test.assertTrue(wait_until(lambda: open_conns() == 0, 2.0),
+                    f"{open_conns()} {application_name_prefix} connections left open")
 
 
 class FencedLeaseTest(unittest.TestCase):
@@ -112,13 +144,7 @@ class FencedLeaseTest(unittest.TestCase):
             except psycopg2.Error:
                 pass
         self.conn.close()
-        # Every lease gave back its connection.
-        open_conns = lambda: sql1(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
-            (f"fenced_lease %-{RUN}",),
-        )
-        self.assertTrue(wait_until(lambda: open_conns() == 0, 2.0),
-                        f"{open_conns()} lease connections left open")
+        assert_connections_closed(self, "fenced_lease")
 
     def lease(self, name, **kwargs):
         """A FencedLease on this test's lock; its holder is name-RUN."""
@@ -315,6 +341,283 @@ class FencedLeaseTest(unittest.TestCase):
         self.assertFalse(a.held)
         self.assertIsNone(leader(self.lock))
         self.assertIsNotNone(self.lease("B").acquire())
+
+
+# A process of its own, so that it can really be paused (SIGSTOP): it opens
+# a session, takes every lock it is given, prints its id and tokens, and
+# waits for a line on stdin.  Resumed, it says what it sees and what its
+# writes under its old tokens got.
+PAUSED_CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import psycopg2
+from fenced_lease import LeaseLostError, StaleTokenError, fenced_execute
+from fenced_session import FencedSession
+
+table, holder, locks = sys.argv[2], sys.argv[3], sys.argv[4:]
+lost = []
+session = FencedSession("", holder=holder, ttl=1.0, on_lost=lost.append)
+tokens = session.acquire_all(locks)
+db = psycopg2.connect("")
+print(json.dumps({"id": session.id, "tokens": tokens}), flush=True)
+sys.stdin.readline()  # SIGSTOP'd around here; resumed after another holder took over
+report = {"held_on_waking": session.held}
+
+def write(row, token):
+    try:
+        fenced_execute(db, f"UPDATE {table} SET token = %s, val = 'paused' WHERE id = %s", (token, row))
+        return "written"
+    except StaleTokenError:
+        return "StaleTokenError"
+    except psycopg2.Error as error:
+        return error.pgcode
+
+report["write_row_4"] = write(4, tokens[0])  # the new holder wrote row 4
+report["write_row_5"] = write(5, tokens[1])  # nobody took that lock since
+try:
+    session.acquire(locks[0])
+    report["acquire"] = "acquired"
+except LeaseLostError:
+    report["acquire"] = "LeaseLostError"
+time.sleep(0.5)  # time for a second on_lost, if there were one
+report["lost"] = lost
+report["close"] = session.close()
+print(json.dumps(report), flush=True)
+"""
+
+
+class FencedSessionTest(unittest.TestCase):
+    def setUp(self):
+        self.lock = f"py-{self._testMethodName[5:]}-{uuid.uuid4().hex[:8]}"
+        self.sessions = []
+        self.conn = psycopg2.connect(DSN)
+
+    def tearDown(self):
+        for session in self.sessions:
+            try:
+                session.close()
+            except psycopg2.Error:
+                pass
+        self.conn.close()
+        assert_connections_closed(self, "fenced_session")
+
+    def locks(self, n):
+        return [f"{self.lock}-{i}" for i in range(n)]
+
+    def session(self, name, **kwargs):
+        kwargs.setdefault("ttl", 1.0)
+        session = FencedSession(DSN, holder=f"{name}-{RUN}", **kwargs)
+        self.sessions.append(session)
+        return session
+
+    write = FencedLeaseTest.write  # a fenced UPDATE of one row of TABLE, on self.conn
+
+    def test_the_heartbeat_keeps_every_lease_past_the_ttl(self):
+        locks = self.locks(3)
+        lost = []
+        s = self.session("A", ttl=1.0, on_lost=lost.append)
+        self.assertTrue(s.held)
+        tokens = [s.acquire(locks[0]), s.acquire(locks[1])] + s.acquire_all(locks[2:])
+        self.assertTrue(all(isinstance(t, int) for t in tokens), tokens)
+        self.assertEqual(len(set(tokens)), 3)
+        start = time.monotonic()
+        while time.monotonic() - start < 2.5:  # two and a half ttls: only the session is renewed
+            self.assertEqual(
+                leases_of(locks),
+                {lock: ("live", token, s.id, s.holder) for lock, token in zip(locks, tokens)},
+                f"after {time.monotonic() - start:.2f} s",
+            )
+            self.assertTrue(s.held, s.lost_reason)
+            time.sleep(0.1)
+        self.assertEqual(lost, [])
+        self.assertEqual(
+            sql1("SELECT row(live, leases, holder)::text FROM fencing_sessions WHERE session_id = %s",
+                 (s.id,)),
+            f"(t,3,{s.holder})",
+        )
+        self.assertIsNone(self.session("B").acquire(locks[1]), "another session took a live lease")
+        self.assertEqual(self.write(6, tokens[1], "A after 2.5 ttls"), 1)
+
+    def test_a_paused_process_loses_every_lease_at_once(self):
+        locks = self.locks(3)
+        child = subprocess.Popen(
+            [sys.executable, "-c", PAUSED_CHILD, HERE, TABLE, f"paused-{RUN}", *locks],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            line = child.stdout.readline()
+            if not line:
+                child.wait(5)
+                self.fail(f"the child said nothing: {child.stderr.read()}")
+            started = json.loads(line)
+            tokens = started["tokens"]
+            self.assertEqual({s for s, *_ in leases_of(locks).values()}, {"live"})
+            os.kill(child.pid, signal.SIGSTOP)
+            live = lambda: sum(s == "live" for s, *_ in leases_of(locks).values())
+            self.assertTrue(wait_until(lambda: live() == 0, 3.0), "the leases outlived the paused session")
+            self.assertEqual(
+                sql1("SELECT count(DISTINCT expires_at) FROM fencing_leases WHERE lock_name = ANY(%s)",
+                     (locks,)), 1, "the leases did not end together, at the session's end")
+            self.assertEqual({s for s, *_ in leases_of(locks).values()}, {"expired"})
+            # Another holder takes one of the locks at once, and writes.
+            b = self.session("B", ttl=2.0)
+            b_token = b.acquire(locks[0])
+            self.assertIsNotNone(b_token, "the lock of an ended session was not free")
+            self.assertGreater(b_token, tokens[0])
+            self.assertEqual(self.write(4, b_token, "B"), 1)
+            os.kill(child.pid, signal.SIGCONT)
+            out, err = child.communicate("go\n", timeout=10)
+        finally:
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGCONT)
+                child.kill()
+                child.wait()
+        self.assertEqual(child.returncode, 0, err)
+        report = json.loads(out)
+        self.assertFalse(report["held_on_waking"])
+        self.assertEqual(len(report["lost"]), 1, report["lost"])
+        self.assertIn("paused", report["lost"][0])
+        self.assertEqual(report["write_row_4"], "StaleTokenError", "55Z01: a newer token wrote the row")
+        self.assertEqual(report["write_row_5"], "55Z04", "the COMMIT of a write under an ended lease")
+        self.assertEqual(report["acquire"], "LeaseLostError")
+        self.assertEqual(report["close"], 0)
+        self.assertEqual(row_val(4), "B")
+        self.assertNotEqual(row_val(5), "paused")
+
+    def test_lost_once_when_the_server_ends_the_session(self):
+        # A superuser closes the session; the heartbeat is not due before
+        # 0.8 s, so the acquire is the first to hear of it (55Z05).
+        lost = []
+        s = self.session("A", ttl=1.0, heartbeat=0.8, on_lost=lost.append)
+        a, b = self.locks(2)
+        self.assertIsNotNone(s.acquire(a))
+        self.assertEqual(sql1("SELECT fencing_session_close(%s)", (s.id,)), 1)
+        with self.assertRaises(LeaseLostError) as caught:
+            s.acquire(b)
+        self.assertEqual(caught.exception.__cause__.pgcode, "55Z05")
+        self.assertFalse(s.held)
+        self.assertTrue(s.lost)
+        self.assertEqual(len(lost), 1, lost)
+        time.sleep(1.0)  # the heartbeat's renewal is refused meanwhile: no second report
+        self.assertEqual(len(lost), 1, lost)
+        self.assertEqual(leases_of([a])[a][0], "released")
+        self.assertEqual(s.close(), 0)
+
+    def test_held_is_judged_on_the_monotonic_clock(self):
+        s = self.session("A", ttl=5.0)
+        self.assertTrue(s.held)
+        later = time.monotonic() + 5.0
+        with mock.patch.object(fenced_lease.time, "monotonic", return_value=later):
+            self.assertFalse(s.held)
+            with self.assertRaises(LeaseLostError):
+                s.check()
+            with self.assertRaises(LeaseLostError):
+                s.acquire(self.lock)  # not even sent
+        self.assertEqual(leases_of([self.lock]), {})
+
+    def test_close_releases_every_lease_at_once(self):
+        locks = self.locks(4)
+        s = self.session("A", ttl=30.0)
+        tokens = s.acquire_all(locks)
+        self.assertIsNotNone(tokens)
+        # One lease released on its own: out of the session, not counted by close.
+        self.assertTrue(s.release(locks[3], tokens[3]))
+        self.assertFalse(s.release(locks[3], tokens[3]), "released twice")
+        self.assertEqual(leases_of(locks[3:])[locks[3]][:3], ("released", tokens[3], None))
+        self.assertEqual(s.close(), 3)
+        self.assertEqual(
+            leases_of(locks),
+            {lock: ("released", token, None, s.holder) for lock, token in zip(locks, tokens)},
+        )
+        self.assertEqual(sql1("SELECT count(*) FROM fencing_sessions WHERE session_id = %s", (s.id,)), 0)
+        self.assertFalse(s.held)
+        self.assertFalse(s.lost)
+        self.assertEqual(s.close(), 0, "idempotent")
+        self.assertFalse(s.release(locks[0], tokens[0]))
+        with self.assertRaises(LeaseLostError):
+            s.acquire(locks[0])
+        # At once, without a wait, long before the 30 s ttl.
+        again = self.session("B", ttl=30.0).acquire_all(locks)
+        self.assertIsNotNone(again, "the released locks were not free")
+        self.assertTrue(all(new > old for new, old in zip(again, tokens)), (again, tokens))
+
+    def test_acquire_all_takes_every_lock_or_none(self):
+        a, b, c = self.locks(3)
+        other = self.session("other", ttl=30.0)
+        b_token = other.acquire(b)
+        s = self.session("A", ttl=30.0)
+        start = time.monotonic()
+        self.assertIsNone(s.acquire_all([c, b, a], wait=0.3))
+        self.assertGreaterEqual(time.monotonic() - start, 0.25, "did not wait")
+        # Neither a nor c: not held by s, not even seen outside its transaction.
+        self.assertEqual(leases_of([a, b, c]), {b: ("live", b_token, other.id, other.holder)})
+        self.assertEqual(sql1("SELECT leases FROM fencing_sessions WHERE session_id = %s", (s.id,)), 0)
+        self.assertIsNone(s.acquire_all([a, b]), "no wait")
+        self.assertEqual(leases_of([a]), {})
+        # Once b is free: all of them, in the order given; a name twice gets
+        # its token twice, and any name goes through as it is.
+        self.assertTrue(other.release(b, b_token))
+        odd = self.lock + '-{x,"y\\z}'
+        tokens = s.acquire_all([c, a, odd, b, c])
+        self.assertIsNotNone(tokens)
+        self.assertEqual(tokens[0], tokens[4])
+        found = leases_of([a, b, c, odd])
+        self.assertEqual({lock: row[0] for lock, row in found.items()}, dict.fromkeys([a, b, c, odd], "live"))
+        self.assertEqual(tokens, [found[lock][1] for lock in (c, a, odd, b, c)])
+        self.assertEqual({row[2] for row in found.values()}, {s.id})
+
+    def test_a_waiting_acquire_gets_the_lock_once_it_is_released(self):
+        other = self.session("other", ttl=30.0)
+        other_token = other.acquire(self.lock)
+        releaser = threading.Timer(0.4, other.close)
+        releaser.start()
+        s = self.session("A", ttl=30.0)
+        start = time.monotonic()
+        token = s.acquire(self.lock, wait=5.0)
+        releaser.join()
+        self.assertIsNotNone(token)
+        self.assertGreater(token, other_token)
+        self.assertGreaterEqual(time.monotonic() - start, 0.3, "did not wait for the release")
+        self.assertEqual(s.acquire(self.lock), token, "the same lock again in the session")
+
+    def test_another_role_may_not_act_in_the_session(self):
+        role = f"py_session_other_{RUN}"
+        sql(f'CREATE ROLE "{role}" LOGIN PASSWORD %s', ("other",))
+        try:
+            s = self.session("A", ttl=30.0)
+            token = s.acquire(self.lock)
+            hostile = psycopg2.connect(DSN, user=role, password="other")
+            hostile.autocommit = True
+            try:
+                for call, args in [
+                    ("fencing_session_renew(%s)", (s.id,)),
+                    ("fencing_session_renew(%s, '1 hour')", (s.id,)),
+                    ("fencing_session_close(%s)", (s.id,)),
+                    ("fencing_session_acquire(%s, %s)", (s.id, self.lock + "-2")),
+                    ("fencing_session_acquire_all(%s, %s::text[])", (s.id, [self.lock + "-3"])),
+                ]:
+                    with self.subTest(call=call), hostile.cursor() as cur:
+                        with self.assertRaises(psycopg2.Error) as caught:
+                            cur.execute("SELECT " + call, args)
+                        self.assertEqual(caught.exception.pgcode, "42501", str(caught.exception))
+                with hostile.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM fencing_sessions WHERE session_id = %s", (s.id,))
+                    self.assertEqual(cur.fetchone()[0], 0, "the other role sees the session")
+            finally:
+                hostile.close()
+            self.assertTrue(s.held, s.lost_reason)
+            self.assertEqual(leases_of([self.lock]), {self.lock: ("live", token, s.id, s.holder)})
+            self.assertEqual(sql1("SELECT count(*) FROM fencing_leases WHERE lock_name LIKE %s",
+                                  (self.lock + "-%",)), 0)
+            self.assertEqual(s.close(), 1)
+        finally:
+            sql(f'DROP ROLE IF EXISTS "{role}"')
+
+    def test_a_bad_heartbeat_is_refused_before_connecting(self):
+        with self.assertRaises(ValueError):
+            FencedSession("host=/nonexistent", ttl=1.0, heartbeat=1.0)
+        with self.assertRaises(ValueError):
+            FencedSession("host=/nonexistent", ttl=0)
 
 
 class Changes:
