@@ -101,14 +101,178 @@ export async function fencedQuery(client, text, values) {
   }
 }
 
+// host:pid:random, new at each call: two leases or sessions of one process
+// never share a holder.
+export function defaultHolder() {
+  return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+}
+
 // How long before the computed expiry the client stops trusting a lease.
 export function safetyMarginMs(ttlMs) {
   return Math.min(Math.max(ttlMs / 10, 50), ttlMs / 2);
 }
 
-// '1500 milliseconds': a text the SQL casts to interval.
-function interval(ms) {
-  return `${Math.max(1, Math.round(ms))} milliseconds`;
+// '1500 milliseconds': a text the SQL casts to interval.  Internal, shared
+// with fenced-session.js.
+export function interval(ms, atLeastMs = 1) {
+  return `${Math.max(atLeastMs, Math.round(ms))} milliseconds`;
+}
+
+// A pg.Client of the lease's or session's own, from a pg.Client config or a
+// connection string, named applicationName unless the config names it.  Its
+// 'error' event (an unexpected end of the connection: server restart,
+// terminated backend, network) goes to onError: unhandled, it would crash
+// the process.  Internal, shared with fenced-session.js.
+export async function connectClient(connection, applicationName, onError) {
+  const config = typeof connection === 'string' ? { connectionString: connection } : { ...connection };
+  config.application_name ??= applicationName.slice(0, 63);
+  const client = new pg.Client(config);
+  client.on('error', (err) => onError(client, err));
+  await client.connect();
+  return client;
+}
+
+// The keepalive of a lease or a session: a setInterval that renews it every
+// heartbeatMs, and the judgement of whether it is still held.  Internal,
+// shared with fenced-session.js.
+//
+// Held is judged on the monotonic clock (performance.now()), conservatively:
+// it is lost once the send time of the last successful acquire, open or
+// renewal (begin(), and each renewal), plus ttl, minus the safety margin,
+// has passed -- whether or not any timer ran meanwhile.  A timer set for that
+// deadline reports the loss even while a renewal is stuck.
+//
+// renew() sends one renewal and resolves to whether the server took it.
+// onLost(reason) is called once, unless stop() came first; onRenewed() after
+// each successful renewal.
+export class Heartbeat {
+  constructor({ what, ttlMs, heartbeatMs, renew, refused, onLost, onRenewed = () => {} }) {
+    this.what = what; // 'lease', 'session': in the reasons
+    this.ttlMs = ttlMs;
+    this.marginMs = safetyMarginMs(ttlMs);
+    this.heartbeatMs = heartbeatMs ?? ttlMs / 3;
+    if (!(this.heartbeatMs > 0 && this.heartbeatMs < ttlMs - this.marginMs)) {
+      throw new RangeError('heartbeatMs must be positive and shorter than ttl minus the safety margin');
+    }
+    this.#renew = renew;
+    this.#refused = refused;
+    this.#onLost = onLost;
+    this.#onRenewed = onRenewed;
+  }
+
+  #renew;
+  #refused;
+  #onLost;
+  #onRenewed;
+  #validFrom = 0; // performance.now() when the last successful acquire/open/renew was sent
+  #lostReason = null;
+  #stopped = false;
+  #interval = null;
+  #deadlineTimer = null;
+  #renewing = false;
+
+  // The send time of the request that took the lease or opened the session.
+  begin(sent) {
+    this.#validFrom = sent;
+  }
+
+  renewed(sent) {
+    this.#validFrom = Math.max(this.#validFrom, sent);
+  }
+
+  start() {
+    this.#interval = setInterval(() => this.#beat(), this.heartbeatMs);
+    this.#armDeadline();
+  }
+
+  // No renewal and no onLost from now on; false if it was stopped already.
+  stop() {
+    if (this.#stopped) return false;
+    this.#stopped = true;
+    this.#clearTimers();
+    return true;
+  }
+
+  get stopped() {
+    return this.#stopped;
+  }
+
+  // A renewal is on its way.
+  get renewing() {
+    return this.#renewing;
+  }
+
+  // performance.now() after which it no longer counts as held.
+  get deadline() {
+    return this.#validFrom + this.ttlMs - this.marginMs;
+  }
+
+  // Why it is lost, or null while it is held.
+  get lostReason() {
+    if (this.#lostReason !== null) return this.#lostReason;
+    if (performance.now() >= this.deadline) {
+      // No timer has run since the deadline passed (say the event loop was
+      // blocked); the deadline timer reports the same when it runs.
+      return 'not renewed within ttl minus the safety margin';
+    }
+    return null;
+  }
+
+  markLost(reason) {
+    if (this.#stopped || this.#lostReason !== null) return;
+    this.#lostReason = reason;
+    this.#clearTimers();
+    this.#onLost(reason);
+  }
+
+  async #beat() {
+    if (this.#renewing || this.#stopped || this.#lostReason !== null) return;
+    if (performance.now() >= this.deadline) {
+      this.markLost(`not renewed before the ${this.what}'s safe deadline; was the event loop blocked?`);
+      return;
+    }
+    this.#renewing = true;
+    const sent = performance.now();
+    try {
+      const renewed = await this.#renew();
+      if (this.#stopped || this.#lostReason !== null) return; // too late to count
+      if (!renewed) {
+        this.markLost(`renewal refused: ${this.#refused}`);
+        return;
+      }
+      this.renewed(sent);
+      this.#armDeadline();
+      this.#onRenewed();
+    } catch (err) {
+      this.markLost(`renewal failed: ${err.message}`);
+    } finally {
+      this.#renewing = false;
+    }
+  }
+
+  // Fires at the deadline, so that a renewal stuck on the wire cannot delay
+  // the loss; every successful renewal moves it.
+  #armDeadline() {
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineTimer = setTimeout(() => {
+      if (this.#stopped || this.#lostReason !== null) return;
+      if (performance.now() >= this.deadline) {
+        this.markLost(
+          this.#renewing
+            ? `renewal got no answer before the ${this.what}'s safe deadline`
+            : `not renewed before the ${this.what}'s safe deadline; was the event loop blocked?`,
+        );
+      } else {
+        this.#armDeadline();
+      }
+    }, Math.max(0, this.deadline - performance.now()) + 1);
+  }
+
+  #clearTimers() {
+    clearInterval(this.#interval);
+    clearTimeout(this.#deadlineTimer);
+    this.#interval = this.#deadlineTimer = null;
+  }
 }
 
 export class FencedLease extends EventEmitter {
@@ -127,25 +291,31 @@ export class FencedLease extends EventEmitter {
     if (waitMs != null && !(waitMs >= 0)) throw new RangeError('waitMs must not be negative');
     this.connection = connection;
     this.lockName = lockName;
-    this.holder = holder ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    this.holder = holder ?? defaultHolder();
     this.ttlMs = ttlMs;
     this.waitMs = waitMs;
-    this.marginMs = safetyMarginMs(ttlMs);
-    this.heartbeatMs = heartbeatMs ?? ttlMs / 3;
-    if (!(this.heartbeatMs > 0 && this.heartbeatMs < ttlMs - this.marginMs)) {
-      throw new RangeError('heartbeatMs must be positive and shorter than ttl minus the safety margin');
-    }
+    this.#beat = new Heartbeat({
+      what: 'lease',
+      ttlMs,
+      heartbeatMs,
+      renew: () => this.#renew(),
+      refused: 'the lease expired, was released or taken over',
+      onLost: (reason) => {
+        // A renewal may still be on its way: drop the client (release()
+        // makes a new one).
+        this.#closeClient();
+        this.emit('lost', reason);
+      },
+      onRenewed: () => this.emit('renewed', this.token),
+    });
+    this.marginMs = this.#beat.marginMs;
+    this.heartbeatMs = this.#beat.heartbeatMs;
     this.token = null;
   }
 
   #client = null;
-  #validFrom = 0; // performance.now() when the last successful acquire/renew was sent
-  #lostReason = null;
-  #released = false;
+  #beat;
   #started = false;
-  #interval = null;
-  #deadlineTimer = null;
-  #renewing = false;
 
   // -- taking and giving back ------------------------------------------------
 
@@ -187,7 +357,7 @@ export class FencedLease extends EventEmitter {
       return null;
     }
     this.token = BigInt(value);
-    this.#validFrom = sent;
+    this.#beat.begin(sent);
     try {
       // A wait can outlast much of the ttl: the server started the lease when
       // it granted it, not when we asked.  Renew once, right away, for a send time
@@ -199,28 +369,27 @@ export class FencedLease extends EventEmitter {
             `lock "${this.lockName}" was granted (token ${this.token}) but expired before it could be renewed; ttl too short?`,
           );
         }
-        this.#validFrom = renewSent;
+        this.#beat.renewed(renewSent);
       }
     } catch (err) {
       await this.release().catch(() => {});
       throw err;
     }
-    this.#interval = setInterval(() => this.#beat(), this.heartbeatMs);
-    this.#armDeadline();
+    this.#beat.start();
     return this.token;
   }
 
   // Gives the lock back: true if it was still ours on the server.
   async release() {
-    if (this.#released || this.token === null) return false;
-    this.#released = true;
-    this.#stopHeartbeat();
+    if (this.token === null) return false;
+    const renewing = this.#beat.renewing;
+    if (!this.#beat.stop()) return false;
     try {
       // A renewal still in flight would hold the release up behind it (it may
       // be stuck), and the client is gone if the lease was lost: release on a
       // new client then, rather than leave the lock to expire.  A second
       // release of a token just returns false.
-      if (this.#renewing) await this.#closeClient();
+      if (renewing) await this.#closeClient();
       if (this.#client === null) this.#client = await this.#connect();
       const { rows } = await this.#client.query(
         'SELECT fencing_release($1, $2::fencing_token) AS released',
@@ -236,63 +405,32 @@ export class FencedLease extends EventEmitter {
 
   // performance.now() after which the lease no longer counts as held.
   get deadline() {
-    return this.#validFrom + this.ttlMs - this.marginMs;
+    return this.#beat.deadline;
   }
 
   // Why the lease is lost, or null while it is held (or was released).
   get lostReason() {
-    if (this.#lostReason !== null) return this.#lostReason;
-    if (this.token !== null && performance.now() >= this.deadline) {
-      // No timer has run since the deadline passed (say the event loop was
-      // blocked); the deadline timer reports the same when it runs.
-      return 'not renewed within ttl minus the safety margin';
-    }
-    return null;
+    return this.token !== null ? this.#beat.lostReason : null;
   }
 
   get lost() {
-    return this.token !== null && !this.#released && this.lostReason !== null;
+    return this.token !== null && !this.#beat.stopped && this.lostReason !== null;
   }
 
   get held() {
-    return this.token !== null && !this.#released && this.lostReason === null;
+    return this.token !== null && !this.#beat.stopped && this.lostReason === null;
   }
 
   // The token, or LeaseLostError if the lease is not held any more.
   check() {
     if (!this.held) {
-      const reason = this.#released ? 'released' : (this.lostReason ?? 'never acquired');
+      const reason = this.#beat.stopped ? 'released' : (this.lostReason ?? 'never acquired');
       throw new LeaseLostError(`lock "${this.lockName}" (token ${this.token}): ${reason}`);
     }
     return this.token;
   }
 
-  // -- heartbeat -----------------------------------------------------------------
-
-  async #beat() {
-    if (this.#renewing || this.#released || this.#lostReason !== null) return;
-    if (performance.now() >= this.deadline) {
-      this.#markLost("not renewed before the lease's safe deadline; was the event loop blocked?");
-      return;
-    }
-    this.#renewing = true;
-    const sent = performance.now();
-    try {
-      const renewed = await this.#renew();
-      if (this.#released || this.#lostReason !== null) return; // too late to count
-      if (!renewed) {
-        this.#markLost('renewal refused: the lease expired, was released or taken over');
-        return;
-      }
-      this.#validFrom = Math.max(this.#validFrom, sent);
-      this.#armDeadline();
-      this.emit('renewed', this.token);
-    } catch (err) {
-      this.#markLost(`renewal failed: ${err.message}`);
-    } finally {
-      this.#renewing = false;
-    }
-  }
+  // -- heartbeat (Heartbeat) -------------------------------------------------------
 
   async #renew() {
     const { rows } = await this.#client.query(
@@ -302,56 +440,14 @@ export class FencedLease extends EventEmitter {
     return rows[0].renewed;
   }
 
-  // Fires at the deadline, so that a renewal stuck on the wire cannot delay
-  // the loss; every successful renewal moves it.
-  #armDeadline() {
-    clearTimeout(this.#deadlineTimer);
-    this.#deadlineTimer = setTimeout(() => {
-      if (this.#released || this.#lostReason !== null) return;
-      if (performance.now() >= this.deadline) {
-        this.#markLost(
-          this.#renewing
-            ? "renewal got no answer before the lease's safe deadline"
-            : "not renewed before the lease's safe deadline; was the event loop blocked?",
-        );
-      } else {
-        this.#armDeadline();
-      }
-    }, Math.max(0, this.deadline - performance.now()) + 1);
-  }
-
-  #stopHeartbeat() {
-    clearInterval(this.#interval);
-    clearTimeout(this.#deadlineTimer);
-    this.#interval = this.#deadlineTimer = null;
-  }
-
-  #markLost(reason) {
-    if (this.#released || this.#lostReason !== null) return;
-    this.#lostReason = reason;
-    this.#stopHeartbeat();
-    // A renewal may still be on its way: drop the client (release() makes a
-    // new one).
-    this.#closeClient();
-    this.emit('lost', reason);
-  }
-
   // -- the lease's own client ----------------------------------------------------
 
-  async #connect() {
-    const config =
-      typeof this.connection === 'string' ? { connectionString: this.connection } : { ...this.connection };
-    config.application_name ??= `fenced_lease ${this.holder}`.slice(0, 63);
-    const client = new pg.Client(config);
-    // An unexpected end of the connection (server restart, terminated backend,
-    // network) is an 'error' event: unhandled, it would crash the process.
-    client.on('error', (err) => {
+  #connect() {
+    return connectClient(this.connection, `fenced_lease ${this.holder}`, (client, err) => {
       if (client === this.#client && this.token !== null) {
-        this.#markLost(`connection failed: ${err.message}`);
+        this.#beat.markLost(`connection failed: ${err.message}`);
       }
     });
-    await client.connect();
-    return client;
   }
 
   async #closeClient() {
