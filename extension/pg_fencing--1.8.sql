@@ -2669,43 +2669,12 @@ CREATE FUNCTION @extschema@.fencing_session_open(holder text, ttl interval) RETU
 COMMENT ON FUNCTION @extschema@.fencing_session_open(text, interval) IS
   'opens a session of the calling role that lives ttl unless renewed, and returns its id; its leases end when it does';
 
-CREATE FUNCTION @extschema@.fencing_session_renew_as(caller oid, session bigint, ttl interval)
-  RETURNS boolean LANGUAGE plpgsql
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  checked boolean;
-  s @extschema@.fencing_session;
-BEGIN
-  IF ttl IS NOT NULL THEN
-    checked := @extschema@.fencing_check_session_args(NULL, ttl, false);
-  END IF;
-  IF session IS NULL THEN
-    RAISE EXCEPTION 'fencing_session_renew() needs a session, got NULL' USING ERRCODE = '22004';
-  END IF;
-  -- Locked first, so that the row checked is the row renewed (and a grant
-  -- that holds it FOR SHARE, having found the session ended, is waited for).
-  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session
-    FOR NO KEY UPDATE;
-  IF NOT FOUND THEN
-    RETURN false;
-  END IF;
-  PERFORM @extschema@.fencing_session_check_role(caller, s, 'renew');
-  -- An ended session stays ended.
-  IF s.expires_at <= clock_timestamp() THEN
-    RETURN false;
-  END IF;
-  -- One row, whatever the number of leases.
-  UPDATE @extschema@.fencing_session x
-     SET expires_at = clock_timestamp() + coalesce(fencing_session_renew_as.ttl, x.ttl)
-   WHERE x.session_id = session;
-  PERFORM @extschema@.fencing_commit_durably();
-  RETURN true;
-END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_session_renew_as(oid, bigint, interval) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_session_renew_as(oid, bigint, interval) IS
-  'fencing_session_renew() for the role that called it; internal';
+-- In C (lease_engine.cpp, RenewSession), as a lease's renewal is: it
+-- writes the session's row only, as the owner of the tables, and checks
+-- the caller as fencing_session_check_role does (42501).  fencing_renew on
+-- a lease in a session calls the same code.
 CREATE FUNCTION @extschema@.fencing_session_renew(session bigint, ttl interval DEFAULT NULL)
-  RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_session_gate' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+  RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_session_renew' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_session_renew(bigint, interval) IS
   'extends the session, and with it every lease in it, to now + ttl (the ttl it was opened with if NULL), writing one row; false once the session has ended';
 

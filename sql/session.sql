@@ -174,7 +174,6 @@ SELECT pg_temp.try(format('SELECT fencing_session_renew(%s)', :s));
 SELECT pg_temp.try(format('SELECT fencing_session_close(%s)', :s));
 SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L)', :s, 'm1'));
 SELECT pg_temp.try(format('SELECT fencing_session_acquire_all(%s, %L)', :s, '{m1}'));
-SELECT fencing_session_renew_as('ss_app'::regrole, :s, '1 hour');
 SELECT fencing_session_close_as('ss_app'::regrole, :s);
 SELECT fencing_session_for('ss_app'::regrole, :s, 'x');
 SELECT fencing_end_expired_sessions();

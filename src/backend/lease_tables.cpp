@@ -275,6 +275,9 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
       OidIsValid(ids.session) ? RelationIn(schema, "fencing_session_pkey") : InvalidOid;
   ids.session_expires_at =
       OidIsValid(ids.session) ? ColumnOf(ids.session, "expires_at") : InvalidAttrNumber;
+  ids.session_holder_role =
+      OidIsValid(ids.session) ? ColumnOf(ids.session, "holder_role") : InvalidAttrNumber;
+  ids.session_ttl = OidIsValid(ids.session) ? ColumnOf(ids.session, "ttl") : InvalidAttrNumber;
   ids.lease_session_id = get_attnum(ids.lease, "session_id");
   cached_ids = ids;
   ids_valid = true;

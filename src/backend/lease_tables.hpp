@@ -58,7 +58,7 @@ struct LeaseTableIds {
   // fencing_session and its primary key (1.8; InvalidOid before), its end,
   // and the session a lease is in (InvalidAttrNumber before 1.8).
   Oid session, session_key;
-  AttrNumber session_expires_at, lease_session_id;
+  AttrNumber session_expires_at, session_holder_role, session_ttl, lease_session_id;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
