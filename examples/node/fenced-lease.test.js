@@ -115,6 +115,47 @@ async function waitUntil(predicate, timeoutMs) {
   return predicate();
 }
 
+// Watches acquiring, a promise of a wait for a lock that another holder has,
+// through its backend, found by applicationName, every 100 ms while it
+// waits, then release()s the other holder's lease: the token acquiring
+// resolves to.  Fails unless B (the waiter) was still waiting when released,
+// was seen asleep in its wait at least 5 times with no backend_xmin and no
+// backend_xid each time, and was then served.
+async function servedWithoutSnapshot(acquiring, applicationName, release) {
+  let done = false;
+  const waited = acquiring.finally(() => {
+    done = true;
+  });
+  waited.catch(() => {}); // awaited below; not unhandled meanwhile
+  const waiting = []; // [backend_xmin, backend_xid] each time B was seen asleep in its wait
+  let released;
+  try {
+    const end = performance.now() + 5000;
+    while (waiting.length < 8 && !done && performance.now() < end) {
+      const row = await backendOf(applicationName);
+      // Asleep on its latch between attempts (an attempt itself is a short
+      // transaction, which has a snapshot while it runs).
+      if (row !== null && row.state === 'active' && row.wait_event_type === 'Extension') {
+        waiting.push([row.backend_xmin, row.backend_xid]);
+      }
+      await sleep(100);
+    }
+    assert.equal(done, false, 'B stopped waiting while the lock was held');
+  } finally {
+    released = await release();
+  }
+  const token = await waited;
+  assert.equal(released, true, "the holder's lease was not live");
+  assert.ok(waiting.length >= 5, `B was seen waiting only ${waiting.length} times`);
+  assert.deepEqual(
+    waiting,
+    waiting.map(() => [null, null]),
+    '[backend_xmin, backend_xid] of B while it waited',
+  );
+  assert.notEqual(token, null, 'B did not get the lock once it was released');
+  return token;
+}
+
 // Every lease or session of this run gave back its clients (their
 // application_name is the prefix, then the holder, which ends in RUN): a
 // leaked client would also keep this process from ending.
@@ -206,38 +247,9 @@ describe('FencedLease', () => {
     const a = lease('A', { ttlMs: 30_000 });
     const aToken = await a.acquire();
     const b = lease('B', { ttlMs: 5000, waitMs: 20_000 });
-    let done = false;
-    const acquiring = b.acquire().finally(() => {
-      done = true;
-    });
-    acquiring.catch(() => {}); // awaited below; not unhandled meanwhile
-    const name = `fenced_lease ${b.holder}`.slice(0, 63);
-    const waiting = []; // [backend_xmin, backend_xid] each time B was seen asleep in its wait
-    let released;
-    try {
-      const end = performance.now() + 5000;
-      while (waiting.length < 8 && !done && performance.now() < end) {
-        const row = await backendOf(name);
-        // Asleep on its latch between attempts (an attempt itself is a short
-        // transaction, which has a snapshot while it runs).
-        if (row !== null && row.state === 'active' && row.wait_event_type === 'Extension') {
-          waiting.push([row.backend_xmin, row.backend_xid]);
-        }
-        await sleep(100);
-      }
-      assert.equal(done, false, 'B stopped waiting while A held the lock');
-    } finally {
-      released = await a.release();
-    }
-    const bToken = await acquiring;
-    assert.equal(released, true, "A's lease was not live");
-    assert.ok(waiting.length >= 5, `B was seen waiting only ${waiting.length} times`);
-    assert.deepEqual(
-      waiting,
-      waiting.map(() => [null, null]),
-      '[backend_xmin, backend_xid] of B while it waited',
+    const bToken = await servedWithoutSnapshot(b.acquire(), `fenced_lease ${b.holder}`.slice(0, 63), () =>
+      a.release(),
     );
-    assert.notEqual(bToken, null, 'B did not get the lock once A released it');
     assert.ok(bToken > aToken);
     assert.equal(await leader(), b.holder);
     assert.equal(b.held, true, b.lostReason);
@@ -608,6 +620,25 @@ describe('FencedSession', () => {
     assert.ok(token > otherToken);
     assert.ok(performance.now() - start >= 300, 'did not wait for the release');
     assert.equal(await s.acquire(lock), token, 'the same lock again in the session');
+  });
+
+  test('a waiting acquire holds no snapshot and no xid', async () => {
+    // acquire with waitMs waits in CALL fencing_await(..., session =>), which
+    // commits each attempt before it sleeps.  The function form
+    // fencing_session_acquire(..., wait) would show a backend_xmin all along.
+    // A short ttl: the heartbeat renews while the work client waits.
+    const other = await session('other', { ttlMs: 30_000 });
+    const otherToken = await other.acquire(lock);
+    const s = await session('B', { ttlMs: 1000 });
+    const token = await servedWithoutSnapshot(
+      s.acquire(lock, { waitMs: 20_000 }),
+      `fenced_session work ${s.holder}`.slice(0, 63),
+      () => other.release(lock, otherToken),
+    );
+    assert.ok(token > otherToken);
+    assert.deepEqual(await leasesOf([lock]), { [lock]: ['live', token, s.id, s.holder] });
+    assert.equal(s.held, true, s.lostReason);
+    assert.equal(other.held, true, other.lostReason);
   });
 
   test('another role may not act in the session', async () => {

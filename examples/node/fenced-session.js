@@ -32,12 +32,17 @@
 //   connection, so both are the role that opened the session: only that role
 //   (or one with its privileges, or a superuser) may act in it (42501
 //   otherwise).
-// - A wait is passed to the function form (fencing_session_acquire(...,
-//   wait)): unlike FencedLease, which waits with CALL fencing_await, the
-//   waiting statement holds a snapshot all along, which pins the xmin horizon
-//   of the whole database.  Keep waits short, or retry; the server has no
-//   waiting procedure for sessions yet.  A wait ends at the session's end at
-//   the latest.
+// - acquire given waitMs waits with CALL fencing_await(lock, session => id,
+//   wait => w) (pg_fencing 1.8), as FencedLease does for a plain lease: the
+//   procedure commits each attempt before it sleeps, so while it waits the
+//   work client holds no snapshot and no transaction id (a wait of hours
+//   pins no xmin horizon).  It cannot run inside a transaction block
+//   (25001): the work client never sends BEGIN.  A wait ends at the
+//   session's end at the latest (55Z05, the loss).  acquireAll has no
+//   procedure: its wait goes to the function form
+//   (fencing_session_acquire_all(..., wait)), whose statement holds a
+//   snapshot all along, which pins the xmin horizon of the whole database.
+//   Keep its waits short, or retry.
 // - As with a lease, none of this makes the client safe by itself: a pause
 //   between check() and the write is invisible to it.  The tokens and the
 //   tables' guard (fencing_protect) are what refuse a write under a lease
@@ -133,23 +138,34 @@ export class FencedSession extends EventEmitter {
 
   // Takes lockName in the session (fencing_session_acquire): its token, or
   // null when another holder has it.  waitMs: how long to wait for a busy
-  // lock (default: do not wait).  The function form waits inside one
-  // statement, which holds a snapshot all along: keep it short.  The lease
+  // lock (default: do not wait), with CALL fencing_await(..., session =>),
+  // which holds no snapshot and no transaction id while it sleeps.  The lease
   // ends when the session does, unless released first; the same lock again in
   // the session gives back its token.  LeaseLostError unless the session is
-  // held (also when the server says it has ended, 55Z05).
+  // held (also when the server says it has ended, 55Z05, before or during
+  // the wait).
   async acquire(lockName, { waitMs } = {}) {
-    const value = await this.#inSession(
-      'SELECT fencing_session_acquire($1, $2, $3::interval)::bigint AS token',
-      [this.id, lockName, waitInterval(waitMs)],
-    );
+    let value;
+    if (waitMs == null) {
+      value = await this.#inSession('SELECT fencing_session_acquire($1, $2)::bigint AS token', [
+        this.id, lockName,
+      ]);
+    } else {
+      // On its own, outside a transaction block (autocommit): the procedure
+      // commits each attempt before it sleeps.  Its one row is the token,
+      // null when the wait ran out.
+      value = await this.#inSession('CALL fencing_await($1, session => $2, wait => $3::interval)', [
+        lockName, this.id, waitInterval(waitMs),
+      ]);
+    }
     return value === null ? null : BigInt(value);
   }
 
   // Every lock of lockNames or none (fencing_session_acquire_all): their
   // tokens in the order given, or null when not all could be had within
-  // waitMs (default: no wait; the same snapshot caveat as acquire).  Never
-  // deadlocks with another session's acquireAll.
+  // waitMs (default: no wait).  Never deadlocks with another session's
+  // acquireAll.  A wait goes to the function form, which holds a snapshot
+  // while it waits (there is no procedure for it): keep it short.
   async acquireAll(lockNames, { waitMs } = {}) {
     if (!Array.isArray(lockNames)) throw new TypeError('lockNames must be an array of names');
     const value = await this.#inSession(

@@ -32,12 +32,17 @@ What each part does, and what it cannot do:
   connections come from the same dsn, so both are the role that opened the
   session: only that role (or one with its privileges, or a superuser) may
   act in it (42501 otherwise).
-- A wait is passed to the function form (fencing_session_acquire(...,
-  wait)): unlike FencedLease, which waits with CALL fencing_await, the
-  waiting statement holds a snapshot all along, which pins the xmin horizon
-  of the whole database (VACUUM removes nothing that died since, in any
-  table).  Keep waits short, or retry; the server has no waiting procedure
-  for sessions yet.  A wait ends at the session's end at the latest.
+- acquire given a wait waits with CALL fencing_await(lock, session => id,
+  wait => w) (pg_fencing 1.8), as FencedLease does for a plain lease: the
+  procedure commits each attempt before it sleeps, so while it waits the
+  work connection holds no snapshot and no transaction id (a wait of hours
+  pins no xmin horizon).  It cannot run inside a transaction block (25001):
+  the work connection is in autocommit.  A wait ends at the session's end
+  at the latest (55Z05, the loss).  acquire_all has no procedure: its wait
+  goes to the function form (fencing_session_acquire_all(..., wait)), whose
+  statement holds a snapshot all along, which pins the xmin horizon of the
+  whole database (VACUUM removes nothing that died since, in any table).
+  Keep its waits short, or retry.
 - As with a lease, none of this makes the client safe by itself: a pause
   between check() and the write is invisible to it.  The tokens and the
   tables' guard (fencing_protect) are what refuse a write under a lease that
@@ -126,17 +131,26 @@ class FencedSession:
         """Takes lock_name in the session (fencing_session_acquire): its
         token, or None when another holder has it.
 
-        wait: seconds to wait for a busy lock (None: do not wait).  The
-        function form waits inside one statement, which holds a snapshot all
-        along: keep it short.  The lease ends when the session does, unless
-        released first; the same lock again in the session gives back its
-        token.  LeaseLostError unless the session is held (also when the
-        server says it has ended, 55Z05).
+        wait: seconds to wait for a busy lock (None: do not wait), with CALL
+        fencing_await(..., session =>), which holds no snapshot and no
+        transaction id while it sleeps.  The lease ends when the session
+        does, unless released first; the same lock again in the session
+        gives back its token.  LeaseLostError unless the session is held
+        (also when the server says it has ended, 55Z05, before or during the
+        wait).
         """
-        value = self._in_session(
-            "SELECT fencing_session_acquire(%s, %s, %s::interval)::bigint",
-            (self.id, lock_name, _wait_interval(wait)),
-        )
+        if wait is None:
+            value = self._in_session(
+                "SELECT fencing_session_acquire(%s, %s)::bigint", (self.id, lock_name)
+            )
+        else:
+            # On its own, outside a transaction block (the work connection is
+            # in autocommit): the procedure commits each attempt before it
+            # sleeps.  Its one row is the token, NULL when the wait ran out.
+            value = self._in_session(
+                "CALL fencing_await(%s, session => %s, wait => %s::interval)",
+                (lock_name, self.id, _wait_interval(wait)),
+            )
         return None if value is None else int(value)
 
     def acquire_all(
@@ -144,8 +158,10 @@ class FencedSession:
     ) -> Optional[List[int]]:
         """Every lock of lock_names or none (fencing_session_acquire_all):
         their tokens in the order given, or None when not all could be had
-        within wait (seconds; None: no wait, and the same snapshot caveat as
-        acquire).  Never deadlocks with another session's acquire_all."""
+        within wait (seconds; None: no wait).  Never deadlocks with another
+        session's acquire_all.  A wait goes to the function form, which holds
+        a snapshot while it waits (there is no procedure for it): keep it
+        short."""
         if isinstance(lock_names, str):
             raise TypeError("lock_names must be a sequence of names, not one string")
         value = self._in_session(
@@ -259,10 +275,14 @@ class FencedSession:
             self.dsn, application_name=f"fenced_session work {self.holder}"[:63]
         )
         try:
-            conn.autocommit = True  # each call its own transaction: none left open
+            # Each call its own transaction, none left open; and CALL
+            # fencing_await refuses to run inside a transaction block.
+            conn.autocommit = True
             with conn.cursor() as cur:
-                # A waiting acquire needs READ COMMITTED: at a stricter level
-                # one that meets a just-changed lease row fails with 40001.
+                # A waiting acquire_all needs READ COMMITTED: at a stricter
+                # level one that meets a just-changed lease row fails with
+                # 40001.  (CALL fencing_await runs its attempts at READ
+                # COMMITTED whatever the level.)
                 cur.execute("SET default_transaction_isolation = 'read committed'")
         except BaseException:
             conn.close()

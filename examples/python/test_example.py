@@ -120,6 +120,47 @@ def wait_until(predicate, timeout):
     return predicate()
 
 
+def served_without_snapshot(test, acquire, application_name, release):
+    """Runs acquire() (a wait for a lock that another holder has) in a
+    thread, watches its backend, found by application_name, every 0.1 s
+    while it waits, then release()s the other holder's lease: the token
+    acquire() returned.  Fails the test unless B (the waiter) was still
+    waiting when released, was seen asleep in its wait at least 5 times with
+    no backend_xmin and no backend_xid each time, and was then served."""
+    outcome = {}
+
+    def take():
+        try:
+            outcome["token"] = acquire()
+        except BaseException as error:  # reported by the assertions below
+            outcome["error"] = error
+
+    waiter = threading.Thread(target=take, name="waiter B")
+    waiter.start()
+    waiting = []  # (backend_xmin, backend_xid) each time B was seen asleep in its wait
+    try:
+        end = time.monotonic() + 5.0
+        while len(waiting) < 8 and waiter.is_alive() and time.monotonic() < end:
+            row = backend_of(application_name)
+            # Asleep on its latch between attempts (an attempt itself is a
+            # short transaction, which has a snapshot while it runs).
+            if row is not None and row[1] == "active" and row[2] == "Extension":
+                waiting.append((row[3], row[4]))
+            time.sleep(0.1)
+        test.assertTrue(waiter.is_alive(), f"B stopped waiting while the lock was held: {outcome}")
+    finally:
+        released = release()
+        waiter.join(10.0)
+    test.assertTrue(released, "the holder's lease was not live")
+    test.assertFalse(waiter.is_alive(), "B still waits after the release")
+    test.assertNotIn("error", outcome)
+    test.assertGreaterEqual(len(waiting), 5, f"B was seen waiting only {len(waiting)} times")
+    test.assertEqual(waiting, [(None, None)] * len(waiting),
+                     "(backend_xmin, backend_xid) of B while it waited")
+    test.assertIsNotNone(outcome["token"], "B did not get the lock once it was released")
+    return outcome["token"]
+
+
 def assert_connections_closed(test, application_name_prefix):
     """Every lease or session of this run gave back its connections (their
     application_name is the prefix, then the holder, which ends in RUN)."""
@@ -200,45 +241,14 @@ class FencedLeaseTest(unittest.TestCase):
         self.assertEqual(leader(self.lock), b.holder)
 
     def test_a_waiting_acquire_holds_no_snapshot_and_no_xid(self):
-        # A waits in CALL fencing_await, which commits each attempt before it
+        # B waits in CALL fencing_await, which commits each attempt before it
         # sleeps: its backend pins no xmin horizon.  The function form
         # fencing_acquire(..., wait) would show a backend_xmin all along.
         a = self.lease("A", ttl=30.0)
         a_token = a.acquire()
         b = self.lease("B", ttl=5.0, wait=20.0)
-        outcome = {}
-
-        def take():
-            try:
-                outcome["token"] = b.acquire()
-            except BaseException as error:  # reported by the assertions below
-                outcome["error"] = error
-
-        waiter = threading.Thread(target=take, name="waiter B")
-        waiter.start()
-        name = f"fenced_lease {b.holder}"[:63]
-        waiting = []  # (backend_xmin, backend_xid) each time B was seen asleep in its wait
-        try:
-            end = time.monotonic() + 5.0
-            while len(waiting) < 8 and waiter.is_alive() and time.monotonic() < end:
-                row = backend_of(name)
-                # Asleep on its latch between attempts (an attempt itself is a
-                # short transaction, which has a snapshot while it runs).
-                if row is not None and row[1] == "active" and row[2] == "Extension":
-                    waiting.append((row[3], row[4]))
-                time.sleep(0.1)
-            self.assertTrue(waiter.is_alive(), f"B stopped waiting while A held the lock: {outcome}")
-        finally:
-            released = a.release()
-            waiter.join(10.0)
-        self.assertTrue(released, "A's lease was not live")
-        self.assertFalse(waiter.is_alive(), "B still waits after A released")
-        self.assertNotIn("error", outcome)
-        self.assertGreaterEqual(len(waiting), 5, f"B was seen waiting only {len(waiting)} times")
-        self.assertEqual(waiting, [(None, None)] * len(waiting),
-                         "(backend_xmin, backend_xid) of B while it waited")
-        self.assertIsNotNone(outcome["token"], "B did not get the lock once A released it")
-        self.assertGreater(outcome["token"], a_token)
+        b_token = served_without_snapshot(self, b.acquire, f"fenced_lease {b.holder}"[:63], a.release)
+        self.assertGreater(b_token, a_token)
         self.assertEqual(leader(self.lock), b.holder)
         self.assertTrue(b.held, b.lost_reason)
 
@@ -579,6 +589,25 @@ class FencedSessionTest(unittest.TestCase):
         self.assertGreater(token, other_token)
         self.assertGreaterEqual(time.monotonic() - start, 0.3, "did not wait for the release")
         self.assertEqual(s.acquire(self.lock), token, "the same lock again in the session")
+
+    def test_a_waiting_acquire_holds_no_snapshot_and_no_xid(self):
+        # acquire(wait=) waits in CALL fencing_await(..., session =>), which
+        # commits each attempt before it sleeps.  The function form
+        # fencing_session_acquire(..., wait) would show a backend_xmin all
+        # along.  A short ttl: the heartbeat renews while the work connection
+        # waits.
+        other = self.session("other", ttl=30.0)
+        other_token = other.acquire(self.lock)
+        s = self.session("B", ttl=1.0)
+        token = served_without_snapshot(
+            self, lambda: s.acquire(self.lock, wait=20.0),
+            f"fenced_session work {s.holder}"[:63],
+            lambda: other.release(self.lock, other_token),
+        )
+        self.assertGreater(token, other_token)
+        self.assertEqual(leases_of([self.lock]), {self.lock: ("live", token, s.id, s.holder)})
+        self.assertTrue(s.held, s.lost_reason)
+        self.assertTrue(other.held, other.lost_reason)
 
     def test_another_role_may_not_act_in_the_session(self):
         role = f"py_session_other_{RUN}"
