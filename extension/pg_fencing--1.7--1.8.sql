@@ -427,7 +427,7 @@ COMMENT ON FUNCTION @extschema@.fencing_session_acquire_as(oid, bigint, text, in
 CREATE FUNCTION @extschema@.fencing_session_acquire(
     session bigint, lock_name text, wait interval DEFAULT NULL, payload jsonb DEFAULT NULL,
     kind text DEFAULT 'exclusive', permits integer DEFAULT NULL)
-  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_session_gate'
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_session_acquire'
   LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_session_acquire(bigint, text, interval, jsonb, text, integer) IS
   'takes the lock in the session, waiting up to wait, and returns its new token (NULL if busy); the lease ends when the session does, unless released first';

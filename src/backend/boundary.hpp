@@ -31,6 +31,8 @@ namespace pg_fencing {
 #define PGF_ERRCODE_NEVER_GRANTED_TOKEN MAKE_SQLSTATE('5', '5', 'Z', '0', '3')
 // A COMMIT of a transaction that wrote under a lease that has ended (1.6).
 #define PGF_ERRCODE_LEASE_ENDED MAKE_SQLSTATE('5', '5', 'Z', '0', '4')
+// 55Z05 (1.8): the fencing session does not exist or has ended.
+#define PGF_ERRCODE_SESSION_ENDED MAKE_SQLSTATE('5', '5', 'Z', '0', '5')
 
 // Calls into the core: PGF_CORE(DecideGuard(in, options)).  A macro, so
 // that the static_assert sees the very expression that is called.

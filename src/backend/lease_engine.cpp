@@ -297,6 +297,9 @@ struct AttemptRequest {
   Datum ttl;  // interval
   Datum payload;
   bool payload_null;
+  // The session the lease goes into (1.8; fencing_session_acquire), 0 for
+  // none: a grant or an extension outside one takes the lease out of its.
+  int64 session;
 };
 
 // Why an attempt could not be made.
@@ -390,12 +393,12 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   if (attempt == LeaseAttempt::kExtendOwn) {
     // The live holder again (say, a retry after a lost reply): the same
     // token, the lease extended, the payload replaced.
-    // Out of its session, if it was in one (fencing_session_acquire puts
-    // it back): its end is the one written here.
+    // In the request's session, or out of any: its end is then the one
+    // written here.
     const bool sessions = ids.lease_session_id != InvalidAttrNumber;
     const int columns[] = {ids.lease_expires_at, ids.lease_payload, ids.lease_session_id};
-    const Datum values[] = {expires_at, request.payload, Datum(0)};
-    const bool nulls[] = {false, request.payload_null, true};
+    const Datum values[] = {expires_at, request.payload, Int64GetDatum(request.session)};
+    const bool nulls[] = {false, request.payload_null, request.session == 0};
     if (!ReplaceRow(t.lease, lease, sessions ? 3 : 2, columns, values, nulls)) return false;
     *token = seen_token;
     RequireDurableCommit();
@@ -440,26 +443,29 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   bool written = false;
   if (attempt == LeaseAttempt::kGrantFirst) {
     const char *s = quote_identifier(get_namespace_name(request.schema));
-    Oid types[] = {TEXTOID,        TEXTOID,        NAMEOID, TokenTypeOid(request.schema),
-                   TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID};
-    const Datum values[] = {request.lock_name,      request.holder,           request.holder_role,
-                            Int64GetDatum(granted), TimestampTzGetDatum(now), expires_at,
-                            request.payload};
-    const char nulls[] = {' ', ' ', ' ', ' ', ' ', ' ', request.payload_null ? 'n' : ' ', '\0'};
-    written =
-        InsertFirst(psprintf("INSERT INTO %s.fencing_lease "
-                             "(lock_name, holder, holder_role, token, granted_at, expires_at, "
-                             "payload) VALUES ($1, $2, $3, $4, $5, $6, $7) "
-                             "ON CONFLICT (lock_name) DO NOTHING",
-                             s),
-                    7, types, values, nulls) == 1;
+    Oid types[] = {TEXTOID,        TEXTOID,        NAMEOID,  TokenTypeOid(request.schema),
+                   TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, INT8OID};
+    const Datum values[] = {request.lock_name,        request.holder,
+                            request.holder_role,      Int64GetDatum(granted),
+                            TimestampTzGetDatum(now), expires_at,
+                            request.payload,          Int64GetDatum(request.session)};
+    const char nulls[] = {' ', ' ', ' ', ' ', ' ', ' ', request.payload_null ? 'n' : ' ',
+                          ' ', '\0'};
+    // session_id only in a session (a database before 1.8 has no such column).
+    const bool in_session = request.session != 0;
+    written = InsertFirst(psprintf("INSERT INTO %s.fencing_lease "
+                                   "(lock_name, holder, holder_role, token, granted_at, "
+                                   "expires_at, payload%s) VALUES ($1, $2, $3, $4, $5, $6, $7%s) "
+                                   "ON CONFLICT (lock_name) DO NOTHING",
+                                   s, in_session ? ", session_id" : "", in_session ? ", $8" : ""),
+                          in_session ? 8 : 7, types, values, nulls) == 1;
   } else {
     // The lease's number among the lock's grants (1.4): the previous plus one.
     const bool counted = ids.lease_grant_count != InvalidAttrNumber;
     const int64 grant_count =
         counted ? DatumGetInt64(RowColumn(t.lease, lease, ids.lease_grant_count, &is_null)) + 1 : 0;
-    // A new grant is in no session (fencing_session_acquire puts it in its
-    // own); session_id comes after grant_count (1.8 after 1.4).
+    // In the request's session, or in none; session_id comes after
+    // grant_count (1.8 after 1.4).
     const bool sessions = ids.lease_session_id != InvalidAttrNumber;
     const int columns[] = {ids.lease_holder,     ids.lease_holder_role, ids.lease_token,
                            ids.lease_granted_at, ids.lease_expires_at,  ids.lease_payload,
@@ -474,9 +480,12 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
                             Datum(0),
                             Datum(0),
                             Int64GetDatum(grant_count),
-                            Datum(0)};
-    const bool nulls[] = {false, false, false, false, false, request.payload_null,
-                          true,  true,  false, true};
+                            Int64GetDatum(request.session)};
+    const bool nulls[] = {false, false,
+                          false, false,
+                          false, request.payload_null,
+                          true,  true,
+                          false, request.session == 0};
     written = ReplaceRow(t.lease, lease, counted ? (sessions ? 10 : 9) : 8, columns, values, nulls);
   }
   if (!written) {
@@ -566,6 +575,7 @@ AttemptRequest RequestFrom(FunctionCallInfo fcinfo, Oid schema, int payload_arg)
   request.payload = request.payload_null
                         ? Datum(0)
                         : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(payload_arg)));
+  request.session = 0;
   return request;
 }
 
@@ -717,6 +727,69 @@ bool RenewSession(Oid schema, Oid caller, int64 session, Datum ttl, bool ttl_nul
   SetUserIdAndSecContext(saved_user, saved_context);
   if (renewed) RequireDurableCommit();
   return renewed;
+}
+
+// A live session the caller may act in, locked FOR KEY SHARE (against its
+// close and its sweep; a renewal does not wait for it) as
+// fencing_session_for() locks it: its holder and its end.  55Z05 when
+// there is no such session or it has ended, 42501 for a caller that may
+// not act in it.
+struct SessionInUse {
+  Datum holder;  // text, copied
+  TimestampTz expires_at;
+};
+
+SessionInUse SessionForUse(const LeaseTableIds &ids, Oid caller, int64 session, const char *verb) {
+  Relation table = table_open(ids.session, RowShareLock);
+  Relation key = index_open(ids.session_key, AccessShareLock);
+  HeapTuple row = nullptr;
+  for (;;) {
+    Snapshot snapshot = TakeSnapshot();
+    row = FetchRowByNumber(table, key, session, snapshot);
+    UnregisterSnapshot(snapshot);
+    if (row == nullptr || LockRowIn(table, row, LockTupleKeyShare)) break;
+    // Renewed meanwhile (or closed): the newer version, locked.
+  }
+  bool is_null = false;
+  const TimestampTz end =
+      row != nullptr ? DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null))
+                     : 0;
+  if (row == nullptr || end <= GetCurrentTimestamp()) {
+    ereport(ERROR, (errcode(PGF_ERRCODE_SESSION_ENDED),
+                    errmsg("fencing session %lld does not exist or has ended",
+                           static_cast<long long>(session)),
+                    errhint("Open a new session with fencing_session_open(holder, ttl); the "
+                            "leases of an ended session have ended with it.")));
+  }
+  const Oid role = DatumGetObjectId(RowColumn(table, row, ids.session_holder_role, &is_null));
+  if (!has_privs_of_role(caller, role)) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("role \"%s\" may not %s fencing session %lld",
+                           GetUserNameFromId(caller, false), verb, static_cast<long long>(session)),
+                    errdetail("The session belongs to another role: only that role, a role with "
+                              "its privileges, or a superuser acts in it.")));
+  }
+  const SessionInUse found = {
+      PointerGetDatum(DatumGetTextPCopy(RowColumn(table, row, ids.session_holder, &is_null))), end};
+  index_close(key, NoLock);
+  table_close(table, NoLock);
+  return found;
+}
+
+// The end of the session as committed now (0: no row any more).
+TimestampTz SessionEndNow(const LeaseTableIds &ids, int64 session) {
+  Relation table = table_open(ids.session, AccessShareLock);
+  Relation key = index_open(ids.session_key, AccessShareLock);
+  Snapshot snapshot = TakeSnapshot();
+  HeapTuple row = FetchRowByNumber(table, key, session, snapshot);
+  UnregisterSnapshot(snapshot);
+  bool is_null = false;
+  const TimestampTz end =
+      row != nullptr ? DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null))
+                     : 0;
+  index_close(key, NoLock);
+  table_close(table, NoLock);
+  return end;
 }
 
 // Moves the end of a live lease the caller's login role holds under token
@@ -1333,6 +1406,89 @@ Datum fencing_acquire(PG_FUNCTION_ARGS) {
     (void)AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
   }
   if (!taken) PG_RETURN_NULL();
+  PG_RETURN_INT64(token);
+}
+
+// fencing_session_acquire(session bigint, lock_name text, wait interval
+// DEFAULT NULL, payload jsonb DEFAULT NULL, kind text DEFAULT 'exclusive',
+// permits integer DEFAULT NULL) RETURNS fencing_token (1.8): the lease in
+// the session, with the session's holder, ending at its end.  Without a
+// wait, in C as fencing_acquire is: the session locked FOR KEY SHARE and
+// the caller checked (SessionForUse), one attempt whose grant or extension
+// writes the session into the lease row, and the session's end read again
+// after it (a grant as the session ends is undone with 55Z05).  A wait, or
+// another kind, goes to the SQL (fencing_session_acquire_as), which waits
+// as the waiting acquires do, cut at the session's end, and says which
+// kinds a session holds.
+PG_FUNCTION_INFO_V1(fencing_session_acquire);
+Datum fencing_session_acquire(PG_FUNCTION_ARGS) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  const bool exclusive =
+      !PG_ARGISNULL(4) && strcmp(text_to_cstring(PG_GETARG_TEXT_PP(4)), "exclusive") == 0;
+  if (!PG_ARGISNULL(2) || !exclusive || !PG_ARGISNULL(5) || PG_ARGISNULL(0)) {
+    static const Oid kArgTypes[] = {OIDOID,   INT8OID, TEXTOID, INTERVALOID,
+                                    JSONBOID, TEXTOID, INT4OID};
+    FmgrInfo *in_sql = ExtensionFunction(schema, "fencing_session_acquire_as", 7, kArgTypes);
+    Datum args[7];
+    bool nulls[7];
+    args[0] = ObjectIdGetDatum(caller);
+    nulls[0] = false;
+    for (int i = 0; i < 6; ++i) {
+      nulls[i + 1] = PG_ARGISNULL(i);
+      args[i + 1] = nulls[i + 1] ? Datum(0) : PG_GETARG_DATUM(i);
+    }
+    bool is_null = false;
+    const Datum token = CallExtensionFunction(in_sql, 7, args, nulls, &is_null);
+    if (is_null) PG_RETURN_NULL();
+    return token;
+  }
+  const int64 session = PG_GETARG_INT64(0);
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  const SessionInUse in_use = SessionForUse(ids, caller, session, "use");
+  SetUserIdAndSecContext(saved_user, saved_context);
+  const char *lock_name = CheckLockName(fcinfo, 1);
+  PreventCommandIfReadOnly("fencing_session_acquire()");
+
+  AttemptRequest request;
+  request.schema = schema;
+  request.lock_name = PointerGetDatum(PG_GETARG_TEXT_PP(1));
+  request.holder = in_use.holder;
+  request.holder_role = SessionUserName();
+  // Its own end is the session's as it stands; the session's, later.
+  request.ttl = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(in_use.expires_at),
+                                    TimestampTzGetDatum(GetCurrentTimestamp()));
+  request.payload_null = PG_ARGISNULL(3);
+  request.payload =
+      request.payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3)));
+  request.session = session;
+  int64 token = 0;
+  bool taken = false;
+  for (int round = 0; round < 2; ++round) {
+    Access access = Access::kChecked;
+    const Tables t = OpenTables(schema);
+    taken = TryAcquire(t, request, caller, &access, &token);
+    CloseTables(t);
+    if (access == Access::kChecked) break;
+    // As fencing_acquire: the lock created if the caller may, or 42501.
+    (void)AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
+  }
+  if (!taken) PG_RETURN_NULL();
+  // Its end is the session's: one that passed while the grant was made
+  // (not renewed meanwhile) undoes the grant.
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  const TimestampTz end = SessionEndNow(ids, session);
+  SetUserIdAndSecContext(saved_user, saved_context);
+  if (end <= GetCurrentTimestamp()) {
+    ereport(ERROR, (errcode(PGF_ERRCODE_SESSION_ENDED),
+                    errmsg("fencing session %lld ended while lock \"%s\" was being taken",
+                           static_cast<long long>(session), lock_name)));
+  }
   PG_RETURN_INT64(token);
 }
 

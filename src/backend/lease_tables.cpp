@@ -278,6 +278,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.session_holder_role =
       OidIsValid(ids.session) ? ColumnOf(ids.session, "holder_role") : InvalidAttrNumber;
   ids.session_ttl = OidIsValid(ids.session) ? ColumnOf(ids.session, "ttl") : InvalidAttrNumber;
+  ids.session_holder =
+      OidIsValid(ids.session) ? ColumnOf(ids.session, "holder") : InvalidAttrNumber;
   ids.lease_session_id = get_attnum(ids.lease, "session_id");
   cached_ids = ids;
   ids_valid = true;
@@ -417,11 +419,15 @@ bool RaceLost() {
 }  // namespace
 
 bool LockRow(Relation table, HeapTuple row) {
+  return LockRowIn(table, row, LockTupleNoKeyExclusive);
+}
+
+bool LockRowIn(Relation table, HeapTuple row, LockTupleMode mode) {
   TupleTableSlot *slot = table_slot_create(table, nullptr);
   TM_FailureData failure;
   const TM_Result result =
       table_tuple_lock(table, &row->t_self, GetActiveSnapshot(), slot, GetCurrentCommandId(true),
-                       LockTupleNoKeyExclusive, LockWaitBlock, 0, &failure);
+                       mode, LockWaitBlock, 0, &failure);
   ExecDropSingleTupleTableSlot(slot);
   switch (result) {
     case TM_Ok:

@@ -10,6 +10,7 @@
 extern "C" {
 #include "access/htup.h"
 #include "datatype/timestamp.h"
+#include "nodes/lockoptions.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
@@ -58,7 +59,7 @@ struct LeaseTableIds {
   // fencing_session and its primary key (1.8; InvalidOid before), its end,
   // and the session a lease is in (InvalidAttrNumber before 1.8).
   Oid session, session_key;
-  AttrNumber session_expires_at, session_holder_role, session_ttl, lease_session_id;
+  AttrNumber session_expires_at, session_holder, session_holder_role, session_ttl, lease_session_id;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
@@ -112,6 +113,10 @@ int64 LeaseRowSession(const LeaseTableIds &ids, Relation lease, HeapTuple row);
 // updated or deleted it after it was fetched (40001 in REPEATABLE READ or
 // SERIALIZABLE).
 bool LockRow(Relation table, HeapTuple row);
+
+// LockRow() in another mode: LockTupleKeyShare as SELECT ... FOR KEY
+// SHARE, which a renewal (an update of no key) does not wait for.
+bool LockRowIn(Relation table, HeapTuple row, LockTupleMode mode);
 
 // Replaces the row version `row` (as fetched) by a copy with columns
 // changed, as an UPDATE of that one row would (WAL, HOT, index entries,
