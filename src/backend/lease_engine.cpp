@@ -563,6 +563,25 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
   return false;
 }
 
+// One attempt for the caller, without a wait (fencing_acquire,
+// fencing_session_acquire): whether it took the lock (*token).
+bool AcquireForCaller(const AttemptRequest &request, const char *lock_name, Oid caller,
+                      int64 *token) {
+  bool taken = false;
+  for (int round = 0; round < 2; ++round) {
+    Access access = Access::kChecked;
+    const Tables t = OpenTables(request.schema);
+    taken = TryAcquire(t, request, caller, &access, token);
+    CloseTables(t);
+    if (access == Access::kChecked) break;
+    // A lock that does not exist yet, or one the caller may not use: the
+    // lock model's own function creates it if the caller may, or raises
+    // the usual 42501.  Then once more.
+    (void)AuthorizeLock(request.schema, lock_name, caller, true, InvalidOid);
+  }
+  return taken;
+}
+
 AttemptRequest RequestFrom(FunctionCallInfo fcinfo, Oid schema, int payload_arg) {
   AttemptRequest request;
   request.schema = schema;
@@ -1393,19 +1412,7 @@ Datum fencing_acquire(PG_FUNCTION_ARGS) {
 
   const AttemptRequest request = RequestFrom(fcinfo, schema, 4);
   int64 token = 0;
-  bool taken = false;
-  for (int round = 0; round < 2; ++round) {
-    Access access = Access::kChecked;
-    const Tables t = OpenTables(schema);
-    taken = TryAcquire(t, request, caller, &access, &token);
-    CloseTables(t);
-    if (access == Access::kChecked) break;
-    // A lock that does not exist yet, or one the caller may not use: the
-    // lock model's own function creates it if the caller may, or raises
-    // the usual 42501.  Then once more.
-    (void)AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
-  }
-  if (!taken) PG_RETURN_NULL();
+  if (!AcquireForCaller(request, lock_name, caller, &token)) PG_RETURN_NULL();
   PG_RETURN_INT64(token);
 }
 
@@ -1467,17 +1474,7 @@ Datum fencing_session_acquire(PG_FUNCTION_ARGS) {
       request.payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3)));
   request.session = session;
   int64 token = 0;
-  bool taken = false;
-  for (int round = 0; round < 2; ++round) {
-    Access access = Access::kChecked;
-    const Tables t = OpenTables(schema);
-    taken = TryAcquire(t, request, caller, &access, &token);
-    CloseTables(t);
-    if (access == Access::kChecked) break;
-    // As fencing_acquire: the lock created if the caller may, or 42501.
-    (void)AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
-  }
-  if (!taken) PG_RETURN_NULL();
+  if (!AcquireForCaller(request, lock_name, caller, &token)) PG_RETURN_NULL();
   // Its end is the session's: one that passed while the grant was made
   // (not renewed meanwhile) undoes the grant.
   GetUserIdAndSecContext(&saved_user, &saved_context);
