@@ -2835,7 +2835,7 @@ COMMENT ON FUNCTION @extschema@.fencing_session_acquire_all_as(oid, bigint, text
   'fencing_session_acquire_all() for the role that called it; internal';
 CREATE FUNCTION @extschema@.fencing_session_acquire_all(
     session bigint, lock_names text[], wait interval DEFAULT NULL)
-  RETURNS @extschema@.fencing_token[] AS 'MODULE_PATHNAME', 'fencing_session_gate'
+  RETURNS @extschema@.fencing_token[] AS 'MODULE_PATHNAME', 'fencing_session_acquire_all'
   LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_session_acquire_all(bigint, text[], interval) IS
   'takes every lock of lock_names in the session, or none: their tokens in the order of lock_names, NULL if not all could be had within wait; never deadlocks with another acquire_all';

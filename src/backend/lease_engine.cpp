@@ -811,6 +811,50 @@ TimestampTz SessionEndNow(const LeaseTableIds &ids, int64 session) {
   return end;
 }
 
+// SessionForUse() as the tables' owner.
+SessionInUse SessionOfCaller(Oid schema, Oid caller, int64 session) {
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  const SessionInUse in_use = SessionForUse(LeaseTablesOf(schema), caller, session, "use");
+  SetUserIdAndSecContext(saved_user, saved_context);
+  return in_use;
+}
+
+// An attempt at lock_name (text) for a lease in the session: the session's
+// holder, its end as it stands for the lease's own (the session's later).
+AttemptRequest SessionRequest(Oid schema, int64 session, const SessionInUse &in_use,
+                              Datum lock_name, bool payload_null, Datum payload) {
+  AttemptRequest request;
+  request.schema = schema;
+  request.lock_name = lock_name;
+  request.holder = in_use.holder;
+  request.holder_role = SessionUserName();
+  request.ttl = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(in_use.expires_at),
+                                    TimestampTzGetDatum(GetCurrentTimestamp()));
+  request.payload_null = payload_null;
+  request.payload = payload;
+  request.session = session;
+  return request;
+}
+
+// A lease's end is its session's: one that passed while the grant was
+// made (not renewed meanwhile) undoes the grant (55Z05).
+void CheckSessionOutlived(Oid schema, int64 session, const char *lock_name) {
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  const TimestampTz end = SessionEndNow(LeaseTablesOf(schema), session);
+  SetUserIdAndSecContext(saved_user, saved_context);
+  if (end <= GetCurrentTimestamp()) {
+    ereport(ERROR, (errcode(PGF_ERRCODE_SESSION_ENDED),
+                    errmsg("fencing session %lld ended while lock \"%s\" was being taken",
+                           static_cast<long long>(session), lock_name)));
+  }
+}
+
 // Moves the end of a live lease the caller's login role holds under token
 // to now + remaining; ended 'released' marks a release (which spares the
 // lock its lock-delay).  False for any lease that is not the caller's, and
@@ -1451,42 +1495,107 @@ Datum fencing_session_acquire(PG_FUNCTION_ARGS) {
     return token;
   }
   const int64 session = PG_GETARG_INT64(0);
-  const LeaseTableIds &ids = LeaseTablesOf(schema);
-  Oid saved_user;
-  int saved_context;
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  const SessionInUse in_use = SessionForUse(ids, caller, session, "use");
-  SetUserIdAndSecContext(saved_user, saved_context);
+  const SessionInUse in_use = SessionOfCaller(schema, caller, session);
   const char *lock_name = CheckLockName(fcinfo, 1);
   PreventCommandIfReadOnly("fencing_session_acquire()");
-
-  AttemptRequest request;
-  request.schema = schema;
-  request.lock_name = PointerGetDatum(PG_GETARG_TEXT_PP(1));
-  request.holder = in_use.holder;
-  request.holder_role = SessionUserName();
-  // Its own end is the session's as it stands; the session's, later.
-  request.ttl = DirectFunctionCall2(timestamp_mi, TimestampTzGetDatum(in_use.expires_at),
-                                    TimestampTzGetDatum(GetCurrentTimestamp()));
-  request.payload_null = PG_ARGISNULL(3);
-  request.payload =
-      request.payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3)));
-  request.session = session;
+  const AttemptRequest request = SessionRequest(
+      schema, session, in_use, PointerGetDatum(PG_GETARG_TEXT_PP(1)), PG_ARGISNULL(3),
+      PG_ARGISNULL(3) ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3))));
   int64 token = 0;
   if (!AcquireForCaller(request, lock_name, caller, &token)) PG_RETURN_NULL();
-  // Its end is the session's: one that passed while the grant was made
-  // (not renewed meanwhile) undoes the grant.
-  GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  const TimestampTz end = SessionEndNow(ids, session);
-  SetUserIdAndSecContext(saved_user, saved_context);
-  if (end <= GetCurrentTimestamp()) {
-    ereport(ERROR, (errcode(PGF_ERRCODE_SESSION_ENDED),
-                    errmsg("fencing session %lld ended while lock \"%s\" was being taken",
-                           static_cast<long long>(session), lock_name)));
-  }
+  CheckSessionOutlived(schema, session, lock_name);
   PG_RETURN_INT64(token);
+}
+
+// fencing_session_acquire_all(session bigint, lock_names text[], wait
+// interval DEFAULT NULL) RETURNS fencing_token[] (1.8): every lock or none.
+// Without a wait, in C: one attempt per distinct name in byte order (the
+// one order every acquire_all takes its locks in, so two cannot deadlock),
+// inside a subtransaction that is rolled back, with every grant made in
+// it, when one lock is busy: NULL then.  Tokens in the order of
+// lock_names.  A wait goes to the SQL (fencing_session_acquire_all_as).
+PG_FUNCTION_INFO_V1(fencing_session_acquire_all);
+Datum fencing_session_acquire_all(PG_FUNCTION_ARGS) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  Datum *names = nullptr;
+  bool *name_nulls = nullptr;
+  int count = 0;
+  if (!PG_ARGISNULL(1)) {
+    deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT, &names,
+                      &name_nulls, &count);
+  }
+  bool any_null = false;
+  for (int i = 0; i < count; ++i) any_null = any_null || name_nulls[i];
+  // The SQL for a wait, and for every refusal of its arguments.
+  if (!PG_ARGISNULL(2) || PG_ARGISNULL(0) || count == 0 || any_null) {
+    static const Oid kArgTypes[] = {OIDOID, INT8OID, TEXTARRAYOID, INTERVALOID};
+    FmgrInfo *in_sql = ExtensionFunction(schema, "fencing_session_acquire_all_as", 4, kArgTypes);
+    const Datum args[] = {ObjectIdGetDatum(caller), PG_ARGISNULL(0) ? Datum(0) : PG_GETARG_DATUM(0),
+                          PG_ARGISNULL(1) ? Datum(0) : PG_GETARG_DATUM(1),
+                          PG_ARGISNULL(2) ? Datum(0) : PG_GETARG_DATUM(2)};
+    const bool nulls[] = {false, PG_ARGISNULL(0), PG_ARGISNULL(1), PG_ARGISNULL(2)};
+    bool is_null = false;
+    const Datum tokens = CallExtensionFunction(in_sql, 4, args, nulls, &is_null);
+    if (is_null) PG_RETURN_NULL();
+    return tokens;
+  }
+  const int64 session = PG_GETARG_INT64(0);
+  const SessionInUse in_use = SessionOfCaller(schema, caller, session);
+  PreventCommandIfReadOnly("fencing_session_acquire_all()");
+  // Each distinct name once, in byte order (COLLATE "C"), with its token.
+  struct Wanted {
+    const char *name;
+    Datum text;
+    int64 token;
+  };
+  Wanted *wanted = static_cast<Wanted *>(palloc(sizeof(Wanted) * count));
+  for (int i = 0; i < count; ++i) wanted[i] = {TextDatumGetCString(names[i]), names[i], 0};
+  const auto by_name = [](const void *a, const void *b) {
+    return strcmp(static_cast<const Wanted *>(a)->name, static_cast<const Wanted *>(b)->name);
+  };
+  qsort(wanted, count, sizeof(Wanted), by_name);
+  int distinct = 0;
+  for (int i = 0; i < count; ++i) {
+    if (distinct == 0 || strcmp(wanted[distinct - 1].name, wanted[i].name) != 0) {
+      wanted[distinct++] = wanted[i];
+    }
+  }
+  // Every grant inside one subtransaction, as the SQL form's block.
+  const MemoryContext context = CurrentMemoryContext;
+  const ResourceOwner owner = CurrentResourceOwner;
+  BeginInternalSubTransaction(nullptr);
+  MemoryContextSwitchTo(context);
+  bool all = true;
+  for (int i = 0; i < distinct && all; ++i) {
+    const char *lock_name = wanted[i].name;
+    if (lock_name[0] == '\0') {
+      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                      errmsg("lock name must not be NULL or empty")));
+    }
+    const AttemptRequest request =
+        SessionRequest(schema, session, in_use,
+                       PointerGetDatum(PG_DETOAST_DATUM_PACKED(wanted[i].text)), true, Datum(0));
+    all = AcquireForCaller(request, lock_name, caller, &wanted[i].token);
+  }
+  if (all) {
+    ReleaseCurrentSubTransaction();
+  } else {
+    RollbackAndReleaseCurrentSubTransaction();
+  }
+  MemoryContextSwitchTo(context);
+  CurrentResourceOwner = owner;
+  if (!all) PG_RETURN_NULL();
+  CheckSessionOutlived(schema, session, wanted[0].name);
+  Datum *tokens = static_cast<Datum *>(palloc(sizeof(Datum) * count));
+  for (int i = 0; i < count; ++i) {
+    const Wanted key = {TextDatumGetCString(names[i]), Datum(0), 0};
+    const auto *found =
+        static_cast<const Wanted *>(bsearch(&key, wanted, distinct, sizeof(Wanted), by_name));
+    tokens[i] = Int64GetDatum(found->token);
+  }
+  PG_RETURN_ARRAYTYPE_P(
+      construct_array(tokens, count, TokenTypeOid(schema), sizeof(int64), true, TYPALIGN_DOUBLE));
 }
 
 // fencing_try_acquire(lock_name text, holder text, ttl interval, lock_id
