@@ -19,7 +19,8 @@
 # pg_fencing UPDATE, and checks on NEW: a stale token is refused with 55Z01
 # and a missing one with 55Z02 on both tables (and the current one passes);
 # the lease is still held by its holder and renews with its token; the
-# permits are still there, renew, and still fill the semaphore; the lock
+# permits are still there, renew, and still fill the semaphore; a session
+# (1.8) is still open with its lease, renews and closes; the lock
 # model still lets the granted role in and keeps a stranger out; the next
 # fencing_grant() is above every token granted before, and so is the next
 # lease of 'L', whose token then passes the fence and the old one does not.  Prints one line per
@@ -156,10 +157,13 @@ row_token=$(q "SELECT fencing_grant()")
 q "UPDATE t1 SET token = '$row_token', val = 'by $row_token' WHERE id = 1"
 permit_a=$(q "SELECT fencing_acquire_permit('S', 'worker-a', 2, '1 hour')")
 permit_b=$(q "SELECT fencing_acquire_permit('S', 'worker-b', 2, '1 hour')")
+session=$(q "SELECT fencing_session_open('sess-holder', '1 hour')")
+session_token=$(q "SELECT fencing_session_acquire($session, 'SL')")
 last=$(q "SELECT fencing_grant()")
 triggers=$(q "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'fencing_guard%'")
 echo "PostgreSQL $old: floor $floor (a day ahead of the clock), lease $lease, row token $row_token, permits $permit_a $permit_b, last grant $last, $triggers guard triggers"
-[[ $floor =~ ^[0-9]+$ && $lease =~ ^[0-9]+$ && -n $permit_a && -n $permit_b && $last =~ ^[0-9]+$ ]] &&
+[[ $floor =~ ^[0-9]+$ && $lease =~ ^[0-9]+$ && -n $permit_a && -n $permit_b && $last =~ ^[0-9]+$ &&
+  $session =~ ^[0-9]+$ && $session_token =~ ^[0-9]+$ ]] &&
   ((lease > floor)) || {
   echo "pg-upgrade: the PostgreSQL $old database was not set up" >&2
   exit 1
@@ -274,6 +278,15 @@ check "lock model: the creator rule still lets its role create a name" \
   "$(state_of "SET ROLE lock_owner; SELECT fencing_create_lock('app/reports')")" ok
 check "lock model: and nobody else" \
   "$(state_of "SET ROLE stranger; SELECT fencing_create_lock('app/intruder')")" 42501
+check "the session (1.8) is still open with its lease" \
+  "$(q "SELECT leases FROM fencing_sessions WHERE session_id = $session AND live")" 1
+check "the session's lease keeps its holder and token" \
+  "$(q "SELECT holder || '=' || token FROM fencing_leases WHERE lock_name = 'SL' AND live AND session_id = $session")" \
+  "sess-holder=$session_token"
+check "another holder cannot take the session's lock" \
+  "$(q "SELECT fencing_acquire('SL', 'other', '1 hour') IS NULL")" t
+check "the session renews" "$(q "SELECT fencing_session_renew($session)")" t
+check "closing the session releases its lease" "$(q "SELECT fencing_session_close($session)")" 1
 next=$(q "SELECT fencing_grant()")
 check "the next grant ($next) is above every token granted before the upgrade ($last)" \
   "$( ((next > last)) && echo above || echo "not above")" above
