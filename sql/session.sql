@@ -182,6 +182,20 @@ UPDATE fencing_lease SET session_id = NULL;
 -- Its own session cannot take another application's lock.
 SELECT fencing_session_open('mallory', '1 hour') AS m \gset
 SELECT fencing_session_acquire(:m, 'p3');
+-- ... nor all at once, and the refusal, caught in a PL/pgSQL block, leaves
+-- the transaction as it was (acquire_all's own subtransaction rolled back
+-- before the error goes up to the block's): the next transaction block
+-- works.
+SELECT set_config('ss.m', :'m', false) IS NOT NULL AS set;
+DO $$
+BEGIN
+  PERFORM fencing_session_acquire_all(current_setting('ss.m')::bigint, '{m0,p3}');
+EXCEPTION WHEN insufficient_privilege THEN
+  RAISE NOTICE 'refused: %', SQLERRM;
+END $$;
+BEGIN;
+SELECT count(*) AS mallory_leases FROM fencing_leases WHERE session_id = :m;
+COMMIT;
 SELECT fencing_session_close(:m) AS mallory_released;
 RESET ROLE;
 -- A superuser may close any session, during an incident.

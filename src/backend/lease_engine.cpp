@@ -1561,30 +1561,30 @@ Datum fencing_session_acquire_all(PG_FUNCTION_ARGS) {
       wanted[distinct++] = wanted[i];
     }
   }
-  // Every grant inside one subtransaction, as the SQL form's block.
-  const MemoryContext context = CurrentMemoryContext;
-  const ResourceOwner owner = CurrentResourceOwner;
-  BeginInternalSubTransaction(nullptr);
-  MemoryContextSwitchTo(context);
-  bool all = true;
-  for (int i = 0; i < distinct && all; ++i) {
-    const char *lock_name = wanted[i].name;
-    if (lock_name[0] == '\0') {
-      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                      errmsg("lock name must not be NULL or empty")));
-    }
-    const AttemptRequest request =
-        SessionRequest(schema, session, in_use,
-                       PointerGetDatum(PG_DETOAST_DATUM_PACKED(wanted[i].text)), true, Datum(0));
-    all = AcquireForCaller(request, lock_name, caller, &wanted[i].token);
-  }
-  if (all) {
-    ReleaseCurrentSubTransaction();
-  } else {
-    RollbackAndReleaseCurrentSubTransaction();
-  }
-  MemoryContextSwitchTo(context);
-  CurrentResourceOwner = owner;
+  // Every grant inside one subtransaction, as the SQL form's block: a busy
+  // lock ends it as a lock wait that ran out would (55P03), and
+  // UnlessLockTimeout rolls it back, every grant made in it with it, and
+  // answers false.  Any other error rolls it back too before it goes on up
+  // (to a PL/pgSQL handler, say, which must find its own subtransaction
+  // the current one).
+  const bool all = UnlessLockTimeout(
+      [&] {
+        for (int i = 0; i < distinct; ++i) {
+          const char *lock_name = wanted[i].name;
+          if (lock_name[0] == '\0') {
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("lock name must not be NULL or empty")));
+          }
+          const AttemptRequest request = SessionRequest(
+              schema, session, in_use, PointerGetDatum(PG_DETOAST_DATUM_PACKED(wanted[i].text)),
+              true, Datum(0));
+          if (!AcquireForCaller(request, lock_name, caller, &wanted[i].token)) {
+            ereport(ERROR, (errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+                            errmsg("fencing lock \"%s\" is busy", lock_name)));
+          }
+        }
+      },
+      [](bool) {});
   if (!all) PG_RETURN_NULL();
   CheckSessionOutlived(schema, session, wanted[0].name);
   Datum *tokens = static_cast<Datum *>(palloc(sizeof(Datum) * count));
