@@ -58,6 +58,23 @@ CREATE FUNCTION @extschema@.fencing_lease_end(
 COMMENT ON FUNCTION @extschema@.fencing_lease_end(timestamptz, text, timestamptz) IS
   'the end of a lease: its session''s end while it is in a session and has not ended early, its own otherwise; internal';
 
+-- Permits and shared leases in a session too.
+ALTER TABLE @extschema@.fencing_permit ADD COLUMN session_id bigint;
+CREATE INDEX fencing_permit_session ON @extschema@.fencing_permit (session_id)
+  WHERE session_id IS NOT NULL;
+
+-- Every slot's row with its end as every judge takes it: a permit or a
+-- shared lease in a session (1.8) ends with the session unless it ended
+-- early, as a lease does (fencing_lease_end).  The permit readers below read
+-- this, not fencing_permit; src/backend/lease_tables.cpp reads the same in C.
+CREATE VIEW @extschema@.fencing_permit_ends AS
+  SELECT p.*, @extschema@.fencing_lease_end(p.expires_at, p.ended, s.expires_at) AS ends_at
+    FROM @extschema@.fencing_permit p
+    LEFT JOIN @extschema@.fencing_session s ON s.session_id = p.session_id;
+REVOKE ALL ON @extschema@.fencing_permit_ends FROM PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_permit_ends IS
+  'fencing_permit with each slot''s end as judged (its session''s while it is in one); internal';
+
 CREATE OR REPLACE FUNCTION @extschema@.fencing_leader_as(caller oid, lock_name text) RETURNS text
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -113,6 +130,8 @@ BEGIN
   PERFORM FROM @extschema@.fencing_session s
    WHERE s.session_id = (SELECT e.session_id FROM @extschema@.fencing_lease e
                           WHERE e.lock_name = l.lock_name)
+      OR s.session_id IN (SELECT x.session_id FROM @extschema@.fencing_permit x
+                           WHERE x.lock_id = l.lock_id)
      FOR SHARE;
   UPDATE @extschema@.fencing_lease e
      SET expires_at = clock_timestamp(), ended = 'revoked', end_reason = reason, session_id = NULL
@@ -121,14 +140,15 @@ BEGIN
            (SELECT s.expires_at FROM @extschema@.fencing_session s
              WHERE s.session_id = e.session_id)) > clock_timestamp()
   RETURNING e.holder, e.token INTO ended_holder, ended_token;
-  FOR p IN SELECT x.slot, x.holder, x.token, x.expires_at > clock_timestamp() AS live
-             FROM @extschema@.fencing_permit x WHERE x.lock_id = l.lock_id ORDER BY x.slot LOOP
+  FOR p IN SELECT x.slot, x.holder, x.token, x.ends_at, x.ends_at > clock_timestamp() AS live
+             FROM @extschema@.fencing_permit_ends x WHERE x.lock_id = l.lock_id ORDER BY x.slot LOOP
     IF l.kind = 'semaphore' THEN
       PERFORM @extschema@.fencing_lock_permit_gate(l.lock_id, p.slot);
     END IF;
     UPDATE @extschema@.fencing_permit x
-       SET expires_at = least(x.expires_at, clock_timestamp()),
+       SET expires_at = least(p.ends_at, clock_timestamp()),
            ended = CASE WHEN p.live THEN 'revoked' ELSE x.ended END,
+           session_id = NULL,
            token = CASE WHEN l.kind = 'semaphore' THEN @extschema@.fencing_grant() ELSE x.token END
      WHERE x.lock_id = l.lock_id AND x.slot = p.slot;
     IF p.live THEN
@@ -168,14 +188,91 @@ CREATE OR REPLACE VIEW @extschema@.fencing_history WITH (security_barrier) AS
                                   AS expires_at) v
           UNION ALL
           SELECT p.lock_name, p.token, p.holder, p.holder_role, p.granted_at,
-                 CASE WHEN p.expires_at > clock_timestamp() THEN NULL ELSE p.expires_at END,
-                 CASE WHEN p.expires_at > clock_timestamp() THEN NULL
+                 CASE WHEN p.ends_at > clock_timestamp() THEN NULL ELSE p.ends_at END,
+                 CASE WHEN p.ends_at > clock_timestamp() THEN NULL
                       ELSE coalesce(p.ended, 'expired') END,
                  p.slot
-            FROM @extschema@.fencing_permit p) e
+            FROM @extschema@.fencing_permit_ends p) e
     JOIN @extschema@.fencing_lock k ON k.lock_name = e.lock_name
    WHERE @extschema@.fencing_role_may_read(
            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+
+
+-- The readers of a slot's end judge it as fencing_permit_ends does.
+CREATE OR REPLACE VIEW @extschema@.fencing_permits WITH (security_barrier) AS
+  SELECT p.lock_name, k.kind, p.slot, p.holder, p.token, p.granted_at, p.ends_at AS expires_at,
+         p.ends_at > clock_timestamp() AS live,
+         @extschema@.fencing_permit_free_at(p.ends_at, p.ended, k.lock_delay) AS available_at,
+         CASE WHEN p.ends_at > clock_timestamp() THEN 'live'
+              ELSE coalesce(p.ended, 'expired') END AS state,
+         p.session_id
+    FROM @extschema@.fencing_permit_ends p
+    JOIN @extschema@.fencing_lock k ON k.lock_id = p.lock_id
+   WHERE @extschema@.fencing_role_may_read(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+
+CREATE OR REPLACE FUNCTION @extschema@.fencing_available_at(p_lock text) RETURNS timestamptz
+  LANGUAGE sql STABLE STRICT
+  BEGIN ATOMIC
+    SELECT greatest(
+      (SELECT v.available_at FROM @extschema@.fencing_leases v WHERE v.lock_name = p_lock),
+      (SELECT max(@extschema@.fencing_permit_free_at(p.ends_at, p.ended, k.lock_delay))
+         FROM @extschema@.fencing_permit_ends p
+         JOIN @extschema@.fencing_lock k ON k.lock_id = p.lock_id
+        WHERE k.lock_name = p_lock AND k.kind = 'shared'));
+  END;
+
+CREATE OR REPLACE FUNCTION @extschema@.fencing_permit_available_at(p_lock_id bigint)
+  RETURNS timestamptz LANGUAGE sql STABLE STRICT
+  BEGIN ATOMIC
+    SELECT CASE k.kind
+      WHEN 'semaphore' THEN
+        (SELECT CASE WHEN count(*) < k.permits THEN clock_timestamp()
+                     ELSE min(@extschema@.fencing_permit_free_at(p.ends_at, p.ended, k.lock_delay)) END
+           FROM @extschema@.fencing_permit_ends p WHERE p.lock_id = k.lock_id)
+      ELSE (SELECT v.available_at FROM @extschema@.fencing_leases v WHERE v.lock_name = k.lock_name)
+      END
+      FROM @extschema@.fencing_lock k WHERE k.lock_id = p_lock_id;
+  END;
+
+CREATE OR REPLACE FUNCTION @extschema@.fencing_end_shared_holders(p_lock_id bigint, lock_delay interval)
+  RETURNS boolean LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  now CONSTANT timestamptz := clock_timestamp();
+  passed record;
+BEGIN
+  -- In a subtransaction: the rows are locked (a renew in flight finishes
+  -- first, and none can start), judged as they stand, and given back if a
+  -- shared holder is still live.
+  BEGIN
+    PERFORM FROM @extschema@.fencing_permit p
+     WHERE p.lock_id = p_lock_id AND p.ended IS NULL FOR UPDATE;
+    IF EXISTS (SELECT FROM @extschema@.fencing_permit_ends p
+                WHERE p.lock_id = p_lock_id
+                  AND @extschema@.fencing_permit_free_at(p.ends_at, p.ended, lock_delay) > now) THEN
+      RAISE SQLSTATE 'PFBSY';
+    END IF;
+    -- The shared leases that ran out end here: their expiries are announced
+    -- and counted with the exclusive grant.  One in a session ended with it
+    -- (its session is dead: renewing it fails from then on): its end is
+    -- written down and it leaves the session.
+    FOR passed IN
+      UPDATE @extschema@.fencing_permit p
+         SET ended = 'expired', session_id = NULL,
+             expires_at = coalesce((SELECT s.expires_at FROM @extschema@.fencing_session s
+                                     WHERE s.session_id = p.session_id), p.expires_at)
+       WHERE p.lock_id = p_lock_id AND p.ended IS NULL
+      RETURNING p.lock_name, p.holder, p.token
+    LOOP
+      PERFORM @extschema@.fencing_lease_event(passed.lock_name, 'expired', passed.holder,
+                                              passed.token);
+    END LOOP;
+  EXCEPTION WHEN SQLSTATE 'PFBSY' THEN
+    RETURN false;
+  END;
+  RETURN true;
+END $$;
 
 -- ---- Sessions (1.8) ----------------------------------------------------------
 
@@ -253,6 +350,26 @@ COMMENT ON FUNCTION @extschema@.fencing_session_for(oid, bigint, text) IS
 -- deletes the session.  Sessions locked by a transaction still running
 -- (an acquire in it) are left for the next sweep.  Made by the expiry
 -- worker and by every fencing_session_open.
+-- Writes an expired session's end into the rows of its leases, permits
+-- and shared leases (those not ended early) and takes them out of it: from
+-- then on they are leases that have expired like any other, which the
+-- expiry worker announces and counts.  The caller deletes the session.
+CREATE FUNCTION @extschema@.fencing_end_session_leases(session bigint, ended_at timestamptz)
+  RETURNS void LANGUAGE sql SET search_path = pg_catalog, pg_temp
+  BEGIN ATOMIC
+    UPDATE @extschema@.fencing_lease e
+       SET expires_at = CASE WHEN e.ended IS NULL THEN ended_at ELSE e.expires_at END,
+           session_id = NULL
+     WHERE e.session_id = session;
+    UPDATE @extschema@.fencing_permit p
+       SET expires_at = CASE WHEN p.ended IS NULL THEN ended_at ELSE p.expires_at END,
+           session_id = NULL
+     WHERE p.session_id = session;
+  END;
+REVOKE ALL ON FUNCTION @extschema@.fencing_end_session_leases(bigint, timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_end_session_leases(bigint, timestamptz) IS
+  'writes an expired session''s end into its leases, permits and shared leases; internal';
+
 CREATE FUNCTION @extschema@.fencing_end_expired_sessions() RETURNS integer
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -271,10 +388,12 @@ BEGIN
     GET DIAGNOSTICS locked = ROW_COUNT;
     CONTINUE WHEN locked <> (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease e
                               WHERE e.session_id = s.session_id);
-    UPDATE @extschema@.fencing_lease e
-       SET expires_at = CASE WHEN e.ended IS NULL THEN s.expires_at ELSE e.expires_at END,
-           session_id = NULL
-     WHERE e.session_id = s.session_id;
+    PERFORM FROM @extschema@.fencing_permit p WHERE p.session_id = s.session_id
+      FOR NO KEY UPDATE SKIP LOCKED;
+    GET DIAGNOSTICS locked = ROW_COUNT;
+    CONTINUE WHEN locked <> (SELECT pg_catalog.count(*) FROM @extschema@.fencing_permit p
+                              WHERE p.session_id = s.session_id);
+    PERFORM @extschema@.fencing_end_session_leases(s.session_id, s.expires_at);
     DELETE FROM @extschema@.fencing_session x WHERE x.session_id = s.session_id;
     ended := ended + 1;
   END LOOP;
@@ -344,10 +463,7 @@ BEGIN
   IF s.expires_at <= clock_timestamp() THEN
     -- Expired already: its leases expired with it (lock-delay included);
     -- written down as the sweep would.
-    UPDATE @extschema@.fencing_lease e
-       SET expires_at = CASE WHEN e.ended IS NULL THEN s.expires_at ELSE e.expires_at END,
-           session_id = NULL
-     WHERE e.session_id = session;
+    PERFORM @extschema@.fencing_end_session_leases(session, s.expires_at);
     RETURN 0;
   END IF;
   -- Released, as fencing_release() releases: at once, no lock-delay;
@@ -357,6 +473,15 @@ BEGIN
             WHERE e.session_id = session AND e.ended IS NULL
            RETURNING e.lock_name, e.holder, e.token,
                      (SELECT k.lock_id FROM @extschema@.fencing_lock k WHERE k.lock_name = e.lock_name) AS lock_id
+  LOOP
+    released := released + 1;
+    PERFORM @extschema@.fencing_lease_event(l.lock_name, 'released', l.holder, l.token);
+    PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
+  END LOOP;
+  FOR l IN UPDATE @extschema@.fencing_permit p
+              SET expires_at = clock_timestamp(), ended = 'released', session_id = NULL
+            WHERE p.session_id = session AND p.ended IS NULL
+           RETURNING p.lock_name, p.holder, p.token, p.lock_id
   LOOP
     released := released + 1;
     PERFORM @extschema@.fencing_lease_event(l.lock_name, 'released', l.holder, l.token);
@@ -377,7 +502,11 @@ COMMENT ON FUNCTION @extschema@.fencing_session_close(bigint) IS
 -- (the lock model's privileges checked per lock, the same waiting room,
 -- order and writer priority), with the session's holder, and then tied to
 -- the session in the same transaction, so that nobody sees it outside.
--- Its end is the session's from then on.  1.8 ties exclusive leases only.
+-- Its end is the session's from then on.  Every kind: a permit or a shared
+-- lease (fencing_acquire_permits_as) is tied as an exclusive lease is, and
+-- each acquire in the session takes one more (a permit the session's
+-- holder holds outside it is not taken over: the C attempt counts only a
+-- slot in no session as the caller's own).
 CREATE FUNCTION @extschema@.fencing_session_acquire_as(
     caller oid, session bigint, lock_name text, wait interval, payload jsonb, kind text,
     permits integer)
@@ -389,13 +518,17 @@ DECLARE
   remaining interval;
   granted @extschema@.fencing_token;
 BEGIN
-  IF kind IS DISTINCT FROM 'exclusive' THEN
-    RAISE EXCEPTION 'a session holds exclusive leases only, got kind %', coalesce(kind, 'NULL')
-      USING ERRCODE = CASE WHEN kind IN ('shared', 'permit') THEN '0A000' ELSE '22023' END,
-            HINT = 'Take permits and shared leases outside a session (fencing_acquire_permit, fencing_acquire_shared).';
+  IF kind IS NULL OR kind NOT IN ('exclusive', 'shared', 'permit') THEN
+    RAISE EXCEPTION 'kind must be ''exclusive'', ''shared'' or ''permit'', got % (lock "%")',
+      coalesce(kind, 'NULL'), lock_name USING ERRCODE = '22023';
   END IF;
-  IF permits IS NOT NULL THEN
-    RAISE EXCEPTION 'permits is for kind permit, got % for an exclusive lease', permits
+  IF kind = 'permit' AND permits IS NULL THEN
+    RAISE EXCEPTION 'permits must be between 1 and 1000, got NULL (semaphore "%")', lock_name
+      USING ERRCODE = '22023',
+            HINT = 'kind => ''permit'' takes permits => N, the semaphore''s number of permits.';
+  END IF;
+  IF kind <> 'permit' AND permits IS NOT NULL THEN
+    RAISE EXCEPTION 'permits are for kind => ''permit'', not ''%'' (lock "%")', kind, lock_name
       USING ERRCODE = '22023';
   END IF;
   remaining := s.expires_at - clock_timestamp();
@@ -403,14 +536,30 @@ BEGIN
     RAISE EXCEPTION 'fencing session % has ended', session USING ERRCODE = '55Z05';
   END IF;
   -- No wait past the session's end: a lease granted then would be dead.
-  granted := @extschema@.fencing_acquire_as(caller, lock_name, s.holder, remaining,
-                                            CASE WHEN wait IS NULL THEN NULL
-                                                 ELSE least(wait, remaining) END,
-                                            payload);
-  IF granted IS NOT NULL THEN
+  IF kind = 'exclusive' THEN
+    granted := @extschema@.fencing_acquire_as(caller, lock_name, s.holder, remaining,
+                                              CASE WHEN wait IS NULL THEN NULL
+                                                   ELSE least(wait, remaining) END,
+                                              payload);
+  ELSE
+    IF payload IS NOT NULL THEN
+      RAISE EXCEPTION 'a payload is for an exclusive lease, not kind ''%'' (lock "%")', kind, lock_name
+        USING ERRCODE = '22023';
+    END IF;
+    granted := @extschema@.fencing_acquire_permits_as(caller, lock_name, s.holder, permits,
+                                                      remaining,
+                                                      CASE WHEN wait IS NULL THEN NULL
+                                                           ELSE least(wait, remaining) END);
+  END IF;
+  IF granted IS NOT NULL AND kind = 'exclusive' THEN
     UPDATE @extschema@.fencing_lease e SET session_id = s.session_id
      WHERE e.lock_name = fencing_session_acquire_as.lock_name
        AND e.token::bigint = granted::bigint;
+  ELSIF granted IS NOT NULL THEN
+    UPDATE @extschema@.fencing_permit p SET session_id = s.session_id
+     WHERE p.token OPERATOR(@extschema@.=) granted;
+  END IF;
+  IF granted IS NOT NULL THEN
     -- Its end is the session's: one that passed while the grant was made
     -- (not renewed meanwhile) undoes the grant.
     IF (SELECT x.expires_at FROM @extschema@.fencing_session x
@@ -489,7 +638,9 @@ CREATE VIEW @extschema@.fencing_sessions WITH (security_barrier) AS
   SELECT s.session_id, s.holder_role AS role, s.holder, s.ttl, s.opened_at, s.expires_at,
          s.expires_at > clock_timestamp() AS live,
          (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease l
-           WHERE l.session_id = s.session_id AND l.ended IS NULL) AS leases
+           WHERE l.session_id = s.session_id AND l.ended IS NULL)
+         + (SELECT pg_catalog.count(*) FROM @extschema@.fencing_permit p
+             WHERE p.session_id = s.session_id AND p.ended IS NULL) AS leases
     FROM @extschema@.fencing_session s
    WHERE pg_catalog.pg_has_role(current_user, s.holder_role::oid, 'USAGE')
       OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats', 'USAGE');

@@ -256,7 +256,10 @@ CALL fencing_await('p3', 'me', session => :s, wait => '0');
 CALL fencing_await('p3', ttl => '1 minute', session => :s, wait => '0');
 CALL fencing_await('p3', session => :s);
 \set VERBOSITY sqlstate
-CALL fencing_await('p3', session => :s, wait => '0', kind => 'shared');
+CALL fencing_await('p3', session => :s, wait => '0', kind => 'shared') \gset shr_
+\set VERBOSITY default
+SELECT :'shr_token'::bigint > 0 AS shared_in_session;
+\set VERBOSITY sqlstate
 BEGIN;
 CALL fencing_await('p3', session => :s, wait => '0');
 ROLLBACK;
@@ -279,6 +282,41 @@ CALL fencing_await('p3', session => :m, wait => '0');
 SELECT fencing_session_close(:m) AS mallory_released;
 RESET ROLE;
 SELECT fencing_session_close(:s) AS released;
+
+-- 11. Permits and shared leases in a session: one keepalive for every
+-- kind, each with its own token, ended with the session.
+SELECT fencing_session_open('sem-worker', '1 hour') AS s \gset
+SELECT fencing_session_acquire(:s, 'sem', kind => 'permit', permits => 1) AS pt,
+       fencing_session_acquire(:s, 'shr', kind => 'shared') AS st \gset
+SELECT leases FROM fencing_sessions WHERE session_id = :s;
+SELECT lock_name, kind, state, session_id = :s AS in_session
+  FROM fencing_permits WHERE lock_name IN ('sem', 'shr') ORDER BY 1;
+SELECT fencing_acquire_permit('sem', 'other', 1, '1 minute') IS NULL AS sem_busy;
+-- fencing_renew on a permit in a session renews the session, and with it
+-- every lease in it.
+SELECT fencing_session_renew(:s, '1 minute') AS shortened;
+SELECT fencing_renew('sem', :'pt', '1 hour') AS renewed;
+SELECT expires_at > now() + interval '50 minutes' AS session_renewed
+  FROM fencing_sessions WHERE session_id = :s;
+SELECT bool_and(expires_at > now() + interval '50 minutes') AS both_renewed
+  FROM fencing_permits WHERE lock_name IN ('sem', 'shr');
+-- A release takes that one out of the session only.
+SELECT fencing_release('shr', :'st') AS released_one;
+SELECT leases FROM fencing_sessions WHERE session_id = :s;
+SELECT state, session_id IS NULL AS out_of_session FROM fencing_permits WHERE lock_name = 'shr';
+-- Not renewed: the permit ends with the session, by the server's clock.
+SELECT fencing_session_renew(:s, '500 ms') AS renewed_short;
+SELECT pg_sleep(0.7);
+SELECT state FROM fencing_permits WHERE lock_name = 'sem';
+SELECT fencing_renew('sem', :'pt', '1 minute') AS renew_after_end;
+-- Close releases permits and shared leases too.
+SELECT fencing_session_open('sem-worker-2', '1 hour') AS s2 \gset
+SELECT fencing_session_acquire(:s2, 'shr', kind => 'shared') IS NOT NULL AS shared_again;
+SELECT fencing_session_close(:s2) AS closed_released;
+SELECT state, session_id IS NULL AS out_of_session FROM fencing_permits WHERE lock_name = 'shr';
+\set VERBOSITY sqlstate
+SELECT fencing_session_acquire(:s2, 'shr', kind => 'shared');
+\set VERBOSITY default
 
 \c contrib_regression
 DROP DATABASE fencing_session_probe;

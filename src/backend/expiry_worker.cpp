@@ -480,9 +480,9 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
   Oid await_args[lengthof(kAwaitArgs)];
   memcpy(await_args, kAwaitArgs, sizeof kAwaitArgs);
   await_args[lengthof(kAwaitArgs) - 1] = TokenTypeOid(schema);
-  // Sessions (1.8): an expired session's end goes into its leases first,
-  // which are then marked as any; a lease still in a session is the
-  // session's to end, whatever its own expires_at says.
+  // Sessions (1.8): an expired session's end goes into its leases, permits
+  // and shared leases first, which are then marked as any; one still in a
+  // session is the session's to end, whatever its own expires_at says.
   const bool has_sessions = OidIsValid(get_relname_relid("fencing_session", schema));
   // 1.7 exactly, by its fencing_await (1.8 gave it a session argument).  A
   // procedure: the function lookups (LookupFuncName) pass over it.
@@ -499,7 +499,8 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
   MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name",
               has_sessions ? "AND d.session_id IS NULL" : "");
   if (has_permits) {
-    MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id", "");
+    MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id",
+                has_sessions ? "AND d.session_id IS NULL" : "");
   }
   // The earliest end of a lease not marked, past or future: one that ended
   // after the marking's look (or was skipped) is due at once, so none falls
@@ -511,7 +512,7 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
                                  "(SELECT pg_catalog.min(l.expires_at) FROM %s.fencing_lease l "
                                  "WHERE l.ended IS NULL AND l.session_id IS NULL), "
                                  "(SELECT pg_catalog.min(p.expires_at) FROM %s.fencing_permit p "
-                                 "WHERE p.ended IS NULL), "
+                                 "WHERE p.ended IS NULL AND p.session_id IS NULL), "
                                  "(SELECT pg_catalog.min(x.expires_at) FROM %s.fencing_session x))",
                                  s, s, s)
                       : has_permits ? psprintf("SELECT LEAST("

@@ -605,6 +605,9 @@ AttemptRequest RequestFrom(FunctionCallInfo fcinfo, Oid schema, int payload_arg)
 struct EndMoved {
   bool moved;
   bool wake;
+  // A renewal of a lease in a session (1.8): the session, which the caller
+  // renews instead (nothing moved).
+  int64 session;
 };
 
 // What a moved end tells, for an exclusive lease, a permit or a shared
@@ -639,18 +642,17 @@ bool PublishMovedEnd(const char *lock_name, int64 lock_id, bool announced, Datum
 // (fencing_move_permit_end).
 EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lock_id, int64 token,
                        Datum holder_role, Datum remaining, const char *ended, bool announced) {
-  EndMoved result = {false, false};
+  EndMoved result = {false, false, 0};
   Relation permit = table_open(ids.permit, RowExclusiveLock);
   Relation probe = index_open(ids.permit_token, AccessShareLock);
   for (;;) {
     Snapshot snapshot = TakeSnapshot();
     const TimestampTz now = GetCurrentTimestamp();
     HeapTuple row = FetchRowByNumber(permit, probe, token, snapshot);
+    const TimestampTz old_end = row != nullptr ? LeaseRowEnd(ids, permit, row, snapshot) : 0;
     UnregisterSnapshot(snapshot);
     if (row == nullptr) break;
     bool is_null = false;
-    const TimestampTz old_end =
-        DatumGetTimestampTz(RowColumn(permit, row, ids.permit_expires_at, &is_null));
     bool ended_null = false;
     (void)RowColumn(permit, row, ids.permit_ended, &ended_null);
     const bool theirs =
@@ -659,11 +661,19 @@ EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lo
         ended_null && old_end > now;
     if (!theirs) break;
     PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
+    // In a session (1.8), as for an exclusive lease: a renewal is the
+    // session's, a release takes this one out of it.
+    const int64 in_session = LeaseRowSession(ids, permit, row);
+    if (in_session != 0 && ended == nullptr) {
+      result.session = in_session;
+      break;
+    }
     const Datum new_end = TimestampPlus(now, remaining);
-    const int columns[] = {ids.permit_expires_at, ids.permit_ended};
-    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
-    const bool nulls[] = {false, ended == nullptr};
-    if (ReplaceRow(permit, row, 2, columns, values, nulls)) {
+    const int columns[] = {ids.permit_expires_at, ids.permit_ended, ids.permit_session_id};
+    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0),
+                            Datum(0)};
+    const bool nulls[] = {false, ended == nullptr, true};
+    if (ReplaceRow(permit, row, in_session != 0 ? 3 : 2, columns, values, nulls)) {
       result.moved = true;
       result.wake = PublishMovedEnd(lock_name, lock_id, announced,
                                     RowColumn(permit, row, ids.permit_holder, &is_null), token,
@@ -917,12 +927,13 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     // Renewed, released or revoked meanwhile: judge the newer version.
   }
   // Not the exclusive lease: a permit or a shared lease (1.4).
-  if (lock_exists && may_use && !moved && !token_null && kind != LockKind::kExclusive &&
-      OidIsValid(ids.permit)) {
+  if (lock_exists && may_use && !moved && in_session == 0 && !token_null &&
+      kind != LockKind::kExclusive && OidIsValid(ids.permit)) {
     const EndMoved slot = MovePermitEnd(ids, lock_name, lock_id, token, holder_role, remaining,
                                         ended, announced);
     moved = slot.moved;
     wake = slot.wake;
+    in_session = slot.session;
   }
   CloseTables(t);
   if (!lock_exists) return false;  // no lock, no lease: as for any lease not the caller's
@@ -1028,7 +1039,7 @@ SlotLook LookAtSlots(Relation permit, Relation key, const LeaseTableIds &ids,
     bool is_null = false, ended_null = false;
     SlotSeen &seen = look.seen[i];
     seen.slot = DatumGetInt32(RowColumn(permit, row, ids.permit_slot, &is_null));
-    seen.expires_at = DatumGetTimestampTz(RowColumn(permit, row, ids.permit_expires_at, &is_null));
+    seen.expires_at = LeaseRowEnd(ids, permit, row, snapshot);  // a session's (1.8) is its own
     const Datum ended = RowColumn(permit, row, ids.permit_ended, &ended_null);
     seen.ended = !ended_null;
     // Released or revoked: free at its end; expired (marked or not): after
@@ -1037,7 +1048,10 @@ SlotLook LookAtSlots(Relation permit, Relation key, const LeaseTableIds &ids,
     seen.free_at = ended_early || no_delay
                        ? seen.expires_at
                        : DatumGetTimestampTz(TimestampPlus(seen.expires_at, lock_delay));
-    seen.ours = SameName(RowColumn(permit, row, ids.permit_holder_role, &is_null),
+    // A slot in a session is the session's: a plain acquire by the same
+    // holder takes another slot rather than renew it out of its session.
+    seen.ours = LeaseRowSession(ids, permit, row) == 0 &&
+                SameName(RowColumn(permit, row, ids.permit_holder_role, &is_null),
                          request.lease.holder_role) &&
                 DatumGetBool(DirectFunctionCall2Coll(
                     texteq, DEFAULT_COLLATION_OID,
@@ -1115,15 +1129,32 @@ void WriteSlotGrant(Relation permit, const LeaseTableIds &ids, const SlotRequest
                     TimestampTz now, Datum expires_at) {
   const bool counted = ids.permit_grant_count != InvalidAttrNumber;
   if (previous != nullptr) {
-    const int columns[] = {ids.permit_holder,     ids.permit_holder_role, ids.permit_token_column,
-                           ids.permit_granted_at, ids.permit_expires_at,  ids.permit_ended,
-                           ids.permit_grant_count};
-    const Datum values[] = {request.lease.holder,     request.lease.holder_role,
-                            Int64GetDatum(granted),   TimestampTzGetDatum(now),
-                            expires_at,               Datum(0),
-                            Int64GetDatum(grant_count)};
-    const bool nulls[] = {false, false, false, false, false, true, false};
-    if (!ReplaceRow(permit, previous, counted ? 7 : 6, columns, values, nulls)) {
+    // The new grant is in no session (1.8): an acquire in one ties it after.
+    int columns[] = {ids.permit_holder,
+                     ids.permit_holder_role,
+                     ids.permit_token_column,
+                     ids.permit_granted_at,
+                     ids.permit_expires_at,
+                     ids.permit_ended,
+                     0,
+                     0};
+    Datum values[] = {request.lease.holder,
+                      request.lease.holder_role,
+                      Int64GetDatum(granted),
+                      TimestampTzGetDatum(now),
+                      expires_at,
+                      Datum(0),
+                      Datum(0),
+                      Datum(0)};
+    bool nulls[] = {false, false, false, false, false, true, true, true};
+    int replaced = 6;
+    if (counted) {
+      columns[replaced] = ids.permit_grant_count;
+      values[replaced] = Int64GetDatum(grant_count);
+      nulls[replaced++] = false;
+    }
+    if (ids.permit_session_id != InvalidAttrNumber) columns[replaced++] = ids.permit_session_id;
+    if (!ReplaceRow(permit, previous, replaced, columns, values, nulls)) {
       // Cannot happen while the room and the row lock hold.
       ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
                       errmsg("slot %d of fencing lock \"%s\" changed while it was locked", slot,

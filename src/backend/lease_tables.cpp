@@ -281,6 +281,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.session_holder =
       OidIsValid(ids.session) ? ColumnOf(ids.session, "holder") : InvalidAttrNumber;
   ids.lease_session_id = get_attnum(ids.lease, "session_id");
+  ids.permit_session_id =
+      OidIsValid(ids.permit) ? get_attnum(ids.permit, "session_id") : InvalidAttrNumber;
   cached_ids = ids;
   ids_valid = true;
   return cached_ids;
@@ -471,34 +473,51 @@ bool ReplaceRow(Relation table, HeapTuple row, int count, const int *columns, co
   return true;
 }
 
-int64 LeaseRowSession(const LeaseTableIds &ids, Relation lease, HeapTuple row) {
-  if (ids.lease_session_id == InvalidAttrNumber || !OidIsValid(ids.session_key)) return 0;
+namespace {
+
+// The columns of a lease's end in `table`, fencing_lease or fencing_permit.
+struct EndColumns {
+  AttrNumber expires_at, ended, session_id;
+};
+
+EndColumns EndColumnsOf(const LeaseTableIds &ids, Relation table) {
+  if (RelationGetRelid(table) == ids.permit) {
+    return {ids.permit_expires_at, ids.permit_ended, ids.permit_session_id};
+  }
+  return {ids.lease_expires_at, ids.lease_ended, ids.lease_session_id};
+}
+
+}  // namespace
+
+int64 LeaseRowSession(const LeaseTableIds &ids, Relation table, HeapTuple row) {
+  const AttrNumber column = EndColumnsOf(ids, table).session_id;
+  if (column == InvalidAttrNumber || !OidIsValid(ids.session_key)) return 0;
   bool is_null = false;
-  const Datum session = RowColumn(lease, row, ids.lease_session_id, &is_null);
+  const Datum session = RowColumn(table, row, column, &is_null);
   return is_null ? 0 : DatumGetInt64(session);
 }
 
-TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation lease, HeapTuple row,
+TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation table, HeapTuple row,
                         Snapshot snapshot) {
+  const EndColumns columns = EndColumnsOf(ids, table);
   bool is_null = false;
-  const TimestampTz own =
-      DatumGetTimestampTz(RowColumn(lease, row, ids.lease_expires_at, &is_null));
-  const int64 session = LeaseRowSession(ids, lease, row);
+  const TimestampTz own = DatumGetTimestampTz(RowColumn(table, row, columns.expires_at, &is_null));
+  const int64 session = LeaseRowSession(ids, table, row);
   if (session == 0) return own;
   bool ended_null = false;
-  (void)RowColumn(lease, row, ids.lease_ended, &ended_null);
+  (void)RowColumn(table, row, columns.ended, &ended_null);
   if (!ended_null) return own;  // released or revoked: ended at its own end
-  Relation table = table_open(ids.session, AccessShareLock);
+  Relation sessions = table_open(ids.session, AccessShareLock);
   Relation key = index_open(ids.session_key, AccessShareLock);
-  HeapTuple found = FetchRowByNumber(table, key, session, snapshot);
+  HeapTuple found = FetchRowByNumber(sessions, key, session, snapshot);
   // No row: the session was closed or swept by a transaction this snapshot
   // sees, which wrote the lease's end too; the row's own end stands.
   const TimestampTz end =
       found != nullptr
-          ? DatumGetTimestampTz(RowColumn(table, found, ids.session_expires_at, &is_null))
+          ? DatumGetTimestampTz(RowColumn(sessions, found, ids.session_expires_at, &is_null))
           : own;
   index_close(key, NoLock);
-  table_close(table, NoLock);
+  table_close(sessions, NoLock);
   return end;
 }
 

@@ -57,9 +57,11 @@ struct LeaseTableIds {
       history_holder_role, history_granted_at, history_ended_at, history_end_reason;
   AttrNumber history_slot;  // 1.7 (InvalidAttrNumber before): a permit's or shared lease's slot
   // fencing_session and its primary key (1.8; InvalidOid before), its end,
-  // and the session a lease is in (InvalidAttrNumber before 1.8).
+  // and the session a lease, a permit or a shared lease is in
+  // (InvalidAttrNumber before 1.8).
   Oid session, session_key;
-  AttrNumber session_expires_at, session_holder, session_holder_role, session_ttl, lease_session_id;
+  AttrNumber session_expires_at, session_holder, session_holder_role, session_ttl, lease_session_id,
+      permit_session_id;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);
@@ -99,13 +101,15 @@ TokenSource TokenSourceOfRow(Relation lock, HeapTuple row);
 
 // A column of a fetched row.
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
-// The end of a fetched row of fencing_lease as every judge takes it: its
-// expires_at, or, for a lease in a session (1.8) that has not ended early,
-// the session's end as snapshot sees it.  The SQL side has the same rule,
-// fencing_lease_end().
-TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation lease, HeapTuple row, Snapshot snapshot);
-// The session a fetched row of fencing_lease is in, 0 if none.
-int64 LeaseRowSession(const LeaseTableIds &ids, Relation lease, HeapTuple row);
+// The end of a fetched row of fencing_lease or of fencing_permit (`table`)
+// as every judge takes it: its expires_at, or, for a lease in a session
+// (1.8) that has not ended early, the session's end as snapshot sees it.
+// The SQL side has the same rule, fencing_lease_end() (and the view
+// fencing_permit_ends).
+TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation table, HeapTuple row, Snapshot snapshot);
+// The session a fetched row of fencing_lease or of fencing_permit is in, 0
+// if none.
+int64 LeaseRowSession(const LeaseTableIds &ids, Relation table, HeapTuple row);
 
 // Locks the row version `row` (as fetched) for an update to come, as
 // SELECT ... FOR NO KEY UPDATE would, waiting for a transaction that is

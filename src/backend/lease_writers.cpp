@@ -102,9 +102,7 @@ LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token, Snaps
   if (found != nullptr) {
     bool is_null = false;
     look.row.found = true;
-    look.row.expires_at =
-        exclusive ? LeaseRowEnd(ids, table, found, snapshot)
-                  : DatumGetTimestampTz(RowColumn(table, found, ids.permit_expires_at, &is_null));
+    look.row.expires_at = LeaseRowEnd(ids, table, found, snapshot);
     const Datum ended =
         RowColumn(table, found, exclusive ? ids.lease_ended : ids.permit_ended, &is_null);
     // 'expired' only marks a lease whose end has passed: the end says it.
