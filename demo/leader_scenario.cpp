@@ -57,6 +57,7 @@ WorkerOptions CandidateOptions(const DemoOptions &options, int number, const std
   worker.table = table;
   worker.ttl = options.ttl;
   worker.acquire_wait = kCandidateAttemptWait;
+  worker.sessions = options.sessions;
   return worker;
 }
 
@@ -106,7 +107,8 @@ Verdict RunLeaderScenario(const DemoOptions &options, pqxx::connection &db, Time
   Run run(timeline, "leader",
           "leader scenario: " + std::to_string(kCandidateCount) + " candidates, lock " + lock_name +
               ", protected table " + table + " (log in " + table + "_log), ttl " +
-              MillisecondsText(options.ttl));
+              MillisecondsText(options.ttl) +
+              (options.sessions ? ", each candidate's lease in a session of its own" : ""));
   CreateLeaderTables(db, table);
 
   // Every accepted write is in the log table; the timeline shows the first

@@ -198,6 +198,9 @@ void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
       options.pause =
           ParseMilliseconds(option, cursor.ValueOf(option), std::chrono::milliseconds{1});
       pause_given = true;
+    } else if (option == "--sessions") {
+      cursor.RejectValue(option);
+      options.sessions = true;
     } else if (option == "--json") {
       cursor.RejectValue(option);
       options.json = true;
@@ -209,6 +212,9 @@ void ParseDemoOptions(ArgumentCursor &cursor, CommandLine &command_line) {
     }
   }
   ApplyLockServiceOptions(options, redis_address, etcd_url);
+  if (options.sessions && !options.run_leader_scenario) {
+    throw UsageError("--sessions applies to the leader scenario: add --scenario leader (or all)");
+  }
   // Long enough past the ttl for the lease to expire and B to take over and
   // write, short enough to keep the run brisk.
   if (!pause_given) options.pause = options.ttl * 5 / 2;
@@ -238,6 +244,8 @@ WorkerOptions ParseWorkerOptions(ArgumentCursor &cursor) {
       options.rows = static_cast<int>(ParseNonNegative(option, value));
     } else if (option == "--permits") {
       options.permits = static_cast<int>(ParseNonNegative(option, value));
+    } else if (option == "--sessions") {
+      options.sessions = value == "1";
     } else if (option == "--event-fd") {
       options.event_fd = static_cast<int>(ParseNonNegative(option, value));
     } else if (option == "--command-fd") {
@@ -336,6 +344,11 @@ Options:
   --pause MS              how long A stays stopped (default: 2.5 x ttl); in the
                           interleave scenario, how long B has to take the
                           lock: A resumes once B has written its rows
+  --sessions              in the leader scenario, each candidate opens a
+                          session (fencing_session_open) and takes the leader
+                          lease in it: one heartbeat renews the session, and
+                          the killed leader's lease ends when its session
+                          expires
   --json                  one JSON object per timeline line, then a summary
                           object, instead of text
   --no-color              no colours (they are only used on a terminal, and
@@ -367,6 +380,7 @@ std::vector<std::string> WorkerArguments(const WorkerOptions &options) {
           "--acquire-wait", std::to_string(options.acquire_wait.count()),
           "--rows",         std::to_string(options.rows),
           "--permits",      std::to_string(options.permits),
+          "--sessions",     options.sessions ? "1" : "0",
           "--event-fd",     std::to_string(options.event_fd),
           "--command-fd",   std::to_string(options.command_fd)};
 }

@@ -43,6 +43,9 @@ struct DemoOptions {
   // The permit scenario: the pause scenario on one permit of a semaphore of
   // kDemoPermits (1.4), the other permits held by a bystander.
   bool run_permit_scenario = true;
+  // --sessions: the leader scenario's candidates take the leader lease in a
+  // session of their own (fencing_session_open, 1.8), whose expiry ends it.
+  bool sessions = false;
   int rows = 20;  // the interleave scenario's table
   // --lock: the pause scenario's lock service; the others always use pg.
   LockServiceKind lock_service = LockServiceKind::kPg;
@@ -74,6 +77,7 @@ struct WorkerOptions {
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds acquire_wait{0};  // the wait of fencing_acquire's waiting form
   int permits = 0;      // > 0: one permit of a semaphore of this many (pg only), not the lease
+  bool sessions = false;  // the leader candidate: its lease in a session (DemoOptions::sessions)
   int rows = 0;         // the interleave table's (interleave roles only)
   int event_fd = -1;    // write end of the orchestrator's event pipe
   int command_fd = -1;  // read end of this worker's command pipe

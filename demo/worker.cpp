@@ -15,6 +15,7 @@
 #include "events.hpp"
 #include "lock_service.hpp"
 #include "pg_fencing/client.hpp"
+#include "pg_fencing/session.hpp"
 
 namespace pg_fencing::demo {
 
@@ -211,20 +212,44 @@ void RunInterleaveSuccessor(const WorkerOptions &options, const EventWriter &eve
   });
 }
 
+// With --sessions: takes the leader lease in the candidate's session,
+// opening one first if it has none or lost the last (its on_lost reports the
+// loss, which is every lease's in it); throws as AcquireLock does.
+std::unique_ptr<HeldLock> AcquireInSession(const WorkerOptions &options, const EventWriter &events,
+                                           std::unique_ptr<client::Session> &session) {
+  if (!session || !session->held()) {
+    session.reset();  // closes a lost one before its successor opens
+    client::SessionOptions opened;
+    opened.conninfo = options.conninfo;
+    opened.holder = LeaseHolderName(options.name, getpid());
+    opened.ttl = options.ttl;
+    opened.on_lost = [&events](const std::string &reason) {
+      events.Emit(EventKind::kLeaseLost, std::nullopt, "its session: " + reason);
+    };
+    session = std::make_unique<client::Session>(std::move(opened));
+  }
+  client::SessionLockOptions lock;
+  lock.wait = options.acquire_wait;
+  return session->Lock(options.lock_name, lock);
+}
+
 // Competes for the leader lease until told to stop; while it leads, writes
 // to the protected row every kLeaderWritePeriod.
 void RunLeaderCandidate(const WorkerOptions &options, const EventWriter &events) {
   pqxx::connection db(options.conninfo);
   const std::string holder = LeaseHolderName(options.name, getpid());
+  std::unique_ptr<client::Session> session;  // --sessions only; outlives the leases
   while (AwaitCommand(options.command_fd, std::chrono::milliseconds{0}) != Command::kStop) {
     std::unique_ptr<HeldLock> lease;
     try {
-      lease = AcquireLock(options, events);
+      lease = options.sessions ? AcquireInSession(options, events, session)
+                               : AcquireLock(options, events);
     } catch (const client::LeaseUnavailableError &) {
       continue;  // someone else leads; the wait is short so a stop is seen soon
     }
     const Token token = lease->token();
-    events.Emit(EventKind::kAcquired, token);
+    events.Emit(EventKind::kAcquired, token,
+                session ? "in fencing session " + std::to_string(session->id()) : std::string());
 
     while (lease->held()) {
       if (!ReportFencedWrite(events, token, {},

@@ -57,6 +57,25 @@ demo_run() {
   with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
+# The demo's leader scenario with each candidate's lease in a session of its
+# own (--sessions): it must pass, and every term must have been held in a
+# session (the timeline says in which).
+demo_sessions_run() {
+  local out
+  out=$(with_throwaway_cluster build/demo/pg_fencing_demo --no-color --scenario leader --sessions) || {
+    printf '%s\n' "$out"
+    return 1
+  }
+  printf '%s\n' "$out"
+  local terms in_sessions
+  terms=$(grep -c ' holds token ' <<<"$out")
+  in_sessions=$(grep -c ' holds token .*(in fencing session [0-9]*)' <<<"$out")
+  if ((terms < 3 || in_sessions != terms)); then
+    echo "expected every one of the 3 or more terms held in a session; $in_sessions of $terms were" >&2
+    return 1
+  fi
+}
+
 # The same with the guard's fast paths off, so that its tests pass both
 # ways: pg_fencing.shared_fence = off (every writer under a lock takes its
 # fence gate exclusively, as before 1.4) and pg_fencing.fast_update = off
@@ -197,6 +216,7 @@ run_suite "fuzzing the core (libFuzzer, ${FUZZ_SECONDS:-30} s)" fuzz_core
 run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
+run_suite "demo, the leader scenario in sessions (--sessions)" demo_sessions_run
 run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock_services_run
 run_suite "Prometheus exporter and the demo chart (test/exporter/run.sh)" exporter_and_chart
 run_suite "Python example (psycopg2, unittest)" python_example

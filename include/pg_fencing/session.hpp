@@ -8,9 +8,11 @@
 //   std::optional<Token> p3 = session.Acquire("partition-3");
 //   auto both = session.AcquireAll({"acct-7", "acct-9"});   // every lock or none
 //   ... write with *p3 while session.held() ...
+//   std::unique_ptr<HeldLock> leader = session.Lock("leader");  // the Lease API
 //   session.Close();                                         // releases them all
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -37,6 +39,52 @@ struct SessionOptions {
   // no renewal can land before the deadline any more.  Not called after
   // Close() or once destruction began.  It must not destroy the Session.
   std::function<void(const std::string &reason)> on_lost;
+};
+
+// How Session::Lock takes its lock: the kinds of LeaseOptions, with the
+// same wait (CALL fencing_await(..., session =>), no snapshot held) and
+// payload.  No holder, ttl or heartbeat: those are the session's.
+struct SessionLockOptions {
+  LeaseOptions::Mode mode = LeaseOptions::Mode::kExclusive;
+  int permits = 0;  // kPermit only: the semaphore's number of permits
+  std::optional<std::chrono::milliseconds> wait;
+  std::optional<std::string> payload;  // JSON text; exclusive leases only
+};
+
+class Session;
+
+// A lease taken in a Session, behind the same HeldLock interface as a Lease
+// (the demo's scenarios and any code written against a Lease take it as it
+// is): held() is the session's, and false once Release()d.  Its destructor
+// releases it if still held, and never throws.  It must not outlive its
+// Session.
+class SessionLease final : public HeldLock {
+ public:
+  ~SessionLease() override;
+  SessionLease(const SessionLease &) = delete;
+  SessionLease &operator=(const SessionLease &) = delete;
+
+  Token token() const noexcept override { return token_; }
+  const std::string &lock_name() const noexcept { return lock_name_; }
+  // 'lock "name" in fencing session 7'.
+  std::string Describe() const override;
+  bool held() const override;
+  void CheckHeld() const override;
+  std::string lost_reason() const override;
+  // fencing_release of this lease only; the session and its other leases
+  // live on.  Idempotent: later calls return false.
+  bool Release() override;
+
+ private:
+  friend class Session;
+  SessionLease(Session &session, std::string lock_name, LeaseOptions::Mode mode, Token token)
+      : session_(session), lock_name_(std::move(lock_name)), mode_(mode), token_(token) {}
+
+  Session &session_;
+  const std::string lock_name_;
+  const LeaseOptions::Mode mode_;
+  const Token token_;
+  std::atomic<bool> released_{false};
 };
 
 class Session {
@@ -72,6 +120,14 @@ class Session {
   // take turns on one connection of the session's.
   std::optional<Token> Acquire(const std::string &lock_name,
                                std::optional<std::chrono::milliseconds> wait = std::nullopt);
+  // The Lease API over the session: takes lock_name in it, of any kind
+  // (fencing_session_acquire with kind, permits and payload, or CALL
+  // fencing_await(..., session =>) when options.wait is given), as a
+  // HeldLock whose held() is the session's.  Throws LeaseUnavailableError
+  // when the lock stays busy, std::invalid_argument for a payload on a lease
+  // that is not exclusive, and otherwise as Acquire.
+  std::unique_ptr<SessionLease> Lock(const std::string &lock_name,
+                                     const SessionLockOptions &options = {});
   // Every lock of lock_names or none (fencing_session_acquire_all): their
   // tokens in the order given, or nullopt when not all could be had within
   // `wait`.  Never deadlocks with another session's AcquireAll.
@@ -87,14 +143,20 @@ class Session {
 
  private:
   Heartbeat::Renewal Renew(Heartbeat::Clock::time_point deadline);
-  // Acquire's wait: CALL fencing_await on the work connection; the token as
-  // text, nullopt when the wait ran out.
+  // One lease in the session, as options say: its token, nullopt when the
+  // lock is busy (after the wait, if one was given).
+  std::optional<Token> AcquireOne(const std::string &lock_name, const SessionLockOptions &options);
+  // AcquireOne's wait: CALL fencing_await on the work connection; the token
+  // as text, nullopt when the wait ran out.
   std::optional<std::string> AwaitInSession(const std::string &lock_name,
-                                            std::chrono::milliseconds wait);
-  // Runs sql($1 the session, $2 locks, $3 the wait) on the work connection
-  // at READ COMMITTED: its value as text, nullopt for NULL (not granted).
+                                            const SessionLockOptions &options);
+  // Runs sql($1 the session, $2 locks, $3 the wait, then `more`) on the
+  // work connection at READ COMMITTED: its value as text, nullopt for NULL
+  // (not granted).
+  template <typename... More>
   std::optional<std::string> AcquireInSession(const char *sql, const std::string &locks,
-                                              std::optional<std::chrono::milliseconds> wait);
+                                              std::optional<std::chrono::milliseconds> wait,
+                                              More &&...more);
 
   SessionOptions options_;
   std::int64_t id_ = 0;

@@ -45,12 +45,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 using detail::IntervalText;
-
-std::string TokenText(Token token) {
-  char buf[kTokenTextBufferSize];
-  const std::size_t length = FormatToken(token, buf);
-  return std::string(buf, length);
-}
+using detail::TokenText;
 
 // The value fencing_acquire returned: a token, or NULL when the lock is busy.
 std::optional<Token> TokenFromField(const pqxx_compat::Field &field) {

@@ -61,6 +61,19 @@ std::vector<Token> TokensOfArray(const std::string &text) {
   return tokens;
 }
 
+// The kind argument of fencing_session_acquire and fencing_await.
+const char *KindOf(LeaseOptions::Mode mode) {
+  switch (mode) {
+    case LeaseOptions::Mode::kShared:
+      return "shared";
+    case LeaseOptions::Mode::kPermit:
+      return "permit";
+    case LeaseOptions::Mode::kExclusive:
+      break;
+  }
+  return "exclusive";
+}
+
 }  // namespace
 
 Session::Session(SessionOptions options) : options_(std::move(options)) {
@@ -137,10 +150,40 @@ Heartbeat::Renewal Session::Renew(Clock::time_point deadline) {
 
 std::optional<Token> Session::Acquire(const std::string &lock_name,
                                       std::optional<milliseconds> wait) {
+  SessionLockOptions options;
+  options.wait = wait;
+  return AcquireOne(lock_name, options);
+}
+
+std::unique_ptr<SessionLease> Session::Lock(const std::string &lock_name,
+                                            const SessionLockOptions &options) {
+  const std::optional<Token> token = AcquireOne(lock_name, options);
+  if (!token) {
+    throw LeaseUnavailableError(
+        "lock \"" + lock_name + "\"" +
+        (options.mode == LeaseOptions::Mode::kPermit ? ": every permit is taken"
+                                                     : " is held by another holder") +
+        (options.wait ? " (waited " + std::to_string(options.wait->count()) + " ms)" : ""));
+  }
+  // Not make_unique: the constructor is private, for Session only.
+  return std::unique_ptr<SessionLease>(new SessionLease(*this, lock_name, options.mode, *token));
+}
+
+std::optional<Token> Session::AcquireOne(const std::string &lock_name,
+                                         const SessionLockOptions &options) {
+  if (options.payload && options.mode != LeaseOptions::Mode::kExclusive) {
+    throw std::invalid_argument("lock \"" + lock_name + "\": a payload needs an exclusive lease");
+  }
+  const std::string permits =
+      options.mode == LeaseOptions::Mode::kPermit ? std::to_string(options.permits) : "";
   const std::optional<std::string> token =
-      wait ? AwaitInSession(lock_name, *wait)
-           : AcquireInSession("SELECT fencing_session_acquire($1, $2, $3::interval)", lock_name,
-                              std::nullopt);
+      options.wait
+          ? AwaitInSession(lock_name, options)
+          : AcquireInSession(
+                "SELECT fencing_session_acquire($1, $2, $3::interval, payload => $4::jsonb, "
+                "kind => $5, permits => $6::integer)",
+                lock_name, std::nullopt, options.payload ? options.payload->c_str() : nullptr,
+                KindOf(options.mode), permits.empty() ? nullptr : permits.c_str());
   if (!token) return std::nullopt;
   return detail::TokenOfText(token->c_str());
 }
@@ -149,13 +192,19 @@ std::optional<Token> Session::Acquire(const std::string &lock_name,
 // procedure ends its own transactions): it commits each attempt before it
 // sleeps, so that a wait of hours holds no snapshot, as Lease's does.
 std::optional<std::string> Session::AwaitInSession(const std::string &lock_name,
-                                                   milliseconds wait) {
+                                                   const SessionLockOptions &options) {
+  const std::string permits =
+      options.mode == LeaseOptions::Mode::kPermit ? std::to_string(options.permits) : "";
   std::lock_guard<std::mutex> lock(work_mutex_);
   CheckHeld();
   pqxx::nontransaction tx(*work_conn_);
-  const pqxx::row row =
-      pqxx_compat::ExecParams1(tx, "CALL fencing_await($1, session => $2, wait => $3::interval)",
-                               lock_name, id_, IntervalText(wait));
+  const pqxx::row row = pqxx_compat::ExecParams1(
+      tx,
+      "CALL fencing_await($1, session => $2, wait => $3::interval, kind => $4, "
+      "permits => $5::integer, payload => $6::jsonb)",
+      lock_name, id_, IntervalText(*options.wait), KindOf(options.mode),
+      permits.empty() ? nullptr : permits.c_str(),
+      options.payload ? options.payload->c_str() : nullptr);
   if (row[0].is_null()) return std::nullopt;
   return std::string(row[0].c_str());
 }
@@ -169,8 +218,10 @@ std::optional<std::vector<Token>> Session::AcquireAll(const std::vector<std::str
   return TokensOfArray(*tokens);
 }
 
+template <typename... More>
 std::optional<std::string> Session::AcquireInSession(const char *sql, const std::string &locks,
-                                                     std::optional<milliseconds> wait) {
+                                                     std::optional<milliseconds> wait,
+                                                     More &&...more) {
   std::lock_guard<std::mutex> lock(work_mutex_);
   CheckHeld();
   // READ COMMITTED, as the waiting acquire requires (pqxx's BEGIN leaves the
@@ -179,8 +230,8 @@ std::optional<std::string> Session::AcquireInSession(const char *sql, const std:
   pqxx_compat::Exec0(tx, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
   const std::string wait_text = wait ? IntervalText(*wait) : std::string();
   // A null char pointer is SQL NULL (no wait) to libpqxx 6 and 7 alike.
-  const pqxx::row row =
-      pqxx_compat::ExecParams1(tx, sql, id_, locks, wait ? wait_text.c_str() : nullptr);
+  const pqxx::row row = pqxx_compat::ExecParams1(
+      tx, sql, id_, locks, wait ? wait_text.c_str() : nullptr, std::forward<More>(more)...);
   tx.commit();
   if (row[0].is_null()) return std::nullopt;
   return std::string(row[0].c_str());
@@ -200,6 +251,50 @@ int Session::Close() {
   closed_ = true;
   pqxx::nontransaction tx(*work_conn_);
   return pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", id_)[0].as<int>();
+}
+
+}  // namespace pg_fencing::client
+
+namespace pg_fencing::client {
+
+SessionLease::~SessionLease() {
+  try {
+    if (held()) Release();
+  } catch (...) {
+    // A destructor must not throw; the lease ends with the session.
+  }
+}
+
+std::string SessionLease::Describe() const {
+  const std::string session = " in fencing session " + std::to_string(session_.id());
+  switch (mode_) {
+    case LeaseOptions::Mode::kShared:
+      return "lock \"" + lock_name_ + "\" (shared)" + session;
+    case LeaseOptions::Mode::kPermit:
+      return "a permit of semaphore \"" + lock_name_ + "\"" + session;
+    case LeaseOptions::Mode::kExclusive:
+      break;
+  }
+  return "lock \"" + lock_name_ + "\"" + session;
+}
+
+bool SessionLease::held() const { return !released_ && session_.held(); }
+
+void SessionLease::CheckHeld() const {
+  if (!held()) {
+    throw LeaseLostError(Describe() + " (token " + detail::TokenText(token_) +
+                         ") is no longer held: " + lost_reason());
+  }
+}
+
+std::string SessionLease::lost_reason() const {
+  if (released_) return "released";
+  return session_.lost_reason();
+}
+
+bool SessionLease::Release() {
+  if (released_.exchange(true)) return false;
+  return session_.Release(lock_name_, token_);
 }
 
 }  // namespace pg_fencing::client

@@ -16,6 +16,13 @@ inline std::string IntervalText(std::chrono::milliseconds duration) {
   return std::to_string(duration.count()) + " milliseconds";
 }
 
+// A token as the server prints it, for messages.
+inline std::string TokenText(Token token) {
+  char buf[kTokenTextBufferSize];
+  const std::size_t length = FormatToken(token, buf);
+  return std::string(buf, length);
+}
+
 // A token the server returned; std::runtime_error if it is malformed.
 inline Token TokenOfText(const char *text) {
   const ParseResult parsed = ParseToken(text);

@@ -590,6 +590,73 @@ TEST_F(ClientTest, SessionOnLostFiresOnceWhenClosedFromAnotherConnection) {
   EXPECT_EQ(lost.calls(), 1);
 }
 
+// The Lease API over a session: Session::Lock gives a HeldLock of any kind,
+// whose held() is the session's, whose Release() ends that lease only, and
+// whose destructor releases it.
+TEST_F(ClientTest, SessionLockIsAHeldLockOfAnyKind) {
+  const std::string leader = Name("leader"), pool = Name("pool"), reads = Name("reads");
+  Session session(SessionOf("locker", 5s));
+  SessionLockOptions exclusive;
+  exclusive.payload = R"({"addr": "10.0.0.7:5000"})";
+  const std::unique_ptr<SessionLease> lead = session.Lock(leader, exclusive);
+  const HeldLock &as_lock = *lead;  // what code written for a Lease takes
+  EXPECT_TRUE(as_lock.held());
+  EXPECT_EQ(as_lock.token(), Row(leader).token);
+  EXPECT_EQ(as_lock.Describe(),
+            "lock \"" + leader + "\" in fencing session " + std::to_string(session.id()));
+  const std::optional<LeaderInfo> info = ReadLeader(*conn_, leader);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->holder, "locker");
+  EXPECT_EQ(info->payload, std::optional<std::string>(R"({"addr": "10.0.0.7:5000"})"));
+
+  SessionLockOptions permit;
+  permit.mode = LeaseOptions::Mode::kPermit;
+  permit.permits = 2;
+  const std::unique_ptr<SessionLease> p1 = session.Lock(pool, permit);
+  const std::unique_ptr<SessionLease> p2 = session.Lock(pool, permit);
+  EXPECT_NE(p1->token(), p2->token());
+  Session other(SessionOf("other", 5s));
+  EXPECT_THROW(other.Lock(pool, permit), LeaseUnavailableError) << "both permits are taken";
+  EXPECT_THROW(other.Lock(leader), LeaseUnavailableError);
+  SessionLockOptions payload_on_permit = permit;
+  payload_on_permit.payload = "{}";
+  EXPECT_THROW(other.Lock(pool, payload_on_permit), std::invalid_argument);
+
+  SessionLockOptions shared;
+  shared.mode = LeaseOptions::Mode::kShared;
+  const std::unique_ptr<SessionLease> r1 = session.Lock(reads, shared);
+  const std::unique_ptr<SessionLease> r2 = other.Lock(reads, shared);
+  EXPECT_TRUE(r1->held() && r2->held());
+
+  // Release ends one lease; the session and the rest live on.
+  EXPECT_TRUE(p1->Release());
+  EXPECT_FALSE(p1->Release()) << "idempotent";
+  EXPECT_FALSE(p1->held());
+  EXPECT_EQ(p1->lost_reason(), "released");
+  EXPECT_THROW(p1->CheckHeld(), LeaseLostError);
+  EXPECT_TRUE(p2->held() && lead->held() && session.held());
+  const std::unique_ptr<SessionLease> p3 = other.Lock(pool, permit);
+  EXPECT_GT(p3->token(), p2->token());
+
+  {
+    // The destructor releases: the lock is free for a waiter at once.
+    const std::unique_ptr<SessionLease> scoped = other.Lock(Name("scoped"));
+  }
+  EXPECT_FALSE(Row(Name("scoped")).live);
+
+  // The session's loss is every lease's.
+  EXPECT_EQ(session.Close(), 3) << "the leader, p2 and r1";
+  EXPECT_FALSE(lead->held());
+  EXPECT_FALSE(p2->held());
+  EXPECT_FALSE(r1->held());
+  EXPECT_FALSE(lead->Release()) << "closed with its session";
+  EXPECT_TRUE(r2->held());
+  SessionLockOptions waiting;
+  waiting.wait = 2s;
+  const std::unique_ptr<SessionLease> next = other.Lock(leader, waiting);
+  EXPECT_GT(next->token(), lead->token());
+}
+
 TEST(SessionOptionsTest, InvalidHeartbeatIsRefusedBeforeConnecting) {
   SessionOptions options;
   options.conninfo = "host=/nonexistent";  // never reached
