@@ -22,10 +22,15 @@
 #   shared_cycle     SELECT fencing_acquire_shared(...); SELECT fencing_release(...)  (two transactions)
 #   permit_renew     SELECT fencing_renew(...) of a held permit  (one transaction)
 #   shared_renew     SELECT fencing_renew(...) of a held shared lease  (one transaction)
+#   session_cycle    SELECT fencing_session_acquire(...) in an open session;
+#                    SELECT fencing_release(...)  (two transactions; 1.8)
+#   session_renew    SELECT fencing_session_renew(...) of a session holding one lease  (1.8)
 # KINDS="..." picks the kinds (default: bare_update acquire_release renew);
 # KINDS=permits is "acquire_release permit_cycle shared_cycle renew
 # permit_renew shared_renew" (issue 25: the permit and shared forms against
-# the exclusive lease's, whose ratios are written to
+# the exclusive lease's), KINDS=sessions "acquire_release session_cycle
+# renew session_renew" (issue 27: a session's against a plain lease's); the
+# ratios are written to
 # OUT_DIR/callgrind_lease_ratios.csv: each cycle against acquire_release,
 # each renew against renew, when both were counted).  Each cycled lock
 # (cycled, cycled-sem, cycled-rw) has its kind settled by a first cycle at
@@ -138,6 +143,17 @@ SELECT bench_fail('the first shared lease of cycled-rw was not released');
 CREATE TABLE held_tokens (what text PRIMARY KEY, tok fencing_token NOT NULL);
 INSERT INTO held_tokens VALUES ('permit', fencing_acquire_permit('renewed-sem', 'r', 4, '1 day'));
 INSERT INTO held_tokens VALUES ('shared', fencing_acquire_shared('renewed-rw', 'r', '1 day'));
+-- 1.8: a session to cycle a lease in ('cycled-s'), and one holding a lease,
+-- renewed.  Their ids are tokens too (fencing_grant()).
+SELECT EXISTS (SELECT FROM pg_proc WHERE proname = 'fencing_session_open') AS has_sessions \gset
+\if :has_sessions
+INSERT INTO held_tokens VALUES ('cycle_session', fencing_session_open('c', '1 day')::fencing_token);
+INSERT INTO held_tokens VALUES ('renew_session', fencing_session_open('r', '1 day')::fencing_token);
+SELECT fencing_create_lock('cycled-s');
+SELECT fencing_set_announce('cycled-s', ${ANNOUNCE:-0} = 1);
+SELECT fencing_session_acquire(tok::bigint, 'renewed-s') IS NOT NULL AS held
+  FROM held_tokens WHERE what = 'renew_session' \gset
+\endif
 VACUUM ANALYZE;
 SQL
 stop_server
@@ -159,6 +175,7 @@ session() { # kind count
     echo "SELECT token AS leased_token FROM fencing_leases WHERE lock_name = 'leased' \\gset"
     echo "SELECT tok AS permit_token FROM held_tokens WHERE what = 'permit' \\gset"
     echo "SELECT tok AS shared_token FROM held_tokens WHERE what = 'shared' \\gset"
+    echo "SELECT max(tok) FILTER (WHERE what = 'cycle_session') AS cycle_session, max(tok) FILTER (WHERE what = 'renew_session') AS renew_session FROM held_tokens \\gset"
     echo "SELECT 1;"  # warm the caches the first operation would otherwise pay for
     case $kind in
       acquire_release)
@@ -184,6 +201,17 @@ session() { # kind count
         for _ in $(seq 0 "$count"); do echo "UPDATE row_leased SET tok = :'leased_token', val = val + 1 WHERE id = 1;"; done ;;
       lock_update_leased)
         for _ in $(seq 0 "$count"); do echo "UPDATE lock_leased SET tok = :'leased_token', val = val + 1 WHERE id = 1;"; done ;;
+      session_cycle)
+        for _ in $(seq 0 "$count"); do
+          echo "SELECT fencing_session_acquire(:'cycle_session', 'cycled-s') AS tok \\gset"
+          echo "SELECT fencing_release('cycled-s', :'tok') AS ok \\gset"
+          echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: a release returned false');"; echo "\\endif"
+        done ;;
+      session_renew)
+        for _ in $(seq 0 "$count"); do
+          echo "SELECT fencing_session_renew(:'renew_session', '1 day') AS ok \\gset"
+          echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: a renew returned false');"; echo "\\endif"
+        done ;;
       permit_cycle | shared_cycle)
         # As acquire_release, one uncounted cycle first.  Every result is
         # checked in psql (the server's work is the same as unchecked): a
@@ -226,6 +254,7 @@ count_of() { # pid: the backend's instruction count once it has exited
 echo "kind,live_locks,operations,instructions_per_operation" >"$out/callgrind_lease.csv"
 kinds=${KINDS:-bare_update acquire_release renew}
 [[ $kinds == permits ]] && kinds="acquire_release permit_cycle shared_cycle renew permit_renew shared_renew"
+[[ $kinds == sessions ]] && kinds="acquire_release session_cycle renew session_renew"
 for kind in $kinds; do
   p0=$(session "$kind" 0)
   p1=$(session "$kind" "$n")
@@ -234,7 +263,7 @@ for kind in $kinds; do
   per=$(( (c1 - c0) / n ))
   echo "$kind,$live,$n,$per" >>"$out/callgrind_lease.csv"
   case $kind in
-    acquire_release | lock_update | permit_cycle | shared_cycle) cp "$work/cg.$p1" "$out/callgrind.$kind.out" ;;
+    acquire_release | lock_update | permit_cycle | shared_cycle | session_cycle) cp "$work/cg.$p1" "$out/callgrind.$kind.out" ;;
   esac
 done
 cat "$out/callgrind_lease.csv"
@@ -243,8 +272,8 @@ cat "$out/callgrind_lease.csv"
 awk -F, '
   NR > 1 { per[$1] = $4; order[++n] = $1 }
   END {
-    base["permit_cycle"] = base["shared_cycle"] = "acquire_release"
-    base["permit_renew"] = base["shared_renew"] = "renew"
+    base["permit_cycle"] = base["shared_cycle"] = base["session_cycle"] = "acquire_release"
+    base["permit_renew"] = base["shared_renew"] = base["session_renew"] = "renew"
     print "kind,instructions_per_operation,baseline,baseline_instructions,ratio"
     for (i = 1; i <= n; i++) {
       k = order[i]; b = base[k]

@@ -101,7 +101,8 @@ CREATE OR REPLACE VIEW @extschema@.fencing_leases WITH (security_barrier) AS
          CASE WHEN e.expires_at > clock_timestamp() THEN 'live'
               ELSE coalesce(l.ended, 'expired') END AS state,
          l.end_reason,
-         l.session_id
+         -- Only while in it: a released lease keeps the id in its row.
+         CASE WHEN l.ended IS NULL THEN l.session_id END AS session_id
     FROM @extschema@.fencing_lease l
     JOIN @extschema@.fencing_lock k ON k.lock_name = l.lock_name
     LEFT JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
@@ -205,7 +206,8 @@ CREATE OR REPLACE VIEW @extschema@.fencing_permits WITH (security_barrier) AS
          @extschema@.fencing_permit_free_at(p.ends_at, p.ended, k.lock_delay) AS available_at,
          CASE WHEN p.ends_at > clock_timestamp() THEN 'live'
               ELSE coalesce(p.ended, 'expired') END AS state,
-         p.session_id
+         -- Only while in it: a released slot keeps the id in its row.
+         CASE WHEN p.ended IS NULL THEN p.session_id END AS session_id
     FROM @extschema@.fencing_permit_ends p
     JOIN @extschema@.fencing_lock k ON k.lock_id = p.lock_id
    WHERE @extschema@.fencing_role_may_read(

@@ -1193,7 +1193,10 @@ CREATE TABLE @extschema@.fencing_lease (
   ended text,
   end_reason text,
   grant_count bigint NOT NULL DEFAULT 1,
-  session_id bigint  -- the session the lease is in (1.8; NULL: none)
+  -- The session the lease was taken in (1.8; NULL: none).  Its end is the
+  -- session's while it has not ended early: a release leaves the id, so
+  -- that it stays a HOT update (the views show it only while in it).
+  session_id bigint
 ) WITH (fillfactor = 20);
 CREATE INDEX fencing_lease_name_hash ON @extschema@.fencing_lease USING hash (lock_name);
 CREATE INDEX fencing_lease_token ON @extschema@.fencing_lease (token);
@@ -1378,7 +1381,8 @@ CREATE VIEW @extschema@.fencing_leases WITH (security_barrier) AS
          CASE WHEN e.expires_at > clock_timestamp() THEN 'live'
               ELSE coalesce(l.ended, 'expired') END AS state,
          l.end_reason,
-         l.session_id
+         -- Only while in it: a released lease keeps the id in its row.
+         CASE WHEN l.ended IS NULL THEN l.session_id END AS session_id
     FROM @extschema@.fencing_lease l
     JOIN @extschema@.fencing_lock k ON k.lock_name = l.lock_name
     LEFT JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
@@ -1528,7 +1532,7 @@ CREATE TABLE @extschema@.fencing_permit (
   ended text,
   grant_count bigint NOT NULL DEFAULT 1,
   PRIMARY KEY (lock_id, slot),
-  session_id bigint  -- the session the permit is in (1.8; NULL: none)
+  session_id bigint  -- the session it was taken in (1.8), as fencing_lease's
 );
 CREATE UNIQUE INDEX fencing_permit_token ON @extschema@.fencing_permit (token);
 -- A session's permits and shared leases, for its close and its sweep.
@@ -1568,7 +1572,8 @@ CREATE VIEW @extschema@.fencing_permits WITH (security_barrier) AS
          @extschema@.fencing_permit_free_at(p.ends_at, p.ended, k.lock_delay) AS available_at,
          CASE WHEN p.ends_at > clock_timestamp() THEN 'live'
               ELSE coalesce(p.ended, 'expired') END AS state,
-         p.session_id
+         -- Only while in it: a released slot keeps the id in its row.
+         CASE WHEN p.ended IS NULL THEN p.session_id END AS session_id
     FROM @extschema@.fencing_permit_ends p
     JOIN @extschema@.fencing_lock k ON k.lock_id = p.lock_id
    WHERE @extschema@.fencing_role_may_read(

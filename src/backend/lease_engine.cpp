@@ -662,18 +662,18 @@ EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lo
     if (!theirs) break;
     PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
     // In a session (1.8), as for an exclusive lease: a renewal is the
-    // session's, a release takes this one out of it.
+    // session's; a release ends this one at its own end and leaves its
+    // session_id, for the HOT update (see MoveLeaseEnd).
     const int64 in_session = LeaseRowSession(ids, permit, row);
     if (in_session != 0 && ended == nullptr) {
       result.session = in_session;
       break;
     }
     const Datum new_end = TimestampPlus(now, remaining);
-    const int columns[] = {ids.permit_expires_at, ids.permit_ended, ids.permit_session_id};
-    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0),
-                            Datum(0)};
-    const bool nulls[] = {false, ended == nullptr, true};
-    if (ReplaceRow(permit, row, in_session != 0 ? 3 : 2, columns, values, nulls)) {
+    const int columns[] = {ids.permit_expires_at, ids.permit_ended};
+    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
+    const bool nulls[] = {false, ended == nullptr};
+    if (ReplaceRow(permit, row, 2, columns, values, nulls)) {
       result.moved = true;
       result.wake = PublishMovedEnd(lock_name, lock_id, announced,
                                     RowColumn(permit, row, ids.permit_holder, &is_null), token,
@@ -850,8 +850,17 @@ AttemptRequest SessionRequest(Oid schema, int64 session, const SessionInUse &in_
 }
 
 // A lease's end is its session's: one that passed while the grant was
-// made (not renewed meanwhile) undoes the grant (55Z05).
-void CheckSessionOutlived(Oid schema, int64 session, const char *lock_name) {
+// made (not renewed meanwhile) undoes the grant (55Z05).  in_use is the
+// session as the acquire found it, locked against its close and its sweep
+// since: while the end it read lies ahead, the session has not ended by
+// that end, and only a renewal can have moved it -- one with a ttl shorter
+// than the time since it ran would have ended it already, which is no
+// different from a session that ends the moment after the acquire
+// returns.  So the session's row is read again only once that end has
+// passed (saving a look-up on the acquire's hot path).
+void CheckSessionOutlived(Oid schema, int64 session, const SessionInUse &in_use,
+                          const char *lock_name) {
+  if (in_use.expires_at > GetCurrentTimestamp()) return;
   Oid saved_user;
   int saved_context;
   GetUserIdAndSecContext(&saved_user, &saved_context);
@@ -909,15 +918,18 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     if (!theirs) break;
     PreventCommandIfReadOnly(ended != nullptr ? "fencing_release()" : "fencing_renew()");
     // A lease in a session (1.8) renews with its session, which its
-    // function renews below; a release takes it out of the session.
+    // function renews below.  A release ends it at its own end, as any
+    // lease ended early (LeaseRowEnd), and leaves session_id as it is: the
+    // session it was taken in, which no longer decides its end.  Clearing
+    // it would change an indexed column and cost the release its HOT
+    // update (an index entry in each of the table's indexes per release).
     in_session = LeaseRowSession(ids, t.lease, lease);
     if (in_session != 0 && ended == nullptr) break;
     const Datum new_end = TimestampPlus(now, remaining);
-    const int columns[] = {ids.lease_expires_at, ids.lease_ended, ids.lease_session_id};
-    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0),
-                            Datum(0)};
-    const bool nulls[] = {false, ended == nullptr, true};
-    if (ReplaceRow(t.lease, lease, in_session != 0 ? 3 : 2, columns, values, nulls)) {
+    const int columns[] = {ids.lease_expires_at, ids.lease_ended};
+    const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
+    const bool nulls[] = {false, ended == nullptr};
+    if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
       moved = true;
       wake = PublishMovedEnd(lock_name, lock_id, announced,
                              RowColumn(t.lease, lease, ids.lease_holder, &is_null), token, ended,
@@ -1534,7 +1546,7 @@ Datum fencing_session_acquire(PG_FUNCTION_ARGS) {
       PG_ARGISNULL(3) ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3))));
   int64 token = 0;
   if (!AcquireForCaller(request, lock_name, caller, &token)) PG_RETURN_NULL();
-  CheckSessionOutlived(schema, session, lock_name);
+  CheckSessionOutlived(schema, session, in_use, lock_name);
   PG_RETURN_INT64(token);
 }
 
@@ -1617,7 +1629,7 @@ Datum fencing_session_acquire_all(PG_FUNCTION_ARGS) {
       },
       [](bool) {});
   if (!all) PG_RETURN_NULL();
-  CheckSessionOutlived(schema, session, wanted[0].name);
+  CheckSessionOutlived(schema, session, in_use, wanted[0].name);
   Datum *tokens = static_cast<Datum *>(palloc(sizeof(Datum) * count));
   for (int i = 0; i < count; ++i) {
     const Wanted key = {TextDatumGetCString(names[i]), Datum(0), 0};
