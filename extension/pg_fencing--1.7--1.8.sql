@@ -320,11 +320,22 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.f
 COMMENT ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.fencing_session, text) IS
   'refuses (42501) a caller that may not act in the session; internal';
 
--- The session's row, locked against a close and against the sweep of
--- expired sessions (FOR KEY SHARE: a renew does not wait for it), if the
--- caller may act in it: the role that opened it, a role with its
--- privileges, or a superuser; 42501 otherwise.  55Z05 when there is no such
--- session, or it has ended.
+-- The session's hold (src/backend/lease_engine.cpp, HoldSession): a
+-- lock-manager lock on its id until the transaction ends, shared by what
+-- puts a lease into the session, exclusive for its close and its sweep,
+-- which so wait for (the sweep: skip) an acquire in flight and then end
+-- the lease it granted too.  Not a row lock: it writes nothing.
+CREATE FUNCTION @extschema@.fencing_session_hold(session bigint, exclusive boolean, nowait boolean)
+  RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_session_hold' LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_hold(bigint, boolean, boolean) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_hold(bigint, boolean, boolean) IS
+  'takes the session''s hold until the transaction ends (exclusive or shared; false when nowait and it is held); internal';
+
+-- The session's row, held against a close and against the sweep of
+-- expired sessions (fencing_session_hold, shared; a renew does not wait
+-- for it), if the caller may act in it: the role that opened it, a role
+-- with its privileges, or a superuser; 42501 otherwise.  55Z05 when there
+-- is no such session, or it has ended.
 CREATE FUNCTION @extschema@.fencing_session_for(caller oid, session bigint, what text)
   RETURNS @extschema@.fencing_session LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -334,7 +345,10 @@ BEGIN
   IF session IS NULL THEN
     RAISE EXCEPTION '% needs a session, got NULL', what USING ERRCODE = '22004';
   END IF;
-  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR KEY SHARE;
+  -- The hold first, the look after: a close that committed before the
+  -- hold was granted is seen.
+  PERFORM @extschema@.fencing_session_hold(session, false, false);
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session;
   IF NOT FOUND OR s.expires_at <= clock_timestamp() THEN
     RAISE EXCEPTION 'fencing session % does not exist or has ended', session
       USING ERRCODE = '55Z05',
@@ -381,10 +395,12 @@ DECLARE
 BEGIN
   -- One session at a time, each in statements of their own (so that each
   -- sees what committed before it), and nothing waited for: a session
-  -- locked by an acquire in it, or one whose lease rows a transaction is
+  -- held by an acquire in it, or one whose lease rows a transaction is
   -- writing, is left for the next sweep.
   FOR s IN SELECT x.session_id, x.expires_at FROM @extschema@.fencing_session x
             WHERE x.expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED LOOP
+    -- An acquire in the session in flight: next time.
+    CONTINUE WHEN NOT @extschema@.fencing_session_hold(s.session_id, true, true);
     PERFORM FROM @extschema@.fencing_lease e WHERE e.session_id = s.session_id
       FOR NO KEY UPDATE SKIP LOCKED;
     GET DIAGNOSTICS locked = ROW_COUNT;
@@ -453,8 +469,10 @@ BEGIN
   IF session IS NULL THEN
     RAISE EXCEPTION 'fencing_session_close() needs a session, got NULL' USING ERRCODE = '22004';
   END IF;
-  -- FOR UPDATE: an acquire in the session (FOR KEY SHARE) finishes first,
-  -- so that the lease it grants is among those released here.
+  -- The hold, exclusively: an acquire in the session (which holds it
+  -- shared) finishes first, so that the lease it grants is among those
+  -- released here.
+  PERFORM @extschema@.fencing_session_hold(session, true, false);
   SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 0;

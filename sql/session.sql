@@ -176,6 +176,7 @@ SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L)', :s, 'm1'));
 SELECT pg_temp.try(format('SELECT fencing_session_acquire_all(%s, %L)', :s, '{m1}'));
 SELECT fencing_session_close_as('ss_app'::regrole, :s);
 SELECT fencing_session_for('ss_app'::regrole, :s, 'x');
+SELECT fencing_session_hold(:s, true, false);
 SELECT fencing_end_expired_sessions();
 SELECT * FROM fencing_session;
 UPDATE fencing_lease SET session_id = NULL;
@@ -317,6 +318,30 @@ SELECT state, session_id IS NULL AS out_of_session FROM fencing_permits WHERE lo
 \set VERBOSITY sqlstate
 SELECT fencing_session_acquire(:s2, 'shr', kind => 'shared');
 \set VERBOSITY default
+-- Another tenant against a permit in the application's session: she may
+-- not take a permit in the session, nor the application's semaphore in a
+-- session of her own, nor renew or release the permit by its token, and
+-- she sees none of it.  The permit and its session are untouched.
+SET ROLE ss_app;
+SELECT fencing_session_open('pool-worker', '1 hour') AS s3 \gset
+SELECT fencing_session_acquire(:s3, 'ss_pool', kind => 'permit', permits => 2) AS pp \gset
+RESET ROLE;
+SET ROLE ss_mallory;
+SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L, kind => %L, permits => 2)',
+                          :s3, 'ss_pool', 'permit'));
+SELECT fencing_session_open('mallory-pool', '1 hour') AS m3 \gset
+SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L, kind => %L, permits => 2)',
+                          :m3, 'ss_pool', 'permit'));
+SELECT pg_temp.try(format('SELECT fencing_renew(%L, %L, %L)', 'ss_pool', :'pp', '1 minute'));
+SELECT pg_temp.try(format('SELECT fencing_release(%L, %L)', 'ss_pool', :'pp'));
+SELECT count(*) AS mallory_sees_permits FROM fencing_permits WHERE lock_name = 'ss_pool';
+SELECT count(*) AS mallory_sees_sessions FROM fencing_sessions WHERE session_id = :s3;
+SELECT fencing_session_close(:m3) AS mallory_released;
+RESET ROLE;
+SELECT leases, expires_at > now() + interval '50 minutes' AS not_shortened
+  FROM fencing_sessions WHERE session_id = :s3;
+SELECT state, session_id = :s3 AS in_session FROM fencing_permits WHERE lock_name = 'ss_pool';
+SELECT fencing_session_close(:s3) AS pool_released;
 
 \c contrib_regression
 DROP DATABASE fencing_session_probe;

@@ -758,27 +758,49 @@ bool RenewSession(Oid schema, Oid caller, int64 session, Datum ttl, bool ttl_nul
   return renewed;
 }
 
-// A live session the caller may act in, locked FOR KEY SHARE (against its
-// close and its sweep; a renewal does not wait for it) as
-// fencing_session_for() locks it: its holder and its end.  55Z05 when
-// there is no such session or it has ended, 42501 for a caller that may
-// not act in it.
+// The session's hold: a lock-manager lock on the session's id, held until
+// the transaction ends.  Everything that puts a lease into the session
+// (its acquires, in C and in SQL) holds it shared; its close and its sweep
+// take it exclusively, so that they wait for (the sweep: skip) an acquire
+// in flight and then see the lease it granted, which they end with the
+// others.  A lock-manager lock rather than a lock on the session's row:
+// it writes no WAL and dirties no page, on the acquire's hot path; a
+// renewal, which writes the row, does not wait for it.  Tagged as an
+// advisory lock in a field SQL's advisory locks cannot name (pg_locks
+// objsubid 5), so that no role can hold it from SQL.
+LOCKTAG SessionHoldTag(int64 session) {
+  LOCKTAG tag;
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(static_cast<uint64>(session) >> 32),
+                       static_cast<uint32>(session), 5);
+  return tag;
+}
+
+// Takes the session's hold (exclusively or shared; without waiting when
+// nowait): whether it got it.
+bool HoldSession(int64 session, bool exclusive, bool nowait) {
+  LOCKTAG tag = SessionHoldTag(session);
+  return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, nowait) !=
+         LOCKACQUIRE_NOT_AVAIL;
+}
+
+// A live session the caller may act in, held (HoldSession, shared) against
+// its close and its sweep, as fencing_session_for() holds it: its holder
+// and its end.  55Z05 when there is no such session or it has ended, 42501
+// for a caller that may not act in it.
 struct SessionInUse {
   Datum holder;  // text, copied
   TimestampTz expires_at;
 };
 
 SessionInUse SessionForUse(const LeaseTableIds &ids, Oid caller, int64 session, const char *verb) {
-  Relation table = table_open(ids.session, RowShareLock);
+  // The hold first, the look after: a close that committed before the
+  // hold was granted is seen.
+  (void)HoldSession(session, false, false);
+  Relation table = table_open(ids.session, AccessShareLock);
   Relation key = index_open(ids.session_key, AccessShareLock);
-  HeapTuple row = nullptr;
-  for (;;) {
-    Snapshot snapshot = TakeSnapshot();
-    row = FetchRowByNumber(table, key, session, snapshot);
-    UnregisterSnapshot(snapshot);
-    if (row == nullptr || LockRowIn(table, row, LockTupleKeyShare)) break;
-    // Renewed meanwhile (or closed): the newer version, locked.
-  }
+  Snapshot snapshot = TakeSnapshot();
+  HeapTuple row = FetchRowByNumber(table, key, session, snapshot);
+  UnregisterSnapshot(snapshot);
   bool is_null = false;
   const TimestampTz end =
       row != nullptr ? DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null))
@@ -1507,7 +1529,7 @@ Datum fencing_acquire(PG_FUNCTION_ARGS) {
 // DEFAULT NULL, payload jsonb DEFAULT NULL, kind text DEFAULT 'exclusive',
 // permits integer DEFAULT NULL) RETURNS fencing_token (1.8): the lease in
 // the session, with the session's holder, ending at its end.  Without a
-// wait, in C as fencing_acquire is: the session locked FOR KEY SHARE and
+// wait, in C as fencing_acquire is: the session held (HoldSession) and
 // the caller checked (SessionForUse), one attempt whose grant or extension
 // writes the session into the lease row, and the session's end read again
 // after it (a grant as the session ends is undone with 55Z05).  A wait, or
@@ -1675,6 +1697,19 @@ Datum fencing_renew(PG_FUNCTION_ARGS) {
   const char *lock_name = CheckLeaseArguments(fcinfo, -1, 2);
   PreventCommandIfReadOnly("fencing_renew()");  // also when the token turns out not to be live
   PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, PG_GETARG_DATUM(2), nullptr));
+}
+
+// fencing_session_hold(session bigint, exclusive boolean, nowait boolean)
+// RETURNS boolean (1.8; internal): HoldSession() for the SQL that acquires
+// in a session (shared), closes it or sweeps it (exclusively, the sweep
+// without waiting).
+PG_FUNCTION_INFO_V1(fencing_session_hold);
+Datum fencing_session_hold(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2)) {
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("fencing_session_hold() needs a session and both flags, got NULL")));
+  }
+  PG_RETURN_BOOL(HoldSession(PG_GETARG_INT64(0), PG_GETARG_BOOL(1), PG_GETARG_BOOL(2)));
 }
 
 // fencing_session_renew(session bigint, ttl interval DEFAULT NULL) RETURNS

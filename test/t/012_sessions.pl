@@ -7,9 +7,10 @@
 #    (10 s allowed for a loaded machine), with nobody calling anything;
 #  - a session and its leases are as durable as plain leases: after a
 #    crash (immediate stop) and a restart the session is still open with
-#    its leases live and their tokens, and renews; a write under one of
-#    them passes and a stale one is refused;
-#  - close, after the restart, releases them all and counts the releases;
+#    its leases and its permit live and their tokens, and renews; a write
+#    under one of them passes and a stale one is refused;
+#  - close, after the restart, releases them all (the permit too) and
+#    counts the releases;
 #  - CALL fencing_await(..., session => id) waits for a lease in the
 #    session holding no snapshot and no transaction id, and is woken by the
 #    holder's release; a session that ends while it waits ends its wait
@@ -59,15 +60,19 @@ ok(sql("SELECT fencing_acquire('exp-2', 'next', '1 minute') IS NOT NULL") eq 't'
 # 2. Durable: a crash and a restart keep the session and its leases.
 my $long = sql("SELECT fencing_session_open('long', '1 hour')");
 my @tokens = map { sql("SELECT fencing_session_acquire($long, 'part-$_')") } 1 .. 2;
+my $permit = sql(
+	"SELECT fencing_session_acquire($long, 'pool', kind => 'permit', permits => 2)");
 sql("INSERT INTO parts VALUES (1, '$tokens[0]', 'before the crash')");
 $node->stop('immediate');
 $node->start;
 is(sql("SELECT live, leases FROM fencing_sessions WHERE session_id = $long"),
-	't|2', 'after a crash the session is open with its two leases');
+	't|3', 'after a crash the session is open with its two leases and its permit');
 is( sql(
 		"SELECT string_agg(token::text, ',' ORDER BY lock_name) FROM fencing_leases
 		  WHERE session_id = $long AND live"),
-	join(',', @tokens), '... live, with their tokens');
+	join(',', @tokens), '... the leases live, with their tokens');
+is(sql("SELECT token FROM fencing_permits WHERE session_id = $long AND live"),
+	$permit, '... and the permit, with its token');
 is(sql("SELECT fencing_session_renew($long)"), 't', '... and it renews');
 sql("UPDATE parts SET v = 'after the crash', token = '$tokens[0]' WHERE id = 1");
 is(sql("SELECT v FROM parts"), 'after the crash', 'a write under its lease passes');
@@ -76,7 +81,9 @@ my ($ret, $out, $err) =
 like($err, qr/stale fencing token/, 'a stale one is refused');
 
 # 3. Close releases both, counted as releases.
-is(sql("SELECT fencing_session_close($long)"), '2', 'close releases both leases');
+is(sql("SELECT fencing_session_close($long)"), '3', 'close releases both leases and the permit');
+is(sql("SELECT state FROM fencing_permits WHERE lock_name = 'pool'"),
+	'released', '... the permit too');
 is( sql(
 		"SELECT string_agg(state, ',' ORDER BY lock_name) FROM fencing_leases
 		  WHERE lock_name LIKE 'part-%'"),

@@ -16,8 +16,11 @@
 #
 # Case 1 restores a base backup taken mid-history in place of a primary
 # lost with an immediate stop; case 2 restores a pg_dump -Fc taken
-# mid-history into a new database of the same cluster.  Both preload the
-# library (the expiry worker runs).
+# mid-history into a new database of the same cluster; case 3 recovers the
+# base backup and the archive to an LSN before the zombie's session
+# (point-in-time recovery, then promote); case 4 promotes an asynchronous
+# standby that was cut off before the zombie's session reached it, after
+# the primary crashed.  All preload the library (the expiry worker runs).
 
 use strict;
 use warnings;
@@ -133,5 +136,67 @@ $node->command_ok([ 'pg_restore', '-d', $node->connstr('app_restored'), $dump ],
 	'pg_restore into a new database');
 check_went_back($node, 'app_restored', 'older dump', $before, $zombie_session, $zombie_token);
 $node->stop;
+
+# 3. Point-in-time recovery to an LSN before the zombie's session.
+my $archived = PostgreSQL::Test::Cluster->new('archived');
+$archived->init(allows_streaming => 1, has_archiving => 1);
+$archived->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_fencing'");
+$archived->start;
+$before = set_up($archived, 'postgres');
+$archived->backup('base');
+my $target = $archived->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+# The first commit after the target: the recovery must stop before it.
+$archived->safe_psql('postgres', 'CREATE TABLE after_target (x int)');
+($zombie_session, $zombie_token) = zombie($archived, 'postgres');
+my $walfile = $archived->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_lsn())');
+$archived->safe_psql('postgres', 'SELECT pg_switch_wal()');
+$archived->poll_query_until('postgres',
+	"SELECT last_archived_wal >= '$walfile' FROM pg_stat_archiver")
+  or die "$walfile was never archived";
+$archived->stop('immediate');
+my $pitr = PostgreSQL::Test::Cluster->new('pitr');
+$pitr->init_from_backup($archived, 'base', has_restoring => 1, standby => 0);
+# archive_mode off: the recovered node must not archive a new timeline
+# into the archive it restores from.
+$pitr->append_conf(
+	'postgresql.conf', qq{
+recovery_target_lsn = '$target'
+recovery_target_action = 'promote'
+archive_mode = off
+});
+$pitr->start;
+$pitr->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the recovered node never left recovery';
+is($pitr->safe_psql('postgres', "SELECT to_regclass('after_target') IS NULL"),
+	't', 'point-in-time recovery: stopped at the target');
+check_went_back($pitr, 'postgres', 'point-in-time recovery', $before, $zombie_session,
+	$zombie_token);
+$pitr->stop;
+
+# 4. An asynchronous standby promoted without the zombie's session.
+my $streamed = PostgreSQL::Test::Cluster->new('streamed');
+$streamed->init(allows_streaming => 1);
+$streamed->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_fencing'");
+$streamed->start;
+$before = set_up($streamed, 'postgres');
+$streamed->backup('base');
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($streamed, 'base', has_streaming => 1);
+$standby->start;
+$streamed->safe_psql('postgres', "SELECT fencing_session_renew($before)");
+$streamed->wait_for_catchup($standby);
+is($streamed->safe_psql('postgres', 'SELECT sync_state FROM pg_stat_replication'),
+	'async', 'the standby is asynchronous');
+# The network cut: the standby gets nothing more.
+$standby->stop;
+($zombie_session, $zombie_token) = zombie($streamed, 'postgres');
+$streamed->stop('immediate');
+$standby->start;
+$standby->promote;
+$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'the standby was not promoted';
+check_went_back($standby, 'postgres', 'asynchronous standby promoted', $before,
+	$zombie_session, $zombie_token);
+$standby->stop;
 
 done_testing();
