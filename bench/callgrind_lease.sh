@@ -25,6 +25,9 @@
 #   session_cycle    SELECT fencing_session_acquire(...) in an open session;
 #                    SELECT fencing_release(...)  (two transactions; 1.8)
 #   session_renew    SELECT fencing_session_renew(...) of a session holding one lease  (1.8)
+#   session_take_1   fencing_session_open, fencing_session_acquire of one lock,
+#                    fencing_session_close  (three transactions; 1.8)
+#   session_take_10  the same with fencing_session_acquire_all of 10 locks
 # KINDS="..." picks the kinds (default: bare_update acquire_release renew);
 # KINDS=permits is "acquire_release permit_cycle shared_cycle renew
 # permit_renew shared_renew" (issue 25: the permit and shared forms against
@@ -207,6 +210,19 @@ session() { # kind count
           echo "SELECT fencing_release('cycled-s', :'tok') AS ok \\gset"
           echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: a release returned false');"; echo "\\endif"
         done ;;
+      session_take_1 | session_take_10)
+        local take="fencing_session_acquire(:'s', 'taken-1')" want=1
+        if [[ $kind == session_take_10 ]]; then
+          take="fencing_session_acquire_all(:'s', '{taken-1,taken-2,taken-3,taken-4,taken-5,taken-6,taken-7,taken-8,taken-9,taken-10}')"
+          want=10
+        fi
+        for _ in $(seq 0 "$count"); do
+          echo "SELECT fencing_session_open('t', '1 minute') AS s \\gset"
+          echo "SELECT $take IS NOT NULL AS ok \\gset"
+          echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: not granted');"; echo "\\endif"
+          echo "SELECT fencing_session_close(:'s') = $want AS ok \\gset"
+          echo "\\if :ok"; echo "\\else"; echo "SELECT bench_fail('$kind: not all released');"; echo "\\endif"
+        done ;;
       session_renew)
         for _ in $(seq 0 "$count"); do
           echo "SELECT fencing_session_renew(:'renew_session', '1 day') AS ok \\gset"
@@ -254,7 +270,7 @@ count_of() { # pid: the backend's instruction count once it has exited
 echo "kind,live_locks,operations,instructions_per_operation" >"$out/callgrind_lease.csv"
 kinds=${KINDS:-bare_update acquire_release renew}
 [[ $kinds == permits ]] && kinds="acquire_release permit_cycle shared_cycle renew permit_renew shared_renew"
-[[ $kinds == sessions ]] && kinds="acquire_release session_cycle renew session_renew"
+[[ $kinds == sessions ]] && kinds="acquire_release session_cycle renew session_renew session_take_1 session_take_10"
 for kind in $kinds; do
   p0=$(session "$kind" 0)
   p1=$(session "$kind" "$n")
@@ -263,7 +279,7 @@ for kind in $kinds; do
   per=$(( (c1 - c0) / n ))
   echo "$kind,$live,$n,$per" >>"$out/callgrind_lease.csv"
   case $kind in
-    acquire_release | lock_update | permit_cycle | shared_cycle | session_cycle) cp "$work/cg.$p1" "$out/callgrind.$kind.out" ;;
+    acquire_release | lock_update | permit_cycle | shared_cycle | session_cycle | session_take_*) cp "$work/cg.$p1" "$out/callgrind.$kind.out" ;;
   esac
 done
 cat "$out/callgrind_lease.csv"
@@ -274,6 +290,7 @@ awk -F, '
   END {
     base["permit_cycle"] = base["shared_cycle"] = base["session_cycle"] = "acquire_release"
     base["permit_renew"] = base["shared_renew"] = base["session_renew"] = "renew"
+    base["session_take_10"] = "session_take_1"
     print "kind,instructions_per_operation,baseline,baseline_instructions,ratio"
     for (i = 1; i <= n; i++) {
       k = order[i]; b = base[k]
