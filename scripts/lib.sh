@@ -21,6 +21,7 @@ PACKAGES=(
   libhiredis-dev libcurl4-openssl-dev nlohmann-json3-dev                  # demo: Redis and etcd clients (--lock redis|etcd)
   redis-server etcd-server                                                # demo/run-with-services.sh: throwaway lock services
   python3 python3-psycopg2                                                # examples/python
+  python3-psycopg python3-pytest python3-venv python3-pip python3-setuptools  # clients/python: psycopg 3, pytest, an offline install
   patroni                                                                 # test/ha/run.sh: HA under Patroni (docs/ha.md)
 )
 # Node.js and npm for examples/node: the machine's own if it has them (some

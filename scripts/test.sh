@@ -147,6 +147,21 @@ python_example() {
     /usr/bin/python3 examples/python/example.py'
 }
 
+# The Python client (clients/python, psycopg 3) against a throwaway cluster:
+# its pytest suite, then an install from its pyproject.toml into a throwaway
+# venv, offline (Debian's setuptools, no index), and an import of what was
+# installed.  Debian's python3, which the python3-psycopg package is for.
+python_client() {
+  with_throwaway_cluster bash -c 'cd clients/python && /usr/bin/python3 -m pytest -q -p no:cacheprovider' || return 1
+  local venv rc=0
+  venv=$(mktemp -d)
+  /usr/bin/python3 -m venv --system-site-packages "$venv/v" &&
+    "$venv/v/bin/pip" install -q --no-build-isolation --no-index --no-deps "$PROJECT_ROOT/clients/python" &&
+    (cd "$venv" && v/bin/python -c 'import pg_fencing, sys; sys.exit(0 if pg_fencing.__version__ else 1)') || rc=1
+  rm -rf "$venv" "$PROJECT_ROOT/clients/python/build" "$PROJECT_ROOT"/clients/python/*.egg-info
+  return $rc
+}
+
 # The Node.js example (examples/node, node-postgres) against a throwaway
 # cluster: npm ci from its package-lock.json and node's test runner, then its demo.
 node_example() {
@@ -221,6 +236,7 @@ run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock
 run_suite "Prometheus exporter and the demo chart (test/exporter/run.sh)" exporter_and_chart
 run_suite "Python example (psycopg2, unittest)" python_example
 run_suite "Node.js example (node-postgres, node --test)" node_example
+run_suite "Python client (clients/python, psycopg 3, pytest)" python_client
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "HA under Patroni: failover and switchover (test/ha/run.sh)" ha_patroni

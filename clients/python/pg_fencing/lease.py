@@ -1,0 +1,263 @@
+"""Leases: an exclusive lock, one permit of a semaphore, or a shared lease,
+kept alive by a heartbeat on a connection of its own.
+
+    with client.lock("nightly-report", ttl=10, wait=30) as lease:
+        lease.execute(db, "UPDATE reports SET token = %s, body = %s WHERE id = 7",
+                      (lease.token, body))
+
+Renewals and the release come from the role that acquired, which one
+connection guarantees.  A wait is waited with CALL fencing_await (1.7),
+which commits each attempt before it sleeps: a follower waiting for hours
+holds no snapshot and no transaction id, and VACUUM is never held back by
+it.  held() says whether the lease can still be trusted; it cannot close
+the window between the check and the write, which is what the token and
+the table's guard (fencing_protect) are for.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from typing import Any, Callable, Optional, Sequence
+
+import psycopg
+
+from ._heartbeat import Heartbeat
+from ._wire import Connection, interval
+from .errors import LeaseLost, LockTimeout, raise_mapped
+
+KINDS = ("exclusive", "shared", "permit")
+
+
+def default_holder() -> str:
+    """host:pid:random, new at each call, so that two leases of one process
+    never share a grant."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def fenced_execute(conn: psycopg.Connection, sql: str, params: Sequence[Any] | dict = ()) -> int:
+    """Runs one write in a transaction of its own (a savepoint inside one
+    already open) and returns its row count.  The guard's refusals become
+    StaleTokenError (55Z01), MissingTokenError (55Z02),
+    NeverGrantedTokenError (55Z03) and LeaseEndedError (55Z04, at COMMIT);
+    the connection stays usable.  Other errors propagate unchanged."""
+    try:
+        with conn.transaction():
+            return conn.execute(sql, params).rowcount
+    except psycopg.Error as error:
+        raise_mapped(error)
+        raise  # not reached
+
+
+class _Held:
+    """What every lease shares: its token, held(), check() and execute()."""
+
+    lock_name: str
+    token: Optional[int] = None
+
+    def held(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def check(self) -> int:
+        """The token, or LeaseLost once the lease is not held any more."""
+        if not self.held():
+            raise LeaseLost(f"{self.describe()} (token {self.token}) is no longer held: "
+                            f"{self.lost_reason or 'never acquired'}")
+        return self.token  # type: ignore[return-value]
+
+    def execute(self, conn: psycopg.Connection, sql: str,
+                params: Sequence[Any] | dict = ()) -> int:
+        """fenced_execute() after check(): LeaseLost, without sending
+        anything, when the lease is known lost; the guard's refusal if the
+        lease was lost after the check (a pause no client can see)."""
+        self.check()
+        return fenced_execute(conn, sql, params)
+
+    def release(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self.release()
+        except psycopg.Error:
+            if exc_info[0] is None:
+                raise
+            # The block's own exception goes on; the lease ends after its ttl.
+
+
+class Lease(_Held):
+    """A lease of its own, with its own connection and heartbeat.
+
+    kind      'exclusive' (fencing_acquire), 'shared' (fencing_acquire_shared)
+              or 'permit' (one of `permits` of a semaphore, fencing_acquire_permit)
+    holder    the application's label; default host:pid:random
+    ttl       seconds: the server ends the lease ttl after the last renewal
+    wait      seconds to wait for a busy lock (None: one attempt)
+    on_lost   called once, with a reason, from the heartbeat thread
+    payload   JSON text published with an exclusive lease (fencing_leases)
+    heartbeat seconds between renewals (default ttl/3)
+    """
+
+    def __init__(self, conninfo: str, lock_name: str, *, kind: str = "exclusive",
+                 permits: Optional[int] = None, holder: Optional[str] = None,
+                 ttl: float = 10.0, wait: Optional[float] = None,
+                 on_lost: Optional[Callable[[str], None]] = None,
+                 payload: Optional[str] = None, heartbeat: Optional[float] = None):
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if (kind == "permit") != (permits is not None):
+            raise ValueError("permits is for kind 'permit', and needed there")
+        if payload is not None and kind != "exclusive":
+            raise ValueError("a payload needs an exclusive lease")
+        if wait is not None and wait < 0:
+            raise ValueError(f"wait must not be negative, got {wait}")
+        self.conninfo = conninfo
+        self.lock_name = lock_name
+        self.kind = kind
+        self.permits = permits
+        self.holder = holder or default_holder()
+        self.ttl = float(ttl)
+        self.wait = wait
+        self.payload = payload
+        self._beat = Heartbeat("lease", self.ttl, heartbeat, renew=self._renew, drop=self._close,
+                               refused="the lease expired, was released, revoked or taken over",
+                               on_lost=on_lost)
+        self._conn: Optional[Connection] = None
+        self._released = False
+
+    def describe(self) -> str:
+        if self.kind == "permit":
+            return f'a permit of semaphore "{self.lock_name}"'
+        return f'lock "{self.lock_name}"' + (" (shared)" if self.kind == "shared" else "")
+
+    def acquire(self) -> "Lease":
+        """Takes the lock; LockTimeout when it stays busy."""
+        if self.token is not None:
+            raise RuntimeError("this lease was acquired already; make a new one")
+        self._conn = Connection(self.conninfo, f"pg_fencing lease {self.holder}")
+        sent = time.monotonic()
+        try:
+            token = self._attempt()
+        except BaseException:
+            self._close()
+            raise
+        if token is None:
+            self._close()
+            waited = f" (waited {self.wait} s)" if self.wait is not None else ""
+            busy = ": every permit is taken" if self.kind == "permit" else " is held by another holder"
+            raise LockTimeout(f"{self.describe()}{busy}{waited}")
+        self.token = int(token)
+        self._beat.begin(sent)
+        try:
+            # A wait can outlast much of the ttl: the server started the lease
+            # when it granted it.  One renewal right away gives a send time
+            # close to the grant.
+            if self.wait is not None and time.monotonic() - sent > self._beat.margin:
+                renew_sent = time.monotonic()
+                if not self._renew(renew_sent + self.ttl):
+                    raise LeaseLost(f"{self.describe()} was granted (token {self.token}) but "
+                                    "ended before it could be renewed; ttl too short?")
+                self._beat.renewed(renew_sent)
+        except BaseException:
+            self._release_quietly()
+            raise
+        self._beat.start(name=f"pg_fencing lease {self.lock_name}")
+        return self
+
+    def _attempt(self) -> Optional[str]:
+        assert self._conn is not None
+        ttl = interval(self.ttl)
+        if self.wait is not None:
+            # Alone, outside a transaction block: the procedure commits its
+            # attempts.  Its one row is the token, NULL when the wait ran out.
+            return self._conn.row(
+                "CALL fencing_await(%s, %s, %s::interval, %s::interval, kind => %s, "
+                "permits => %s::integer, payload => %s::jsonb)",
+                (self.lock_name, self.holder, ttl, interval(self.wait), self.kind,
+                 self.permits, self.payload))[0]
+        # READ COMMITTED whatever default_transaction_isolation says: at a
+        # stricter level an acquire that meets a just-changed row fails (40001).
+        self._conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+        try:
+            if self.kind == "exclusive":
+                row = self._conn.row("SELECT fencing_acquire(%s, %s, %s::interval, payload => %s::jsonb)",
+                                     (self.lock_name, self.holder, ttl, self.payload))
+            elif self.kind == "shared":
+                row = self._conn.row("SELECT fencing_acquire_shared(%s, %s, %s::interval)",
+                                     (self.lock_name, self.holder, ttl))
+            else:
+                row = self._conn.row("SELECT fencing_acquire_permit(%s, %s, %s::integer, %s::interval)",
+                                     (self.lock_name, self.holder, self.permits, ttl))
+            self._conn.row("COMMIT")
+        except BaseException:
+            if not self._conn.closed:
+                self._conn.row("ROLLBACK")
+            raise
+        return row[0]
+
+    def release(self) -> bool:
+        """Gives the lock back: True if it was still ours on the server.
+        Idempotent: later calls return False."""
+        if self.token is None or self._released:
+            return False
+        self._released = True
+        self._beat.stop()
+        if self._conn is None or self._conn.closed:
+            # The heartbeat gave its connection up: release on a new one
+            # rather than leave the lock to run out.
+            self._conn = Connection(self.conninfo, f"pg_fencing lease {self.holder}")
+        try:
+            return bool(self._conn.row("SELECT fencing_release(%s, %s::fencing_token)",
+                                       (self.lock_name, self.token))[0])
+        finally:
+            self._close()
+
+    def held(self) -> bool:
+        return self.token is not None and not self._released and self._beat.lost_reason is None
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        if self._released:
+            return "released"
+        return self._beat.lost_reason if self.token is not None else None
+
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Waits for on_lost to have been called; False on timeout."""
+        return self._beat.wait_lost(timeout)
+
+    def __enter__(self) -> "Lease":
+        if self.token is None:
+            self.acquire()
+        return self
+
+    def _renew(self, deadline: float) -> bool:
+        assert self._conn is not None
+        return self._conn.value_by("SELECT fencing_renew($1, $2::fencing_token, $3::interval)",
+                                   [self.lock_name, str(self.token), interval(self.ttl)],
+                                   deadline) == "t"
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def _release_quietly(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "held" if self.held() else "not held"
+        return f"<Lease {self.describe()} holder={self.holder!r} token={self.token} {state}>"

@@ -1,0 +1,186 @@
+"""Sessions (pg_fencing 1.8): one keepalive for many leases.
+
+    with client.session(ttl=10, on_lost=cb) as session:
+        p3 = session.lock("partition-3")             # a SessionLease
+        a, b = session.lock_all(["acct-7", "acct-9"])  # every lock or none
+        p3.execute(db, "UPDATE parts SET token = %s, v = %s WHERE id = 3", (p3.token, v))
+    # leaving the block closes the session, releasing every lease in it
+
+One heartbeat renews the session (fencing_session_renew), and with it every
+lease in it; its loss is every lease's, reported once.  Two connections:
+the heartbeat's (a renewal never queues behind an acquire that waits) and
+the one the acquires, releases and the close take turns on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, Optional, Sequence
+
+from ._heartbeat import Heartbeat
+from ._wire import Connection, interval
+from .errors import LeaseLost, LockTimeout
+from .lease import KINDS, _Held, default_holder
+
+
+class SessionLease(_Held):
+    """A lease in a session: held() is the session's, and False once released."""
+
+    def __init__(self, session: "Session", lock_name: str, kind: str, token: int):
+        self.session = session
+        self.lock_name = lock_name
+        self.kind = kind
+        self.token = token
+        self._released = False
+
+    def describe(self) -> str:
+        return f'lock "{self.lock_name}" in fencing session {self.session.id}'
+
+    def held(self) -> bool:
+        return not self._released and self.session.held()
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return "released" if self._released else self.session.lost_reason
+
+    def release(self) -> bool:
+        """fencing_release of this lease only; the session lives on."""
+        if self._released:
+            return False
+        self._released = True
+        return self.session._release(self.lock_name, self.token)
+
+
+class Session:
+    def __init__(self, conninfo: str, *, ttl: float = 10.0, holder: Optional[str] = None,
+                 on_lost: Optional[Callable[[str], None]] = None,
+                 heartbeat: Optional[float] = None):
+        self.conninfo = conninfo
+        self.holder = holder or default_holder()
+        self.ttl = float(ttl)
+        self._beat = Heartbeat("session", self.ttl, heartbeat, renew=self._renew,
+                               drop=self._drop_heartbeat,
+                               refused="the session ended, or was closed", on_lost=on_lost)
+        self._work_lock = threading.Lock()
+        self._closed = False
+        self._beat_conn = Connection(conninfo, f"pg_fencing session {self.holder}")
+        try:
+            self._work = Connection(conninfo, f"pg_fencing session {self.holder}")
+            sent = time.monotonic()
+            self.id = int(self._beat_conn.row("SELECT fencing_session_open(%s, %s::interval)",
+                                              (self.holder, interval(self.ttl)))[0])
+        except BaseException:
+            self._beat_conn.close()
+            raise
+        self._beat.begin(sent)
+        self._beat.start(name=f"pg_fencing session {self.id}")
+
+    def held(self) -> bool:
+        return not self._closed and self._beat.lost_reason is None
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        return "closed" if self._closed else self._beat.lost_reason
+
+    def check(self) -> None:
+        if not self.held():
+            raise LeaseLost(f"fencing session {self.id} is no longer held: {self.lost_reason}")
+
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        return self._beat.wait_lost(timeout)
+
+    def lock(self, lock_name: str, *, wait: Optional[float] = None, kind: str = "exclusive",
+             permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
+        """Takes lock_name in the session, of any kind; LockTimeout when it
+        stays busy.  A wait is CALL fencing_await(..., session =>): no
+        snapshot held while it sleeps."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if payload is not None and kind != "exclusive":
+            raise ValueError("a payload needs an exclusive lease")
+        with self._work_lock:
+            self.check()
+            if wait is None:
+                self._work.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+                try:
+                    token = self._work.row(
+                        "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, kind => %s, "
+                        "permits => %s::integer)", (self.id, lock_name, payload, kind, permits))[0]
+                    self._work.row("COMMIT")
+                except BaseException:
+                    if not self._work.closed:
+                        self._work.row("ROLLBACK")
+                    raise
+            else:
+                token = self._work.row(
+                    "CALL fencing_await(%s, session => %s, wait => %s::interval, kind => %s, "
+                    "permits => %s::integer, payload => %s::jsonb)",
+                    (lock_name, self.id, interval(wait), kind, permits, payload))[0]
+        if token is None:
+            raise LockTimeout(f'lock "{lock_name}" is busy'
+                              + (f" (waited {wait} s)" if wait is not None else ""))
+        return SessionLease(self, lock_name, kind, int(token))
+
+    def lock_all(self, lock_names: Sequence[str], *, wait: Optional[float] = None) -> List[SessionLease]:
+        """Every lock or none (fencing_session_acquire_all), in the order
+        given; LockTimeout when not all could be had.  Never deadlocks with
+        another session's lock_all."""
+        names = list(lock_names)
+        with self._work_lock:
+            self.check()
+            self._work.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+            try:
+                tokens = self._work.row(
+                    "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
+                    (self.id, names, None if wait is None else interval(wait)))[0]
+                self._work.row("COMMIT")
+            except BaseException:
+                if not self._work.closed:
+                    self._work.row("ROLLBACK")
+                raise
+        if tokens is None:
+            raise LockTimeout(f"not all of {names} could be had"
+                              + (f" (waited {wait} s)" if wait is not None else ""))
+        return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
+
+    def close(self) -> int:
+        """Stops the heartbeat and closes the session, releasing every lease
+        in it: how many.  Idempotent: later calls return 0."""
+        self._beat.stop()
+        with self._work_lock:
+            if self._closed:
+                return 0
+            self._closed = True
+            try:
+                return int(self._work.row("SELECT fencing_session_close(%s)", (self.id,))[0])
+            finally:
+                self._work.close()
+                self._beat_conn.close()
+
+    def _release(self, lock_name: str, token: int) -> bool:
+        with self._work_lock:
+            if self._closed:
+                return False
+            return bool(self._work.row("SELECT fencing_release(%s, %s::fencing_token)",
+                                       (lock_name, token))[0])
+
+    def _renew(self, deadline: float) -> bool:
+        return self._beat_conn.value_by("SELECT fencing_session_renew($1::bigint, $2::interval)",
+                                        [str(self.id), interval(self.ttl)], deadline) == "t"
+
+    def _drop_heartbeat(self) -> None:
+        self._beat_conn.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            self.close()
+        except Exception:
+            if exc_info[0] is None:
+                raise
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id} holder={self.holder!r} {'held' if self.held() else 'not held'}>"
