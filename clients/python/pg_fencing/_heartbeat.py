@@ -28,13 +28,12 @@ def safety_margin(ttl: float) -> float:
     return min(max(ttl / 10, 0.05), ttl / 2)
 
 
-class Heartbeat:
-    """renew(deadline) sends one renewal and says whether the server took
-    it (NoAnswer, StatementFailed or psycopg.Error when it did not answer or
-    failed); drop() gives its connection up after such a renewal."""
+class LeaseClock:
+    """The judgement both heartbeats share (the thread's, Heartbeat; the
+    asyncio task's, pg_fencing.aio): the deadline on the monotonic clock,
+    the loss once recorded, on_lost called once, never after stop()."""
 
-    def __init__(self, what: str, ttl: float, period: Optional[float],
-                 renew: Callable[[float], bool], drop: Callable[[], None], refused: str,
+    def __init__(self, what: str, ttl: float, period: Optional[float], refused: str,
                  on_lost: Optional[Callable[[str], None]]):
         if ttl <= 0:
             raise ValueError(f"ttl must be positive, got {ttl}")
@@ -45,14 +44,10 @@ class Heartbeat:
         if not 0 < self.period < self.ttl - self.margin:
             raise ValueError(f"heartbeat must be positive and shorter than ttl minus the "
                              f"safety margin ({self.ttl - self.margin:.3f} s), got {self.period}")
-        self._renew = renew
-        self._drop = drop
-        self._refused = refused
+        self.refused = refused
         self._on_lost = on_lost
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._stopped = False
-        self._thread: Optional[threading.Thread] = None
         self._valid_from = 0.0
         self._lost_reason: Optional[str] = None
         self._lost_reported = threading.Event()
@@ -65,20 +60,13 @@ class Heartbeat:
         with self._lock:
             self._valid_from = max(self._valid_from, sent)
 
-    def start(self, name: str) -> None:
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> bool:
-        """Stops the thread; no on_lost from then on.  False if stopped already."""
+    def mark_stopped(self) -> bool:
+        """No on_lost from now on; False if stopped already."""
         with self._lock:
             if self._stopped:
                 return False
             self._stopped = True
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        return True
+            return True
 
     @property
     def stopped(self) -> bool:
@@ -87,8 +75,15 @@ class Heartbeat:
 
     @property
     def deadline(self) -> float:
+        """time.monotonic() after which it no longer counts as held."""
         with self._lock:
             return self._valid_from + self.ttl - self.margin
+
+    @property
+    def due(self) -> float:
+        """When the next renewal is due."""
+        with self._lock:
+            return self._valid_from + self.period
 
     @property
     def lost_reason(self) -> Optional[str]:
@@ -97,11 +92,13 @@ class Heartbeat:
             if self._lost_reason is not None:
                 return self._lost_reason
             if now >= self._valid_from + self.ttl - self.margin:
+                # The heartbeat has not run since the deadline passed (the
+                # process was paused, say); it reports the same when it does.
                 return "not renewed within ttl minus the safety margin"
         return None
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
-        """Waits until on_lost has been called (or the loss recorded)."""
+        """Waits until the loss has been reported (on_lost called)."""
         return self._lost_reported.wait(timeout)
 
     def mark_lost(self, reason: str) -> None:
@@ -113,38 +110,79 @@ class Heartbeat:
             if self._on_lost is not None:
                 self._on_lost(reason)
         except Exception:
-            pass  # the callback's exception has nowhere to go on this thread
+            pass  # the callback's exception has nowhere to go from the heartbeat
         finally:
             self._lost_reported.set()
 
+    def judge(self, outcome: "Optional[bool]", error: Optional[BaseException] = None) -> bool:
+        """Records a renewal's outcome (True renewed, False refused, None
+        with error: no answer or failed); whether the heartbeat goes on."""
+        if error is not None:
+            if isinstance(error, NoAnswer):
+                self.mark_lost(f"renewal got no answer before the {self.what}'s safe deadline")
+            else:
+                self.mark_lost(f"renewal failed: {str(error).strip()}")
+            return False
+        if not outcome:
+            self.mark_lost(f"renewal refused: {self.refused}")
+            return False
+        return True
+
+    def overdue(self) -> bool:
+        """Marks the loss when the deadline has passed unrenewed."""
+        if time.monotonic() >= self.deadline:
+            self.mark_lost(f"not renewed before the {self.what}'s safe deadline; "
+                           "was the process paused?")
+            return True
+        return False
+
+
+RENEWAL_ERRORS = (NoAnswer, StatementFailed, psycopg.Error)
+
+
+class Heartbeat(LeaseClock):
+    """The thread that renews: renew(deadline) sends one renewal and says
+    whether the server took it (NoAnswer, StatementFailed or psycopg.Error
+    when it did not answer or failed); drop() gives its connection up after
+    such a renewal."""
+
+    def __init__(self, what: str, ttl: float, period: Optional[float],
+                 renew: Callable[[float], bool], drop: Callable[[], None], refused: str,
+                 on_lost: Optional[Callable[[str], None]]):
+        super().__init__(what, ttl, period, refused, on_lost)
+        self._renew = renew
+        self._drop = drop
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> bool:
+        """Stops the thread; no on_lost from then on.  False if stopped already."""
+        if not self.mark_stopped():
+            return False
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        return True
+
     def _run(self) -> None:
         try:
-            while True:
+            while not self.overdue():
                 now = time.monotonic()
-                deadline = self.deadline
-                if now >= deadline:
-                    self.mark_lost(f"not renewed before the {self.what}'s safe deadline; "
-                                   "was the process paused?")
-                    return
-                with self._lock:
-                    due = self._valid_from + self.period
-                if now < due:
-                    if self._stop.wait(min(due, deadline) - now):
+                if now < self.due:
+                    if self._stop.wait(min(self.due, self.deadline) - now):
                         return
                     continue
                 sent = time.monotonic()
                 try:
-                    renewed = self._renew(deadline)
-                except NoAnswer:
+                    renewed, error = self._renew(self.deadline), None
+                except RENEWAL_ERRORS as failure:
+                    renewed, error = None, failure
                     self._drop()
-                    self.mark_lost(f"renewal got no answer before the {self.what}'s safe deadline")
-                    return
-                except (StatementFailed, psycopg.Error) as error:
-                    self._drop()
-                    self.mark_lost(f"renewal failed: {str(error).strip()}")
-                    return
-                if not renewed:
-                    self.mark_lost(f"renewal refused: {self._refused}")
+                if not self.judge(renewed, error):
                     return
                 self.renewed(sent)
                 if self._stop.is_set():

@@ -51,8 +51,9 @@ def fenced_execute(conn: psycopg.Connection, sql: str, params: Sequence[Any] | d
         raise  # not reached
 
 
-class _Held:
-    """What every lease shares: its token, held(), check() and execute()."""
+class Judged:
+    """What every lease shares, threaded or asyncio: its token, held(),
+    lost_reason and check(); describe() names it in messages."""
 
     lock_name: str
     token: Optional[int] = None
@@ -73,6 +74,56 @@ class _Held:
             raise LeaseLost(f"{self.describe()} (token {self.token}) is no longer held: "
                             f"{self.lost_reason or 'never acquired'}")
         return self.token  # type: ignore[return-value]
+
+
+def describe_lock(kind: str, lock_name: str) -> str:
+    """'lock "x"', 'lock "x" (shared)', 'a permit of semaphore "x"'."""
+    if kind == "permit":
+        return f'a permit of semaphore "{lock_name}"'
+    return f'lock "{lock_name}"' + (" (shared)" if kind == "shared" else "")
+
+
+def check_lease_arguments(kind: str, permits: Optional[int], payload: Optional[str],
+                          wait: Optional[float]) -> None:
+    """ValueError for arguments no lease takes."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if (kind == "permit") != (permits is not None):
+        raise ValueError("permits is for kind 'permit', and needed there")
+    if payload is not None and kind != "exclusive":
+        raise ValueError("a payload needs an exclusive lease")
+    if wait is not None and wait < 0:
+        raise ValueError(f"wait must not be negative, got {wait}")
+
+
+def acquire_statement(kind: str, lock_name: str, holder: str, ttl: float,
+                      wait: Optional[float], permits: Optional[int], payload: Optional[str]):
+    """The statement that takes a lease of its own, and its parameters:
+    CALL fencing_await when it may wait, else the kind's acquire function
+    (to run at READ COMMITTED)."""
+    if wait is not None:
+        # Alone, outside a transaction block: the procedure commits its
+        # attempts.  Its one row is the token, NULL when the wait ran out.
+        return ("CALL fencing_await(%s, %s, %s::interval, %s::interval, kind => %s, "
+                "permits => %s::integer, payload => %s::jsonb)",
+                (lock_name, holder, interval(ttl), interval(wait), kind, permits, payload))
+    if kind == "exclusive":
+        return ("SELECT fencing_acquire(%s, %s, %s::interval, payload => %s::jsonb)",
+                (lock_name, holder, interval(ttl), payload))
+    if kind == "shared":
+        return ("SELECT fencing_acquire_shared(%s, %s, %s::interval)",
+                (lock_name, holder, interval(ttl)))
+    return ("SELECT fencing_acquire_permit(%s, %s, %s::integer, %s::interval)",
+            (lock_name, holder, permits, interval(ttl)))
+
+
+def busy_message(what: str, kind: str, wait: Optional[float]) -> str:
+    busy = ": every permit is taken" if kind == "permit" else " is held by another holder"
+    return f"{what}{busy}" + (f" (waited {wait} s)" if wait is not None else "")
+
+
+class _Held(Judged):
+    """A threaded lease: execute() and release() block."""
 
     def execute(self, conn: psycopg.Connection, sql: str,
                 params: Sequence[Any] | dict = ()) -> int:
@@ -115,14 +166,7 @@ class Lease(_Held):
                  ttl: float = 10.0, wait: Optional[float] = None,
                  on_lost: Optional[Callable[[str], None]] = None,
                  payload: Optional[str] = None, heartbeat: Optional[float] = None):
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        if (kind == "permit") != (permits is not None):
-            raise ValueError("permits is for kind 'permit', and needed there")
-        if payload is not None and kind != "exclusive":
-            raise ValueError("a payload needs an exclusive lease")
-        if wait is not None and wait < 0:
-            raise ValueError(f"wait must not be negative, got {wait}")
+        check_lease_arguments(kind, permits, payload, wait)
         self.conninfo = conninfo
         self.lock_name = lock_name
         self.kind = kind
@@ -138,9 +182,7 @@ class Lease(_Held):
         self._released = False
 
     def describe(self) -> str:
-        if self.kind == "permit":
-            return f'a permit of semaphore "{self.lock_name}"'
-        return f'lock "{self.lock_name}"' + (" (shared)" if self.kind == "shared" else "")
+        return describe_lock(self.kind, self.lock_name)
 
     def acquire(self) -> "Lease":
         """Takes the lock; LockTimeout when it stays busy."""
@@ -155,9 +197,7 @@ class Lease(_Held):
             raise
         if token is None:
             self._close()
-            waited = f" (waited {self.wait} s)" if self.wait is not None else ""
-            busy = ": every permit is taken" if self.kind == "permit" else " is held by another holder"
-            raise LockTimeout(f"{self.describe()}{busy}{waited}")
+            raise LockTimeout(busy_message(self.describe(), self.kind, self.wait))
         self.token = int(token)
         self._beat.begin(sent)
         try:
@@ -178,28 +218,15 @@ class Lease(_Held):
 
     def _attempt(self) -> Optional[str]:
         assert self._conn is not None
-        ttl = interval(self.ttl)
+        sql, params = acquire_statement(self.kind, self.lock_name, self.holder, self.ttl,
+                                        self.wait, self.permits, self.payload)
         if self.wait is not None:
-            # Alone, outside a transaction block: the procedure commits its
-            # attempts.  Its one row is the token, NULL when the wait ran out.
-            return self._conn.row(
-                "CALL fencing_await(%s, %s, %s::interval, %s::interval, kind => %s, "
-                "permits => %s::integer, payload => %s::jsonb)",
-                (self.lock_name, self.holder, ttl, interval(self.wait), self.kind,
-                 self.permits, self.payload))[0]
+            return self._conn.row(sql, params)[0]
         # READ COMMITTED whatever default_transaction_isolation says: at a
         # stricter level an acquire that meets a just-changed row fails (40001).
         self._conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
         try:
-            if self.kind == "exclusive":
-                row = self._conn.row("SELECT fencing_acquire(%s, %s, %s::interval, payload => %s::jsonb)",
-                                     (self.lock_name, self.holder, ttl, self.payload))
-            elif self.kind == "shared":
-                row = self._conn.row("SELECT fencing_acquire_shared(%s, %s, %s::interval)",
-                                     (self.lock_name, self.holder, ttl))
-            else:
-                row = self._conn.row("SELECT fencing_acquire_permit(%s, %s, %s::integer, %s::interval)",
-                                     (self.lock_name, self.holder, self.permits, ttl))
+            row = self._conn.row(sql, params)
             self._conn.row("COMMIT")
         except BaseException:
             if not self._conn.closed:

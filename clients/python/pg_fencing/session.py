@@ -21,13 +21,14 @@ from typing import Callable, List, Optional, Sequence
 from ._heartbeat import Heartbeat
 from ._wire import Connection, interval
 from .errors import LeaseLost, LockTimeout
-from .lease import KINDS, _Held, default_holder
+from .lease import KINDS, Judged, _Held, default_holder, describe_lock
 
 
-class SessionLease(_Held):
-    """A lease in a session: held() is the session's, and False once released."""
+class InSession(Judged):
+    """A lease in a session, threaded or asyncio: held() is the session's,
+    and False once released."""
 
-    def __init__(self, session: "Session", lock_name: str, kind: str, token: int):
+    def __init__(self, session, lock_name: str, kind: str, token: int):
         self.session = session
         self.lock_name = lock_name
         self.kind = kind
@@ -35,7 +36,7 @@ class SessionLease(_Held):
         self._released = False
 
     def describe(self) -> str:
-        return f'lock "{self.lock_name}" in fencing session {self.session.id}'
+        return f"{describe_lock(self.kind, self.lock_name)} in fencing session {self.session.id}"
 
     def held(self) -> bool:
         return not self._released and self.session.held()
@@ -44,6 +45,8 @@ class SessionLease(_Held):
     def lost_reason(self) -> Optional[str]:
         return "released" if self._released else self.session.lost_reason
 
+
+class SessionLease(InSession, _Held):
     def release(self) -> bool:
         """fencing_release of this lease only; the session lives on."""
         if self._released:

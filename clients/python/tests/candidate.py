@@ -4,7 +4,6 @@ closes."""
 
 import select
 import sys
-import time
 
 import psycopg
 

@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 
-import psycopg
 import pytest
 
 import pg_fencing

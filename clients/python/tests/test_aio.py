@@ -1,0 +1,113 @@
+"""pg_fencing.aio, the asyncio twin, against a live server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+import pytest
+
+from pg_fencing import aio
+from conftest import CONNINFO, protected_table
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_lock_write_and_loss_reported_once(db, name):
+    protected_table(db, name, name)
+
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        adb = await psycopg.AsyncConnection.connect(CONNINFO, autocommit=True)
+        reasons = []
+        async with client.lock(name, ttl=3, heartbeat=0.2, on_lost=reasons.append) as lease:
+            assert lease.held() and (await client.leader(name)).token == lease.token
+            assert await lease.execute(adb, f"UPDATE {name} SET token = %s, v = 'aio' WHERE id = 1",
+                                       (lease.token,)) == 1
+            with pytest.raises(aio.LockTimeout):
+                await client.lock(name, wait=0.2).acquire()
+            db.execute("SELECT fencing_revoke(%s, 'test')", (name,))
+            assert await lease.wait_lost(3)
+            await asyncio.sleep(0.6)
+            assert len(reasons) == 1 and "refused" in reasons[0], reasons
+            with pytest.raises(aio.LeaseLost):
+                await lease.execute(adb, f"UPDATE {name} SET token = %s WHERE id = 1", (lease.token,))
+            with pytest.raises(aio.StaleTokenError):
+                await aio.fenced_execute(adb, f"UPDATE {name} SET token = %s WHERE id = 1",
+                                         (lease.token,))
+        await adb.close()
+
+    run(scenario())
+
+
+def test_cancelling_a_wait_ends_it_on_the_server(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        async with client.lock(name, ttl=10) as holder:
+            waiter = asyncio.create_task(client.lock(name, ttl=5, wait=60).acquire())
+            await asyncio.sleep(0.5)
+
+            def waiting() -> int:
+                return db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CALL fencing_await%%' "
+                    "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0]
+
+            assert waiting() == 1, "the wait is on the server"
+            assert db.execute(
+                "SELECT backend_xmin IS NULL AND backend_xid IS NULL FROM pg_stat_activity "
+                "WHERE query LIKE 'CALL fencing_await%%' AND state = 'active'").fetchone()[0], \
+                "it waits holding no snapshot and no transaction id"
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            deadline = time.monotonic() + 5
+            while waiting() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert waiting() == 0, "the cancelled wait does not go on on the server"
+            assert (await client.leader(name)).token == holder.token
+
+    run(scenario())
+
+
+def test_session_and_election(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        async with await client.session(ttl=3) as session:
+            a, b = await session.lock_all([name + "_a", name + "_b"])
+            assert a.held() and b.held() and a.token != b.token
+            other = await client.session(ttl=3)
+            with pytest.raises(aio.LockTimeout):
+                await other.lock(name + "_b")
+            assert await other.close() == 0
+            assert await a.release()
+            assert not a.held() and b.held()
+        assert not b.held()
+
+        election = client.election(name, holder="first", ttl=3)
+        lease = await election.campaign(payload='{"n": 1}')
+        seen = []
+
+        async def follow():
+            async for leader in client.election(name).observe(reread=60, timeout=6):
+                seen.append(leader)
+                if leader is not None and leader.holder == "second":
+                    return
+
+        follower = asyncio.create_task(follow())
+        await asyncio.sleep(0.5)
+        db.execute("SELECT pg_notify('fencing_events', %s)",
+                   ('{"lock_name": "%s", "holder": "mallory", "token": 1}' % name,))
+        await asyncio.sleep(0.3)
+        assert [s.holder for s in seen] == ["first"], seen
+        await election.resign()
+        second = client.election(name, holder="second", ttl=3)
+        next_lease = await second.campaign()
+        await asyncio.wait_for(follower, 8)
+        assert seen[-1].holder == "second" and seen[-1].token == next_lease.token > lease.token
+        assert all(s is None or s.holder != "mallory" for s in seen)
+        await second.resign()
+
+    run(scenario())
