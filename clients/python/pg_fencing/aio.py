@@ -25,7 +25,7 @@ import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
 from ._wire import NoAnswer, interval
-from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed
+from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed, reconnect_delay
 from .errors import (FencingError, GuardError, LeaseEndedError, LeaseLost, LockTimeout,
                      MissingTokenError, NeverGrantedTokenError, StaleTokenError, raise_mapped)
 from . import client
@@ -59,6 +59,12 @@ async def _cancelled(conn: psycopg.AsyncConnection) -> None:
         await conn.close()
     except Exception:
         pass
+
+
+async def _dropped(conn: Optional[psycopg.AsyncConnection]) -> None:
+    if conn is not None and not conn.closed:
+        await conn.close()
+    return None
 
 
 async def _row(conn: psycopg.AsyncConnection, sql: str, params: Sequence[Any] = ()):
@@ -455,28 +461,40 @@ class Election:
                       timeout: Optional[float] = None) -> AsyncIterator[Optional[Leader]]:
         """The leader now, then each change of (holder, token); what it
         reports is always re-read from fencing_leases, notifications are
-        hints only."""
-        conn = await _connect(self.conninfo, "pg_fencing observe")
+        hints only.  A broken connection is made again as in the threaded
+        Election.observe()."""
         end = None if timeout is None else time.monotonic() + timeout
         notified = asyncio.Event()
-        conn.add_notify_handler(lambda notify: notified.set())
+        conn: Optional[psycopg.AsyncConnection] = None
+        failures = 0
+        last: object = _UNSET
         try:
-            await conn.execute(f"LISTEN {CHANNEL}")
-            last: object = _UNSET
-            while True:
-                notified.clear()
-                leader, left = await _read_leader(conn, self.lock_name)
+            while end is None or time.monotonic() < end:
+                try:
+                    if conn is None:
+                        conn = await _connect(self.conninfo, "pg_fencing observe")
+                        conn.add_notify_handler(lambda notify: notified.set())
+                        await conn.execute(f"LISTEN {CHANNEL}")
+                    notified.clear()
+                    leader, left = await _read_leader(conn, self.lock_name)
+                except psycopg.OperationalError:
+                    conn = await _dropped(conn)
+                    failures += 1
+                    await asyncio.sleep(reconnect_delay(failures))
+                    continue
+                failures = 0
                 if last is _UNSET or _changed(last, leader):
                     last = leader
                     yield leader
                 wake = reread if left is None else min(reread, left + 0.01)
                 if end is not None:
                     wake = min(wake, end - time.monotonic())
-                    if wake <= 0:
-                        return
-                await self._await_notice(conn, notified, wake)
+                try:
+                    await self._await_notice(conn, notified, wake)
+                except psycopg.OperationalError:
+                    conn = await _dropped(conn)
         finally:
-            await conn.close()
+            await _dropped(conn)
 
     async def _await_notice(self, conn: psycopg.AsyncConnection, notified: asyncio.Event,
                             timeout: float) -> None:
@@ -488,7 +506,7 @@ class Election:
         loop.add_reader(fd, readable.set)
         try:
             try:
-                await asyncio.wait_for(readable.wait(), max(0.0, timeout))
+                await asyncio.wait_for(readable.wait(), max(0.001, timeout))
             except asyncio.TimeoutError:
                 return
         finally:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import select
 import time
+
+import psycopg
 from typing import Callable, Iterator, NamedTuple, Optional
 
 from ._wire import Connection
@@ -114,27 +116,38 @@ class Election:
 
     def observe(self, reread: float = 5.0, timeout: Optional[float] = None) -> Iterator[Optional[Leader]]:
         """The leader now, then each change of (holder, token): a renewal is
-        no change.  Stops after timeout seconds if given."""
-        conn = Connection(self.conninfo, "pg_fencing observe")
+        no change.  A broken connection is made again (at once, then after
+        0.1 s, doubling up to 5 s), LISTENing before it reads, so that no
+        change slips between.  Stops after timeout seconds if given."""
         end = None if timeout is None else time.monotonic() + timeout
+        conn: Optional[Connection] = None
+        failures = 0
+        last: object = _UNSET
         try:
-            conn.row(f"LISTEN {CHANNEL}")  # first, so that nothing slips between it and the read
-            last: object = _UNSET
-            while True:
-                leader, left = read_leader(conn, self.lock_name)
+            while end is None or time.monotonic() < end:
+                try:
+                    if conn is None:
+                        conn = Connection(self.conninfo, "pg_fencing observe")
+                        conn.row(f"LISTEN {CHANNEL}")  # first: nothing slips before the read
+                    leader, left = read_leader(conn, self.lock_name)
+                except psycopg.OperationalError:
+                    conn = _dropped(conn)
+                    failures += 1
+                    time.sleep(reconnect_delay(failures))
+                    continue
+                failures = 0
                 if last is _UNSET or _changed(last, leader):
                     last = leader
                     yield leader
-                wake = reread
-                if left is not None:
-                    wake = min(wake, left + 0.01)
+                wake = reread if left is None else min(reread, left + 0.01)
                 if end is not None:
                     wake = min(wake, end - time.monotonic())
-                    if wake <= 0:
-                        return
-                self._await_notice(conn, wake)
+                try:
+                    self._await_notice(conn, wake)
+                except psycopg.OperationalError:
+                    conn = _dropped(conn)
         finally:
-            conn.close()
+            _dropped(conn)
 
     def _await_notice(self, conn: Connection, timeout: float) -> None:
         """Sleeps until a notification on the channel arrives or timeout passes."""
@@ -152,6 +165,17 @@ class Election:
             return self.lease.release()
         finally:
             self.lease = None
+
+
+def reconnect_delay(failures: int) -> float:
+    """After the first failure at once, then 0.1 s, doubling up to 5 s."""
+    return 0.0 if failures <= 1 else min(5.0, 0.1 * 2 ** (failures - 2))
+
+
+def _dropped(conn):
+    if conn is not None:
+        conn.close()
+    return None
 
 
 def _changed(last: object, leader: Optional[Leader]) -> bool:

@@ -225,3 +225,32 @@ def test_session_locks_many_and_loses_them_together(client, db, name):
         assert not both[0].held() and not both[1].held()
         with pytest.raises(pg_fencing.LeaseLost):
             session.lock(name + "_c")
+
+
+def test_observe_reconnects_after_its_connection_is_terminated(client, db, name):
+    seen = []
+
+    def follow():
+        for leader in client.election(name).observe(reread=60, timeout=15):
+            seen.append(leader)
+            if leader is not None:
+                return
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen == [None]
+        # Taken while the observer sleeps (not announced: no notification,
+        # and the next periodic read is a minute away) ...
+        with client.lock(name, ttl=10, holder="after") as lease:
+            # ... then its connection is cut: it reconnects and reads again.
+            assert db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE application_name = 'pg_fencing observe'").fetchone()[0] == 1
+            follower.join(10)
+            assert not follower.is_alive(), f"no change reported after the reconnect: {seen}"
+            assert seen[-1] is not None and seen[-1].holder == "after" and seen[-1].token == lease.token
+    finally:
+        follower.join(10)
