@@ -345,10 +345,14 @@ BEGIN
   IF session IS NULL THEN
     RAISE EXCEPTION '% needs a session, got NULL', what USING ERRCODE = '22004';
   END IF;
-  -- The hold first, the look after: a close that committed before the
-  -- hold was granted is seen.
+  -- The hold first, the look after.  FOR KEY SHARE too: at REPEATABLE
+  -- READ the look is in the transaction's snapshot, which may predate a
+  -- close that committed while the hold was waited for; locking the row
+  -- the close deleted then fails (40001) instead of granting a lease into
+  -- a session that no longer exists.  (The C acquire reads the latest
+  -- snapshot instead, and takes no row lock.)
   PERFORM @extschema@.fencing_session_hold(session, false, false);
-  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session;
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR KEY SHARE;
   IF NOT FOUND OR s.expires_at <= clock_timestamp() THEN
     RAISE EXCEPTION 'fencing session % does not exist or has ended', session
       USING ERRCODE = '55Z05',

@@ -793,12 +793,14 @@ struct SessionInUse {
 };
 
 SessionInUse SessionForUse(const LeaseTableIds &ids, Oid caller, int64 session, const char *verb) {
-  // The hold first, the look after: a close that committed before the
-  // hold was granted is seen.
+  // The hold first, the look after, in the latest snapshot (not the
+  // transaction's: at REPEATABLE READ that one may predate a close that
+  // committed while the hold was waited for, and a lease would be granted
+  // into a session that no longer exists).
   (void)HoldSession(session, false, false);
   Relation table = table_open(ids.session, AccessShareLock);
   Relation key = index_open(ids.session_key, AccessShareLock);
-  Snapshot snapshot = TakeSnapshot();
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
   HeapTuple row = FetchRowByNumber(table, key, session, snapshot);
   UnregisterSnapshot(snapshot);
   bool is_null = false;
@@ -827,11 +829,12 @@ SessionInUse SessionForUse(const LeaseTableIds &ids, Oid caller, int64 session, 
   return found;
 }
 
-// The end of the session as committed now (0: no row any more).
+// The end of the session as committed now (0: no row any more), whatever
+// the transaction's isolation level.
 TimestampTz SessionEndNow(const LeaseTableIds &ids, int64 session) {
   Relation table = table_open(ids.session, AccessShareLock);
   Relation key = index_open(ids.session_key, AccessShareLock);
-  Snapshot snapshot = TakeSnapshot();
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
   HeapTuple row = FetchRowByNumber(table, key, session, snapshot);
   UnregisterSnapshot(snapshot);
   bool is_null = false;
