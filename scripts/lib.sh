@@ -23,6 +23,8 @@ PACKAGES=(
   python3 python3-psycopg2                                                # examples/python
   python3-psycopg python3-pytest python3-venv python3-pip python3-setuptools  # clients/python: psycopg 3, pytest, an offline install
   patroni                                                                 # test/ha/run.sh: HA under Patroni (docs/ha.md)
+  default-jdk-headless libpostgresql-jdbc-java junit5                    # clients/java: javac, JDBC, JUnit 5's console launcher
+  golang-go golang-github-jackc-pgx-v4-dev                                # clients/go: Go and pgx v4, offline
 )
 # Node.js and npm for examples/node: the machine's own if it has them (some
 # machines have NodeSource's nodejs, which bundles npm and conflicts with
