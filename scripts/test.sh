@@ -168,6 +168,10 @@ node_example() {
   with_throwaway_cluster bash -c 'bash examples/node/run-tests.sh && node examples/node/example.js'
 }
 
+# The Node.js client (clients/node, package pg-fencing): npm ci from its lock,
+# tsc over its declarations, node --test, against a throwaway cluster.
+node_client() { with_throwaway_cluster bash clients/node/run-tests.sh; }
+
 # Two PostgreSQL nodes under Patroni (synchronous_mode) and one etcd, on
 # loopback: kill -9 of the leader's postmaster, then a switchover, under a
 # workload; no token twice, no stale write, no acknowledged write lost (docs/ha.md).
@@ -237,6 +241,7 @@ run_suite "Prometheus exporter and the demo chart (test/exporter/run.sh)" export
 run_suite "Python example (psycopg2, unittest)" python_example
 run_suite "Node.js example (node-postgres, node --test)" node_example
 run_suite "Python client (clients/python, psycopg 3, pytest)" python_client
+run_suite "Node.js client (clients/node, node-postgres, node --test)" node_client
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "HA under Patroni: failover and switchover (test/ha/run.sh)" ha_patroni
