@@ -172,6 +172,10 @@ node_example() {
 # tsc over its declarations, node --test, against a throwaway cluster.
 node_client() { with_throwaway_cluster bash clients/node/run-tests.sh; }
 
+# The Go client (clients/go, package fencing): built offline from Debian's Go
+# and pgx v4 (GOPATH mode over /usr/share/gocode), gofmt, go vet, go test.
+go_client() { with_throwaway_cluster bash clients/go/run-tests.sh; }
+
 # Two PostgreSQL nodes under Patroni (synchronous_mode) and one etcd, on
 # loopback: kill -9 of the leader's postmaster, then a switchover, under a
 # workload; no token twice, no stale write, no acknowledged write lost (docs/ha.md).
@@ -242,6 +246,7 @@ run_suite "Python example (psycopg2, unittest)" python_example
 run_suite "Node.js example (node-postgres, node --test)" node_example
 run_suite "Python client (clients/python, psycopg 3, pytest)" python_client
 run_suite "Node.js client (clients/node, node-postgres, node --test)" node_client
+run_suite "Go client (clients/go, pgx v4, go test)" go_client
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "HA under Patroni: failover and switchover (test/ha/run.sh)" ha_patroni

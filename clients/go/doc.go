@@ -1,0 +1,20 @@
+// Package fencing is the Go client of pg_fencing, the PostgreSQL extension
+// whose fencing tokens the database itself enforces: leases, mutexes,
+// semaphores, sessions and leader election, on pgx v4.
+//
+//	client, _ := fencing.New("") // the PG* variables
+//	lease, err := client.Acquire(ctx, "nightly-report", fencing.LeaseOptions{TTL: 10 * time.Second, Wait: 30 * time.Second})
+//	if err != nil { return err }
+//	defer lease.Release(ctx)
+//	_, err = lease.Exec(ctx, db, "UPDATE reports SET token = $1, body = $2 WHERE id = 7", lease.Token(), body)
+//
+// The write bounces with an error matching ErrStaleToken once another
+// holder has taken over, and Exec returns ErrLeaseLost without sending
+// anything once the lease is known lost. Sessions (Client.NewSession) give
+// one heartbeat to many leases, as an etcd session does, and Mutex,
+// Semaphore and Election take their leases in one.
+//
+// Every wait ends when its context does, on the server too: a wait is
+// CALL fencing_await, which pgx asks the server to cancel when the context
+// ends, and which holds no snapshot while it sleeps.
+package fencing

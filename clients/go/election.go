@@ -1,0 +1,268 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v4"
+)
+
+// Channel is the LISTEN channel of pg_fencing's announcements.
+const Channel = "fencing_events"
+
+// Leader is the live holder of a lock's exclusive lease.
+type Leader struct {
+	Holder  string
+	Token   Token
+	Payload string // JSON text as the server prints it; "" for none
+}
+
+func (l *Leader) String() string {
+	return fmt.Sprintf("<Leader holder=%q token=%d payload=%s>", l.Holder, l.Token, l.Payload)
+}
+
+// The live lease and how long it has to run by the server's clock, so that
+// the client's clock and the server's never meet.
+const readLeaderSQL = "SELECT holder, token::bigint, coalesce(payload::text, ''), " +
+	"ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint " +
+	"FROM fencing_leases WHERE lock_name = $1 AND state = 'live'"
+
+// readLeader is the live leader (nil: none) and the time its lease has left.
+func readLeader(ctx context.Context, conn *pgx.Conn, name string) (*Leader, time.Duration, error) {
+	var leader Leader
+	var token, leftMs int64
+	err := conn.QueryRow(ctx, readLeaderSQL, name).Scan(&leader.Holder, &token, &leader.Payload, &leftMs)
+	if err == pgx.ErrNoRows {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	leader.Token = Token(token)
+	return &leader, time.Duration(leftMs) * time.Millisecond, nil
+}
+
+// Leader is the live holder of name's exclusive lease as the database sees
+// it now, or nil.
+func (c *Client) Leader(ctx context.Context, name string) (*Leader, error) {
+	conn, err := c.connect(ctx, "pg_fencing leader")
+	if err != nil {
+		return nil, err
+	}
+	defer closeQuietly(conn)
+	leader, _, err := readLeader(ctx, conn, name)
+	if err != nil {
+		return nil, fmt.Errorf("pg_fencing: reading the leader of %q: %w", name, err)
+	}
+	return leader, nil
+}
+
+// DefaultReread is how often Observe reads the leader without a notification.
+const DefaultReread = 5 * time.Second
+
+// Observe sends name's leader now (nil for none), then each change of
+// (holder, token) -- a renewal or a proclamation is no change -- until ctx
+// ends, when it closes the channel.
+//
+// What it sends is always read from the view fencing_leases, never taken
+// from a notification: LISTEN fencing_events only makes it read sooner. A
+// forged notification (any role may NOTIFY on any channel), a lost one, or
+// none at all for a lock whose owner did not turn announcements on changes
+// nothing; it also reads when the live lease is due to end by the server's
+// clock, and every reread (0: DefaultReread). A broken connection is made
+// again (at once, then after 0.1 s, doubling up to 5 s), with LISTEN
+// before the read so that no change slips between.
+func (c *Client) Observe(ctx context.Context, name string, reread time.Duration) <-chan *Leader {
+	if reread <= 0 {
+		reread = DefaultReread
+	}
+	changes := make(chan *Leader)
+	go c.observe(ctx, name, reread, changes)
+	return changes
+}
+
+func (c *Client) observe(ctx context.Context, name string, reread time.Duration, changes chan<- *Leader) {
+	defer close(changes)
+	var conn *pgx.Conn
+	defer func() { closeQuietly(conn) }()
+	var last *Leader
+	reported := false
+	failures := 0
+	for ctx.Err() == nil {
+		leader, left, err := func() (*Leader, time.Duration, error) {
+			if conn == nil {
+				var err error
+				if conn, err = c.connect(ctx, "pg_fencing observe"); err != nil {
+					return nil, 0, err
+				}
+				if _, err = conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+					return nil, 0, err
+				}
+			}
+			return readLeader(ctx, conn, name)
+		}()
+		if err != nil {
+			closeQuietly(conn)
+			conn = nil
+			failures++
+			if !sleepCtx(ctx, reconnectDelay(failures)) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if !reported || changed(last, leader) {
+			select {
+			case changes <- leader:
+			case <-ctx.Done():
+				return
+			}
+			last, reported = leader, true
+		}
+		wake := reread
+		if leader != nil && left+10*time.Millisecond < wake {
+			wake = left + 10*time.Millisecond
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, wake)
+		// A notification is a hint only: what counts is the read it causes.
+		_, _ = conn.WaitForNotification(waitCtx)
+		cancel()
+		if conn.IsClosed() {
+			conn = nil // broken (pgx closed it): made again, LISTEN first
+		}
+	}
+}
+
+// reconnectDelay: after the first failure at once, then 0.1 s, doubling up to 5 s.
+func reconnectDelay(failures int) time.Duration {
+	if failures <= 1 {
+		return 0
+	}
+	delay := 100 * time.Millisecond << (failures - 2)
+	if failures > 8 || delay > 5*time.Second {
+		delay = 5 * time.Second
+	}
+	return delay
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func changed(last, now *Leader) bool {
+	if last == nil || now == nil {
+		return last != now
+	}
+	return last.Holder != now.Holder || last.Token != now.Token
+}
+
+// Election is leader election on one lock, in a session, as etcd's
+// concurrency.Election: the leader is whoever holds the lock's live
+// exclusive lease, with the session's holder as its name.
+type Election struct {
+	session *Session
+	name    string
+
+	mu    sync.Mutex
+	lease *SessionLease
+}
+
+// NewElection makes an election on lock name for candidates in s.
+func NewElection(s *Session, name string) *Election { return &Election{session: s, name: name} }
+
+// Campaign waits until this candidate leads, or ctx ends, and returns its
+// lease. payload (JSON text, "" for none) is published in fencing_leases.
+// Each wait is CALL fencing_await: a follower waiting for hours holds no
+// snapshot.
+func (e *Election) Campaign(ctx context.Context, payload string) (*SessionLease, error) {
+	e.mu.Lock()
+	held := e.lease
+	e.mu.Unlock()
+	if held != nil && held.Held() {
+		return held, nil
+	}
+	// Not under e.mu: IsLeader answers at once during a campaign.
+	lease, err := e.session.acquire(ctx, request{lockName: e.name, kind: Exclusive, payload: payload}, WaitForever)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.lease = lease
+	e.mu.Unlock()
+	return lease, nil
+}
+
+// Proclaim publishes a new payload as the live leader: the acquire by the
+// live holder replaces it and keeps the token. ErrLeaseLost unless this
+// candidate leads.
+func (e *Election) Proclaim(ctx context.Context, payload string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lease == nil {
+		return lostError(fmt.Sprintf("leadership of %q", e.name), 0, "not the leader")
+	}
+	if err := e.lease.Err(); err != nil {
+		return err
+	}
+	again, err := e.session.acquire(ctx, request{lockName: e.name, kind: Exclusive, payload: payload}, 0)
+	if err != nil {
+		return err
+	}
+	if again.token != e.lease.token {
+		// Ours had ended: that was a new grant, not a proclamation.
+		_, _ = again.Release(ctx)
+		return lostError(fmt.Sprintf("leadership of %q", e.name), e.lease.token, "it ended before the proclamation")
+	}
+	return nil
+}
+
+// IsLeader says whether this candidate leads now (its session held).
+func (e *Election) IsLeader() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lease != nil && e.lease.Held()
+}
+
+// Leader is the live leader as the database sees it now, or nil.
+func (e *Election) Leader(ctx context.Context) (*Leader, error) {
+	return e.session.client.Leader(ctx, e.name)
+}
+
+// Observe sends the leader now, then each change, until ctx ends
+// (Client.Observe, with DefaultReread).
+func (e *Election) Observe(ctx context.Context) <-chan *Leader {
+	return e.session.client.Observe(ctx, e.name, 0)
+}
+
+// Resign gives leadership up (fencing_release). Nothing to do when not
+// leading; an error matching ErrLeaseLost if the server no longer had it
+// as ours.
+func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	lease := e.lease
+	e.lease = nil
+	e.mu.Unlock()
+	if lease == nil {
+		return nil
+	}
+	ours, err := lease.Release(ctx)
+	if err != nil {
+		return err
+	}
+	if !ours {
+		return lostError(fmt.Sprintf("leadership of %q", e.name), lease.token, "it had ended before the resignation")
+	}
+	return nil
+}

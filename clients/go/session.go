@@ -1,0 +1,337 @@
+package fencing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgtype"
+	"github.com/jackc/pgx/v4"
+)
+
+// SessionOptions configure a session (Client.NewSession).
+type SessionOptions struct {
+	TTL       time.Duration // default 10 s
+	Holder    string        // the holder of every lease in it; default DefaultHolder()
+	Heartbeat time.Duration // between renewals; default TTL/3
+	// OnLost is called once, with a reason, from the heartbeat goroutine,
+	// when the session (and so every lease in it) is lost; never after Close.
+	OnLost func(reason string)
+}
+
+// Session is one keepalive for many leases (pg_fencing 1.8), as an etcd
+// lease is for its keys: one heartbeat renews the session
+// (fencing_session_renew) and with it every lease in it; its loss is every
+// lease's, reported once. Mutex, Semaphore and Election take their leases
+// in a session.
+//
+// It uses two connections: the heartbeat's, so that a renewal never queues
+// behind anything, and one that short statements (a try, a release, the
+// close) take turns on. A wait gets a connection of its own for its length,
+// so that it holds up nothing else in the session.
+type Session struct {
+	client *Client
+	id     int64
+	holder string
+	beat   *keepalive
+
+	beatConn *pgx.Conn
+
+	work   chan *pgx.Conn // holds the shared connection while nobody uses it; nil inside once closed by pgx
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewSession opens a session at once (fencing_session_open).
+func (c *Client) NewSession(ctx context.Context, opts SessionOptions) (*Session, error) {
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = defaultTTL
+	}
+	holder := opts.Holder
+	if holder == "" {
+		holder = DefaultHolder()
+	}
+	beat, err := newKeepalive("session", ttl, opts.Heartbeat, "the session ended, or was closed", opts.OnLost)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{client: c, holder: holder, beat: beat, work: make(chan *pgx.Conn, 1)}
+	if s.beatConn, err = c.connect(ctx, "pg_fencing session "+holder); err != nil {
+		return nil, err
+	}
+	workConn, err := c.connect(ctx, "pg_fencing session "+holder)
+	if err != nil {
+		closeQuietly(s.beatConn)
+		return nil, err
+	}
+	s.work <- workConn
+	sent := time.Now()
+	if err := s.beatConn.QueryRow(ctx, "SELECT fencing_session_open($1, $2::interval)",
+		holder, interval(ttl)).Scan(&s.id); err != nil {
+		closeQuietly(s.beatConn)
+		closeQuietly(workConn)
+		return nil, fmt.Errorf("pg_fencing: opening a session for %q: %w", holder, err)
+	}
+	beat.begin(sent, s.renew, func() { closeQuietly(s.beatConn) })
+	return s, nil
+}
+
+// ID is the session's id (fencing_sessions.session_id).
+func (s *Session) ID() int64 { return s.id }
+
+// Holder is the holder of every lease in the session.
+func (s *Session) Holder() string { return s.holder }
+
+// Err is nil while the session is held, judged on the monotonic clock;
+// afterwards an error matching ErrLeaseLost that says why.
+func (s *Session) Err() error {
+	if reason := s.lostReason(); reason != "" {
+		return lostError(s.describe(), 0, reason)
+	}
+	return nil
+}
+
+// lostReason is "" while the session is held, else why not.
+func (s *Session) lostReason() string {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return "the session was closed"
+	}
+	return s.beat.reason()
+}
+
+// Held says whether the session, and every lease in it, can still be trusted.
+func (s *Session) Held() bool { return s.Err() == nil }
+
+// Done is closed once the session is lost (after OnLost) or closed.
+func (s *Session) Done() <-chan struct{} { return s.beat.done }
+
+func (s *Session) describe() string { return fmt.Sprintf("fencing session %d", s.id) }
+
+// Close stops the heartbeat and closes the session (fencing_session_close),
+// releasing every lease in it: how many. Later calls return 0.
+func (s *Session) Close(ctx context.Context) (int, error) {
+	s.beat.stop()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	defer closeQuietly(s.beatConn)
+	var released int
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		defer closeQuietly(conn)
+		return conn.QueryRow(ctx, "SELECT fencing_session_close($1::bigint)", s.id).Scan(&released)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pg_fencing: closing %s: %w", s.describe(), err)
+	}
+	return released, nil
+}
+
+// Lock takes lock name in the session, waiting until ctx ends
+// (ErrLeaseLost, without sending, once the session is lost).
+func (s *Session) Lock(ctx context.Context, name string) (*SessionLease, error) {
+	return s.acquire(ctx, request{lockName: name, kind: Exclusive}, WaitForever)
+}
+
+// TryLock takes lock name in the session if it is free: ErrLockTimeout if not.
+func (s *Session) TryLock(ctx context.Context, name string) (*SessionLease, error) {
+	return s.acquire(ctx, request{lockName: name, kind: Exclusive}, 0)
+}
+
+// LockAll takes every one of names or none (fencing_session_acquire_all),
+// in the order given, waiting up to wait: ErrLockTimeout when not all could
+// be had. It never deadlocks with another session's LockAll.
+func (s *Session) LockAll(ctx context.Context, names []string, wait time.Duration) ([]*SessionLease, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	var waitArg interface{}
+	if wait > 0 {
+		waitArg = interval(wait) // the function form: a short wait, it holds its snapshot
+	}
+	var tokens pgtype.Int8Array
+	err := s.onConn(ctx, wait > 0, func(conn *pgx.Conn) error {
+		return inReadCommitted(ctx, conn, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, "SELECT fencing_session_acquire_all($1::bigint, $2::text[], $3::interval)::bigint[]",
+				s.id, names, waitArg).Scan(&tokens)
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pg_fencing: taking %q in %s: %w", names, s.describe(), mapGuardError(err))
+	}
+	if tokens.Status != pgtype.Present {
+		if wait > 0 {
+			return nil, fmt.Errorf("%w: not all of %q could be had (waited %v)", ErrLockTimeout, names, wait)
+		}
+		return nil, fmt.Errorf("%w: not all of %q could be had", ErrLockTimeout, names)
+	}
+	if len(tokens.Elements) != len(names) {
+		return nil, fmt.Errorf("pg_fencing: %d tokens for %d locks", len(tokens.Elements), len(names))
+	}
+	leases := make([]*SessionLease, len(names))
+	for i, name := range names {
+		leases[i] = &SessionLease{session: s, req: request{lockName: name, kind: Exclusive, session: s.id},
+			token: Token(tokens.Elements[i].Int)}
+	}
+	return leases, nil
+}
+
+// acquire takes a lock of any kind in the session: one attempt for a wait
+// of 0, else CALL fencing_await(..., session =>).
+func (s *Session) acquire(ctx context.Context, r request, wait time.Duration) (*SessionLease, error) {
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	r.session = s.id
+	var token Token
+	err := s.onConn(ctx, wait != 0, func(conn *pgx.Conn) (err error) {
+		token, _, err = acquire(ctx, conn, r, wait)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &SessionLease{session: s, req: r, token: token}, nil
+}
+
+// release is fencing_release of one lease in the session.
+func (s *Session) release(ctx context.Context, r request, token Token) (bool, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return false, nil
+	}
+	var ours bool
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, "SELECT fencing_release($1, $2::fencing_token)", r.lockName, token).Scan(&ours)
+	})
+	if err != nil {
+		return false, fmt.Errorf("pg_fencing: releasing %s (token %d) in %s: %w", r.describe(), token, s.describe(), err)
+	}
+	return ours, nil
+}
+
+// onConn runs fn on a connection of its own for a statement that may wait,
+// so that it holds up nothing else in the session, else on the shared one.
+func (s *Session) onConn(ctx context.Context, mayWait bool, fn func(*pgx.Conn) error) error {
+	if !mayWait {
+		return s.withConn(ctx, fn)
+	}
+	conn, err := s.client.connect(ctx, "pg_fencing session "+s.holder)
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(conn)
+	return fn(conn)
+}
+
+// withConn lends the shared connection to fn, waiting for it no longer
+// than ctx allows, and makes it again if pgx closed it (a statement whose
+// context ended).
+func (s *Session) withConn(ctx context.Context, fn func(*pgx.Conn) error) error {
+	var conn *pgx.Conn
+	select {
+	case conn = <-s.work:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { s.work <- conn }()
+	if conn == nil || conn.IsClosed() {
+		var err error
+		if conn, err = s.client.connect(ctx, "pg_fencing session "+s.holder); err != nil {
+			conn = nil
+			return err
+		}
+	}
+	return fn(conn)
+}
+
+func (s *Session) renew(ctx context.Context) (bool, error) {
+	var ok bool
+	err := s.beatConn.QueryRow(ctx, "SELECT fencing_session_renew($1::bigint, $2::interval)",
+		s.id, interval(s.beat.ttl)).Scan(&ok)
+	return ok, err
+}
+
+func (s *Session) String() string {
+	state := "held"
+	if !s.Held() {
+		state = "not held"
+	}
+	return fmt.Sprintf("<Session %d holder=%q %s>", s.id, s.holder, state)
+}
+
+// SessionLease is a lease in a session: its own token, the session's end.
+type SessionLease struct {
+	session *Session
+	req     request
+	token   Token
+
+	mu       sync.Mutex
+	released bool
+}
+
+// Token is the fencing token of the grant.
+func (l *SessionLease) Token() Token { return l.token }
+
+// LockName is the name of the lock.
+func (l *SessionLease) LockName() string { return l.req.lockName }
+
+// Session is the session the lease is in.
+func (l *SessionLease) Session() *Session { return l.session }
+
+// Err is nil while the lease is held: not released, and the session held.
+func (l *SessionLease) Err() error {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	what := fmt.Sprintf("%s in %s", l.req.describe(), l.session.describe())
+	if released {
+		return lostError(what, l.token, "released")
+	}
+	if reason := l.session.lostReason(); reason != "" {
+		return lostError(what, l.token, reason)
+	}
+	return nil
+}
+
+// Held says whether the lease can still be trusted.
+func (l *SessionLease) Held() bool { return l.Err() == nil }
+
+// Exec runs a fenced write (FencedExec) under the lease: ErrLeaseLost
+// without sending anything once the lease is known lost.
+func (l *SessionLease) Exec(ctx context.Context, db Beginner, sql string, args ...interface{}) (pgconn.CommandTag, error) {
+	return fencedExec(ctx, l, db, sql, args)
+}
+
+// Release takes this lease out of the session (fencing_release); the
+// session lives on. Whether it was still ours; later calls return false.
+func (l *SessionLease) Release(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return false, nil
+	}
+	l.released = true
+	l.mu.Unlock()
+	return l.session.release(ctx, l.req, l.token)
+}
+
+func closeQuietly(conn *pgx.Conn) {
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}
