@@ -176,6 +176,10 @@ node_client() { with_throwaway_cluster bash clients/node/run-tests.sh; }
 # and pgx v4 (GOPATH mode over /usr/share/gocode), gofmt, go vet, go test.
 go_client() { with_throwaway_cluster bash clients/go/run-tests.sh; }
 
+# The Java client (clients/java, package io.pgfencing): compiled with javac
+# against Debian's pgjdbc, its JUnit 5 tests run by JUnit's console launcher.
+java_client() { with_throwaway_cluster bash clients/java/run-tests.sh; }
+
 # Two PostgreSQL nodes under Patroni (synchronous_mode) and one etcd, on
 # loopback: kill -9 of the leader's postmaster, then a switchover, under a
 # workload; no token twice, no stale write, no acknowledged write lost (docs/ha.md).
@@ -247,6 +251,7 @@ run_suite "Node.js example (node-postgres, node --test)" node_example
 run_suite "Python client (clients/python, psycopg 3, pytest)" python_client
 run_suite "Node.js client (clients/node, node-postgres, node --test)" node_client
 run_suite "Go client (clients/go, pgx v4, go test)" go_client
+run_suite "Java client (clients/java, JDBC, JUnit 5)" java_client
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "HA under Patroni: failover and switchover (test/ha/run.sh)" ha_patroni

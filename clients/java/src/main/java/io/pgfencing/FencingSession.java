@@ -1,0 +1,313 @@
+package io.pgfencing;
+
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * A session (fencing_session_open): one keepalive for many leases.
+ *
+ * <pre>{@code
+ * try (FencingSession session = client.openSession(LeaseOptions.ofTtl(ttl).withOnLost(cb))) {
+ *     Lease p3 = session.lock("partition-3");
+ *     List<Lease> both = session.lockAll(List.of("acct-7", "acct-9"));   // every lock or none
+ *     p3.executeUpdate(db, "UPDATE parts SET token = ?, v = ? WHERE id = 3", p3.token(), v);
+ * }   // closing the session releases every lease in it
+ * }</pre>
+ *
+ * <p>One heartbeat renews the session (fencing_session_renew), and with it every lease in it;
+ * its loss is every lease's, reported once through {@link LeaseOptions#onLost()}. Two
+ * connections: the heartbeat's (a renewal never queues behind an acquire that waits) and the
+ * one the acquires, releases and the close take turns on. Waits end on an interrupt, on the
+ * server too.
+ */
+public final class FencingSession implements AutoCloseable {
+    private final String holder;
+    private final LeaseOptions options;
+    final Heartbeat beat;
+    private final Connection beatConnection;
+    private final Connection work;
+    private final ReentrantLock workLock = new ReentrantLock();
+    private final long id;
+    private volatile boolean closed;
+
+    FencingSession(FencingClient client, LeaseOptions options) throws SQLException {
+        if (options.payload() != null) {
+            throw new IllegalArgumentException("a session has no payload; its leases may");
+        }
+        this.options = options;
+        this.holder = options.holderOrDefault();
+        this.beat = new Heartbeat("session", options, this::renew, this::dropHeartbeat,
+                "the session ended, or was closed");
+        Connection beatConnection = client.connect("pg_fencing session " + holder);
+        Connection work = null;
+        long sent = System.nanoTime();
+        try {
+            work = client.connect("pg_fencing session " + holder);
+            sent = System.nanoTime();
+            this.id = Long.parseLong(Wire.value(beatConnection,
+                    "SELECT fencing_session_open(?, ?::interval)", holder,
+                    Wire.interval(options.ttl())));
+        } catch (SQLException | RuntimeException e) {
+            Wire.closeQuietly(work);
+            Wire.closeQuietly(beatConnection);
+            throw e;
+        }
+        this.beatConnection = beatConnection;
+        this.work = work;
+        beat.begin(sent);
+        beat.start("pg_fencing session " + id);
+    }
+
+    /** The session's id on the server (fencing_sessions, fencing_leases.session_id). */
+    public long id() {
+        return id;
+    }
+
+    public String holder() {
+        return holder;
+    }
+
+    /** Whether the session can still be trusted, judged on System.nanoTime(). */
+    public boolean isHeld() {
+        return !closed && beat.lostReason().isEmpty();
+    }
+
+    public Optional<String> lostReason() {
+        return closed ? Optional.of("closed") : beat.lostReason();
+    }
+
+    /** Waits until the loss has been reported (onLost called); false on timeout. */
+    public boolean awaitLost(Duration timeout) throws InterruptedException {
+        return beat.awaitLost(timeout.toNanos(), TimeUnit.NANOSECONDS);
+    }
+
+    private void check() throws LeaseLostException {
+        if (!isHeld()) {
+            throw new LeaseLostException("fencing session " + id + " is no longer held: "
+                    + lostReason().orElse("unknown"));
+        }
+    }
+
+    /** Takes {@code lockName} exclusively in the session, waiting until granted. */
+    public Lease lock(String lockName) throws SQLException, InterruptedException {
+        return tryLock(lockName, Wire.FOREVER).orElseThrow();
+    }
+
+    /** Waits up to {@code time} (0: one attempt); empty if the lock stayed busy. */
+    public Optional<Lease> tryLock(String lockName, long time, TimeUnit unit)
+            throws SQLException, InterruptedException {
+        return tryLock(lockName, Math.max(0, unit.toNanos(time)));
+    }
+
+    private Optional<Lease> tryLock(String lockName, long waitNanos)
+            throws SQLException, InterruptedException {
+        Wire.Grant grant = onWork(() -> Wire.waitInSlices(waitNanos, slice -> {
+            long deadline = System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS;
+            if (slice == 0) {
+                return Wire.valueWithin(work, deadline, releaseAbandoned(lockName),
+                        "SELECT fencing_session_acquire(?, ?)", id, lockName);
+            }
+            // CALL fencing_await: no snapshot held while it sleeps.
+            return Wire.valueWithin(work, deadline, releaseAbandoned(lockName),
+                    "CALL fencing_await(?, session => ?, wait => ?::interval)", lockName, id,
+                    Wire.interval(slice));
+        }));
+        return grant == null ? Optional.empty()
+                : Optional.of(new SessionLease(lockName, Long.parseLong(grant.value())));
+    }
+
+    /** Every lock or none (fencing_session_acquire_all), in the order given, waiting until
+     *  granted. Never deadlocks with another session's lockAll. */
+    public List<Lease> lockAll(List<String> lockNames) throws SQLException, InterruptedException {
+        return tryLockAll(lockNames, Wire.FOREVER).orElseThrow();
+    }
+
+    /** Every lock or none, waiting up to {@code time} (0: one attempt); empty if not all could
+     *  be had. */
+    public Optional<List<Lease>> tryLockAll(List<String> lockNames, long time, TimeUnit unit)
+            throws SQLException, InterruptedException {
+        return tryLockAll(lockNames, Math.max(0, unit.toNanos(time)));
+    }
+
+    private Optional<List<Lease>> tryLockAll(List<String> lockNames, long waitNanos)
+            throws SQLException, InterruptedException {
+        List<String> names = List.copyOf(lockNames);
+        Wire.Grant grant = onWork(() -> Wire.waitInSlices(waitNanos, slice ->
+                Wire.valueWithin(work, System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS,
+                        tokens -> releaseAll(names, tokens),
+                        "SELECT fencing_session_acquire_all(?, ?::text[], ?::interval)::bigint[]",
+                        id, work.createArrayOf("text", names.toArray()),
+                        slice == 0 ? null : Wire.interval(slice))));
+        if (grant == null) {
+            return Optional.empty();
+        }
+        List<Long> tokens = parseArray(grant.value());
+        List<Lease> leases = new ArrayList<>();
+        for (int i = 0; i < names.size(); i++) {
+            leases.add(new SessionLease(names.get(i), tokens.get(i)));
+        }
+        return Optional.of(leases);
+    }
+
+    /** '{41,42}' as numbers. */
+    private static List<Long> parseArray(String text) {
+        List<Long> values = new ArrayList<>();
+        for (String part : text.substring(1, text.length() - 1).split(",")) {
+            values.add(Long.parseLong(part.strip()));
+        }
+        return values;
+    }
+
+    private interface WorkStep<T> {
+        T run() throws SQLException, InterruptedException;
+    }
+
+    /** Runs a step on the work connection, alone, once the session is known held; the
+     *  server's 55Z05 (session ended) as LeaseLostException. */
+    private <T> T onWork(WorkStep<T> step) throws SQLException, InterruptedException {
+        workLock.lockInterruptibly();
+        try {
+            check();
+            return step.run();
+        } catch (SQLException e) {
+            throw FencingException.map(e);
+        } finally {
+            workLock.unlock();
+        }
+    }
+
+    private java.util.function.Consumer<String> releaseAbandoned(String lockName) {
+        return token -> releaseQuietly(lockName, Long.parseLong(token));
+    }
+
+    private void releaseAll(List<String> names, String tokens) {
+        List<Long> values = parseArray(tokens);
+        for (int i = 0; i < names.size(); i++) {
+            releaseQuietly(names.get(i), values.get(i));
+        }
+    }
+
+    private void releaseQuietly(String lockName, long token) {
+        try {
+            Wire.value(work, "SELECT fencing_release(?, ?::fencing_token)", lockName, token);
+        } catch (SQLException ignored) {
+            // it ends with the session
+        }
+    }
+
+    /** fencing_release of one lease; the session lives on. */
+    private boolean release(String lockName, long token) throws SQLException {
+        workLock.lock();
+        try {
+            if (closed) {
+                return false;
+            }
+            return "t".equals(Wire.value(work, "SELECT fencing_release(?, ?::fencing_token)",
+                    lockName, token));
+        } finally {
+            workLock.unlock();
+        }
+    }
+
+    private boolean renew(long deadline) throws SQLException, InterruptedException {
+        return "t".equals(Wire.valueWithin(beatConnection, deadline, null,
+                "SELECT fencing_session_renew(?::bigint, ?::interval)", id,
+                Wire.interval(options.ttl())));
+    }
+
+    private void dropHeartbeat() {
+        Wire.abort(beatConnection);
+    }
+
+    /**
+     * Stops the heartbeat and closes the session, releasing every lease in it. Idempotent. A
+     * session lost already is closed all the same (the server says it has ended: nothing to
+     * report).
+     */
+    @Override
+    public void close() throws SQLException {
+        beat.stop();
+        workLock.lock();
+        try {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            Wire.value(work, "SELECT fencing_session_close(?)", id);
+        } catch (SQLException e) {
+            if (!FencingException.SESSION_ENDED.equals(e.getSQLState())) {
+                throw e;
+            }
+        } finally {
+            workLock.unlock();
+            Wire.closeQuietly(work);
+            Wire.closeQuietly(beatConnection);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "FencingSession[" + id + ", holder " + holder + ", "
+                + (isHeld() ? "held" : "not held") + "]";
+    }
+
+    /** A lease in the session: held while the session is, and until released. */
+    private final class SessionLease implements Lease {
+        private final String lockName;
+        private final long token;
+        private final AtomicBoolean released = new AtomicBoolean();
+
+        SessionLease(String lockName, long token) {
+            this.lockName = lockName;
+            this.token = token;
+        }
+
+        @Override
+        public String lockName() {
+            return lockName;
+        }
+
+        @Override
+        public long token() {
+            return token;
+        }
+
+        @Override
+        public boolean isHeld() {
+            return !released.get() && FencingSession.this.isHeld();
+        }
+
+        @Override
+        public Optional<String> lostReason() {
+            return released.get() ? Optional.of("released") : FencingSession.this.lostReason();
+        }
+
+        @Override
+        public boolean awaitLost(Duration timeout) throws InterruptedException {
+            return FencingSession.this.awaitLost(timeout);
+        }
+
+        @Override
+        public String describe() {
+            return Kind.EXCLUSIVE.describe(lockName) + " in fencing session " + id;
+        }
+
+        @Override
+        public boolean release() throws SQLException {
+            return released.compareAndSet(false, true) && FencingSession.this.release(lockName, token);
+        }
+
+        @Override
+        public String toString() {
+            return "Lease[" + describe() + ", token " + token + ", "
+                    + (isHeld() ? "held" : "not held") + "]";
+        }
+    }
+}
