@@ -20,7 +20,7 @@ PACKAGES=(
   dpkg-dev build-essential debhelper postgresql-server-dev-all            # Debian package (test/packaging/deb.sh)
   libhiredis-dev libcurl4-openssl-dev nlohmann-json3-dev                  # demo: Redis and etcd clients (--lock redis|etcd)
   redis-server etcd-server                                                # demo/run-with-services.sh: throwaway lock services
-  python3 python3-psycopg2                                                # examples/python
+  python3 python3-psycopg2                                                # test/ha/workload.py, bench/notify_latency.py
   python3-psycopg python3-pytest python3-venv python3-pip python3-setuptools  # clients/python: psycopg 3, pytest, an offline install
   patroni                                                                 # test/ha/run.sh: HA under Patroni (docs/ha.md)
   default-jdk-headless libpostgresql-jdbc-java junit5                    # clients/java: javac, JDBC, JUnit 5's console launcher

@@ -138,13 +138,15 @@ demo_lock_services_run() {
 # cluster that does not preload the library (about 25 s).
 exporter_and_chart() { bash test/exporter/run.sh; }
 
-# The Python example (examples/python, psycopg2) against a throwaway cluster:
-# its unittest suite, then its demo, which exits non-zero unless the stale
-# write was refused.  Debian's python3, which python3-psycopg2 is for (a
-# python3 earlier on PATH, such as pyenv's, may not have it).
-python_example() {
+# The examples (examples/python, examples/node: the pause demo and a leader
+# follower over the client packages) against a throwaway cluster: their tests
+# run the demo, which exits non-zero unless the stale write was refused, and
+# the follower.  Debian's python3, which python3-psycopg is for (a python3
+# earlier on PATH, such as pyenv's, may not have it); npm ci from the Node.js
+# example's lock, which installs a copy of clients/node.
+examples_run() {
   with_throwaway_cluster bash -c '/usr/bin/python3 -m unittest discover -s examples/python -v &&
-    /usr/bin/python3 examples/python/example.py'
+    bash examples/node/run-tests.sh'
 }
 
 # The Python client (clients/python, psycopg 3) against a throwaway cluster:
@@ -162,12 +164,6 @@ python_client() {
   return $rc
 }
 
-# The Node.js example (examples/node, node-postgres) against a throwaway
-# cluster: npm ci from its package-lock.json and node's test runner, then its demo.
-node_example() {
-  with_throwaway_cluster bash -c 'bash examples/node/run-tests.sh && node examples/node/example.js'
-}
-
 # The Node.js client (clients/node, package pg-fencing): npm ci from its lock,
 # tsc over its declarations, node --test, against a throwaway cluster.
 node_client() { with_throwaway_cluster bash clients/node/run-tests.sh; }
@@ -179,6 +175,10 @@ go_client() { with_throwaway_cluster bash clients/go/run-tests.sh; }
 # The Java client (clients/java, package io.pgfencing): compiled with javac
 # against Debian's pgjdbc, its JUnit 5 tests run by JUnit's console launcher.
 java_client() { with_throwaway_cluster bash clients/java/run-tests.sh; }
+
+# The README's client examples as they stand there, each installed as the
+# README says and run on the quick start's table (test/docs/readme_clients.sh).
+readme_client_examples() { with_throwaway_cluster bash test/docs/readme_clients.sh; }
 
 # Two PostgreSQL nodes under Patroni (synchronous_mode) and one etcd, on
 # loopback: kill -9 of the leader's postmaster, then a switchover, under a
@@ -246,12 +246,12 @@ run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "demo, the leader scenario in sessions (--sessions)" demo_sessions_run
 run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock_services_run
 run_suite "Prometheus exporter and the demo chart (test/exporter/run.sh)" exporter_and_chart
-run_suite "Python example (psycopg2, unittest)" python_example
-run_suite "Node.js example (node-postgres, node --test)" node_example
+run_suite "examples in Python and Node.js, over the client packages" examples_run
 run_suite "Python client (clients/python, psycopg 3, pytest)" python_client
 run_suite "Node.js client (clients/node, node-postgres, node --test)" node_client
 run_suite "Go client (clients/go, pgx v4, go test)" go_client
 run_suite "Java client (clients/java, JDBC, JUnit 5)" java_client
+run_suite "the README's client examples (test/docs/readme_clients.sh)" readme_client_examples
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
 run_suite "HA under Patroni: failover and switchover (test/ha/run.sh)" ha_patroni

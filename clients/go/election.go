@@ -2,6 +2,7 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -183,16 +184,14 @@ type Election struct {
 func NewElection(s *Session, name string) *Election { return &Election{session: s, name: name} }
 
 // Campaign waits until this candidate leads, or ctx ends, and returns its
-// lease. payload (JSON text, "" for none) is published in fencing_leases.
+// lease; a leader campaigning again gets its lease back (and publishes the
+// new payload). payload (JSON text, "" for none) is published in fencing_leases.
 // Each wait is CALL fencing_await: a follower waiting for hours holds no
 // snapshot.
 func (e *Election) Campaign(ctx context.Context, payload string) (*SessionLease, error) {
-	e.mu.Lock()
-	held := e.lease
-	e.mu.Unlock()
-	if held != nil && held.Held() {
-		return held, nil
-	}
+	// Always asked of the server, even when this candidate thinks it leads:
+	// its lease may have been revoked while the session lived on, and only
+	// the server knows. The session's live lease gives its token back.
 	// Not under e.mu: IsLeader answers at once during a campaign.
 	lease, err := e.session.acquire(ctx, request{lockName: e.name, kind: Exclusive, payload: payload}, WaitForever)
 	if err != nil {
@@ -206,7 +205,8 @@ func (e *Election) Campaign(ctx context.Context, payload string) (*SessionLease,
 
 // Proclaim publishes a new payload as the live leader: the acquire by the
 // live holder replaces it and keeps the token. ErrLeaseLost unless this
-// candidate leads.
+// candidate leads, also when the server had ended its lease (revoked, or
+// taken over): from then on it no longer leads.
 func (e *Election) Proclaim(ctx context.Context, payload string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -216,14 +216,23 @@ func (e *Election) Proclaim(ctx context.Context, payload string) error {
 	if err := e.lease.Err(); err != nil {
 		return err
 	}
+	lost := func(reason string) error {
+		err := lostError(fmt.Sprintf("leadership of %q", e.name), e.lease.token, reason)
+		e.lease = nil // no longer leading: IsLeader says so, Resign has nothing to do
+		return err
+	}
 	again, err := e.session.acquire(ctx, request{lockName: e.name, kind: Exclusive, payload: payload}, 0)
+	if errors.Is(err, ErrLockTimeout) {
+		// Ours ended on the server (revoked, say) and another holds the lock.
+		return lost("another holder has the lock")
+	}
 	if err != nil {
 		return err
 	}
 	if again.token != e.lease.token {
 		// Ours had ended: that was a new grant, not a proclamation.
 		_, _ = again.Release(ctx)
-		return lostError(fmt.Sprintf("leadership of %q", e.name), e.lease.token, "it ended before the proclamation")
+		return lost("it ended before the proclamation")
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ import (
 // behind a lock or a dead network cannot delay the report of the loss. pgx
 // closes a connection whose context ended mid-statement (after asking the
 // server to cancel it), so drop is called and the connection never reused.
-// onLost is called once, from that goroutine, never after stop.
+// onLost is called once, from that goroutine, never after stop; it may call
+// stop (through Release or Close).
 type keepalive struct {
 	what    string // "lease" or "session", for messages
 	ttl     time.Duration
@@ -130,7 +131,8 @@ func (k *keepalive) markLost(reason string) {
 
 func (k *keepalive) closeDone() { k.doneOnce.Do(func() { close(k.done) }) }
 
-// stop ends the renewals; no onLost from then on. False if stopped already.
+// stop ends the renewals; no onLost from then on (one already under way may
+// be the caller). False if stopped already.
 func (k *keepalive) stop() bool {
 	k.mu.Lock()
 	if k.stopped {
@@ -138,10 +140,18 @@ func (k *keepalive) stop() bool {
 		return false
 	}
 	k.stopped = true
+	lost := k.lostReason != ""
 	k.mu.Unlock()
 	if k.cancel != nil {
 		k.cancel()
-		<-k.finished
+		// Once the loss is recorded the goroutine only reports it and ends,
+		// touching no connection. It may be OnLost itself that called stop
+		// (Release or Close is the natural cleanup): waiting for the
+		// goroutine there would never end. If the loss was not recorded
+		// before stopped was set, markLost sees stopped and calls nothing.
+		if !lost {
+			<-k.finished
+		}
 	}
 	k.closeDone()
 	return true

@@ -34,12 +34,9 @@ func (m *Mutex) TryLock(ctx context.Context) (Token, error) {
 }
 
 func (m *Mutex) lock(ctx context.Context, wait time.Duration) (Token, error) {
-	m.mu.Lock()
-	held := m.lease
-	m.mu.Unlock()
-	if held != nil && held.Held() {
-		return held.token, nil
-	}
+	// Always asked of the server, even when this mutex thinks it holds the
+	// lock: the lease may have been revoked while the session lived on, and
+	// only the server knows. The session's live lease gives its token back.
 	// Not under m.mu: IsOwner and Token answer at once during a wait.
 	lease, err := m.session.acquire(ctx, request{lockName: m.name, kind: Exclusive}, wait)
 	if err != nil {

@@ -327,6 +327,14 @@ func (l *SessionLease) Release(ctx context.Context) (bool, error) {
 	return l.session.release(ctx, l.req, l.token)
 }
 
+func (l *SessionLease) String() string {
+	state := "held"
+	if !l.Held() {
+		state = "not held"
+	}
+	return fmt.Sprintf("<SessionLease %s in %s token=%d %s>", l.req.describe(), l.session.describe(), l.token, state)
+}
+
 func closeQuietly(conn *pgx.Conn) {
 	if conn == nil {
 		return

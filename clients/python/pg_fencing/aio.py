@@ -31,7 +31,7 @@ from .errors import (FencingError, GuardError, LeaseEndedError, LeaseLost, LockT
 from . import client
 from .lease import (KINDS, Judged, acquire_statement, busy_message, check_lease_arguments,
                     default_holder, describe_lock)
-from .session import InSession
+from .session import InSession, ended_by_the_server
 
 __all__ = [
     "Client", "Election", "FencingError", "GuardError", "Leader", "Lease", "LeaseEndedError",
@@ -325,24 +325,25 @@ class Session:
                    permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        async with self._work_lock:
-            self.check()
-            if wait is None:
-                row = await _in_read_committed(
-                    self._work, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, "
-                    "kind => %s, permits => %s::integer)", (self.id, lock_name, payload, kind, permits))
-            else:
-                try:
-                    row = await _row(self._work,
-                                     "CALL fencing_await(%s, session => %s, wait => %s::interval, "
-                                     "kind => %s, permits => %s::integer, payload => %s::jsonb)",
-                                     (lock_name, self.id, interval(wait), kind, permits, payload))
-                except asyncio.CancelledError:
-                    # The wait is cancelled on the server; the session goes
-                    # on, on a new work connection.
-                    await _cancelled(self._work)
-                    self._work = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
-                    raise
+        with ended_by_the_server(self.id, self._beat):
+            async with self._work_lock:
+                self.check()
+                if wait is None:
+                    row = await _in_read_committed(
+                        self._work, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, "
+                        "kind => %s, permits => %s::integer)", (self.id, lock_name, payload, kind, permits))
+                else:
+                    try:
+                        row = await _row(self._work,
+                                         "CALL fencing_await(%s, session => %s, wait => %s::interval, "
+                                         "kind => %s, permits => %s::integer, payload => %s::jsonb)",
+                                         (lock_name, self.id, interval(wait), kind, permits, payload))
+                    except asyncio.CancelledError:
+                        # The wait is cancelled on the server; the session goes
+                        # on, on a new work connection.
+                        await _cancelled(self._work)
+                        self._work = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
+                        raise
         if row[0] is None:
             raise LockTimeout(f'lock "{lock_name}" is busy'
                               + (f" (waited {wait} s)" if wait is not None else ""))
@@ -351,11 +352,12 @@ class Session:
     async def lock_all(self, lock_names: Sequence[str], *,
                        wait: Optional[float] = None) -> List[SessionLease]:
         names = list(lock_names)
-        async with self._work_lock:
-            self.check()
-            tokens = (await _in_read_committed(
-                self._work, "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
-                (self.id, names, None if wait is None else interval(wait))))[0]
+        with ended_by_the_server(self.id, self._beat):
+            async with self._work_lock:
+                self.check()
+                tokens = (await _in_read_committed(
+                    self._work, "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
+                    (self.id, names, None if wait is None else interval(wait))))[0]
         if tokens is None:
             raise LockTimeout(f"not all of {names} could be had"
                               + (f" (waited {wait} s)" if wait is not None else ""))

@@ -16,12 +16,30 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, List, Optional, Sequence
 
-from ._heartbeat import Heartbeat
+import psycopg
+
+from ._heartbeat import Heartbeat, LeaseClock
 from ._wire import Connection, interval
-from .errors import LeaseLost, LockTimeout
+from .errors import SESSION_ENDED, LeaseLost, LockTimeout
 from .lease import KINDS, Judged, _Held, default_holder, describe_lock
+
+
+@contextmanager
+def ended_by_the_server(session_id: int, beat: LeaseClock) -> Iterator[None]:
+    """The server's 55Z05 (it ended the session -- expired, or closed by an
+    operator -- before the heartbeat noticed) is the session's loss:
+    on_lost once, and LeaseLost with the server's error as its cause."""
+    try:
+        yield
+    except psycopg.Error as error:
+        if error.sqlstate != SESSION_ENDED:
+            raise
+        message = error.diag.message_primary or str(error).strip()
+        beat.mark_lost(f"the server has ended the session: {message}")
+        raise LeaseLost(f"fencing session {session_id} is no longer held: {message}") from error
 
 
 class InSession(Judged):
@@ -102,7 +120,7 @@ class Session:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if payload is not None and kind != "exclusive":
             raise ValueError("a payload needs an exclusive lease")
-        with self._work_lock:
+        with self._work_lock, ended_by_the_server(self.id, self._beat):
             self.check()
             if wait is None:
                 self._work.row("BEGIN ISOLATION LEVEL READ COMMITTED")
@@ -130,7 +148,7 @@ class Session:
         given; LockTimeout when not all could be had.  Never deadlocks with
         another session's lock_all."""
         names = list(lock_names)
-        with self._work_lock:
+        with self._work_lock, ended_by_the_server(self.id, self._beat):
             self.check()
             self._work.row("BEGIN ISOLATION LEVEL READ COMMITTED")
             try:

@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 
+import psycopg
 import pytest
 
 import pg_fencing
@@ -35,7 +36,10 @@ def test_lock_gives_a_token_and_releases_on_exit(client, db, name):
         assert time.monotonic() - started >= 0.25, "it waited"
     assert not lease.held()
     assert lease.lost_reason == "released"
+    assert not lease.release(), "a second release is a no-op"
     assert db.execute("SELECT state FROM fencing_leases WHERE lock_name = %s", (name,)).fetchone()[0] == "released"
+    assert db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                      (f"pg_fencing lease {lease.holder}"[:63],)).fetchone()[0] == 0, "its connection is closed"
     with client.lock(name, ttl=5) as again:
         assert again.token > lease.token
 
@@ -48,6 +52,8 @@ def test_fenced_writes_map_the_guards_refusals(client, db, name):
             first.execute(db, f"UPDATE {name} SET v = 'no token' WHERE id = 1")
         assert isinstance(missing.value, pg_fencing.FencingError)
         assert missing.value.sqlstate == "55Z02"
+        with pytest.raises(pg_fencing.MissingTokenError):
+            first.execute(db, f"UPDATE {name} SET token = %s, v = 'NULL token' WHERE id = 1", (None,))
     with pytest.raises(pg_fencing.LeaseLost):
         first.execute(db, f"UPDATE {name} SET token = %s, v = 'after release' WHERE id = 1", (first.token,))
     with client.lock(name, ttl=5) as second:
@@ -57,7 +63,10 @@ def test_fenced_writes_map_the_guards_refusals(client, db, name):
                                       (first.token,))
         assert isinstance(stale.value, pg_fencing.FencingError)
         assert stale.value.sqlstate == "55Z01"
+        assert stale.value.table == name, "the server's table name"
         assert db.execute(f"SELECT v FROM {name}").fetchone()[0] == "second"
+        assert second.execute(db, f"UPDATE {name} SET token = %s, v = 'again' WHERE id = 1",
+                              (second.token,)) == 1, "the connection is usable after the refusal"
 
 
 def test_pause_scenario_the_stale_write_bounces(client, db, name):
@@ -181,6 +190,9 @@ def test_observe_follows_the_leader_and_ignores_a_forged_notification(client, db
             time.sleep(0.05)
         assert seen and seen[0].holder == "observed" and seen[0].token == lease.token
         assert json.loads(seen[0].payload) == {"addr": "10.0.0.1:1"}
+        assert db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_fencing observe' "
+                          "AND state = 'idle' AND backend_xmin IS NULL").fetchone()[0] == 1, \
+            "between reads it sits LISTENing, idle, holding no snapshot"
         forged = json.dumps({"lock_name": name, "event": "granted", "holder": "mallory", "token": 1})
         db.execute("SELECT pg_notify('fencing_events', %s)", (forged,))
         time.sleep(0.5)
@@ -254,3 +266,87 @@ def test_observe_reconnects_after_its_connection_is_terminated(client, db, name)
             assert seen[-1] is not None and seen[-1].holder == "after" and seen[-1].token == lease.token
     finally:
         follower.join(10)
+
+
+def test_the_heartbeat_keeps_a_lease_across_several_ttls(client, db, name):
+    lost = []
+    with client.lock(name, ttl=0.6, on_lost=lost.append) as lease:
+        time.sleep(4 * 0.6)
+        assert lost == [] and lease.held(), lease.lost_reason
+        assert db.execute("SELECT token::bigint FROM fencing_leases WHERE lock_name = %s AND state = 'live'",
+                          (name,)).fetchone()[0] == lease.token, "the server kept it"
+        with pytest.raises(pg_fencing.LockTimeout):
+            client.lock(name).acquire()
+
+
+def test_a_lease_is_lost_once_when_its_connection_fails(client, db, name):
+    lost = []
+    lease = client.lock(name, ttl=1.0, holder="cut-" + name, on_lost=lost.append).acquire()
+    assert db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
+                      (f"pg_fencing lease cut-{name}"[:63],)).fetchone()[0] == 1
+    assert lease.wait_lost(1.0), "on_lost within the ttl"
+    time.sleep(0.3)
+    assert len(lost) == 1 and "renewal failed" in lost[0], lost
+    assert not lease.held()
+    assert lease.release(), "released on a new connection rather than left to run out"
+
+
+def follow_in_background(client, name, reread):
+    """A thread collecting what observe() reports; its stop() ends it."""
+    seen = []
+    stop = threading.Event()
+
+    def follow():
+        for leader in client.election(name).observe(reread=reread, timeout=10):
+            seen.append(leader)
+            if stop.is_set():
+                return
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    return seen, stop, thread
+
+
+def wait_for(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_observe_sees_an_expiry_that_nobody_announces(client, db, name):
+    db.execute("SELECT fencing_acquire(%s, 'short', '700 milliseconds')", (name,))
+    seen, stop, thread = follow_in_background(client, name, reread=60)
+    try:
+        assert wait_for(lambda: seen and seen[0] is not None and seen[0].holder == "short", 5), seen
+        assert wait_for(lambda: seen[-1] is None, 5), f"the expiry is read at the server's end, not a minute later: {seen}"
+    finally:
+        stop.set()
+        thread.join(11)
+
+
+def test_observes_reread_period_catches_a_lock_that_is_not_announced(client, name):
+    seen, stop, thread = follow_in_background(client, name, reread=0.3)
+    try:
+        assert wait_for(lambda: seen == [None], 5), seen
+        with client.lock(name, ttl=5, holder="quiet"):
+            assert wait_for(lambda: seen[-1] is not None and seen[-1].holder == "quiet", 3), seen
+    finally:
+        stop.set()
+        thread.join(11)
+
+
+def test_observe_never_reports_a_grant_that_rolled_back(client, name):
+    seen, stop, thread = follow_in_background(client, name, reread=0.1)  # many reads, each could be wrong
+    try:
+        assert wait_for(lambda: seen == [None], 5), seen
+        with psycopg.connect(CONNINFO) as other:  # a transaction, rolled back at the end
+            other.execute("SELECT fencing_acquire(%s, 'ghost', '30 s')", (name,))
+            time.sleep(0.5)
+            other.rollback()
+        with client.lock(name, ttl=5, holder="real"):
+            assert wait_for(lambda: seen[-1] is not None, 3), seen
+        assert [s and s.holder for s in seen] == [None, "real"], seen
+    finally:
+        stop.set()
+        thread.join(11)

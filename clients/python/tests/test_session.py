@@ -1,0 +1,139 @@
+"""Sessions against a live server, beyond the conformance scenario in
+test_client.py: the heartbeat past the ttl, a paused holder, the server
+ending a session, close, waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import pg_fencing
+from conftest import start_script
+
+
+def leases_of(db, locks):
+    """{lock_name: (state, token, session_id)} of fencing_leases, read now."""
+    rows = db.execute("SELECT lock_name, state, token::bigint, session_id FROM fencing_leases "
+                      "WHERE lock_name = ANY(%s)", (list(locks),)).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def row_table(db, table: str, rows: int) -> None:
+    """A table whose rows are each fenced by the tokens written to them."""
+    db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, token fencing_token, v text)")
+    db.execute(f"INSERT INTO {table} SELECT generate_series(1, %s), NULL, 'initial'", (rows,))
+    db.execute("SELECT fencing_protect(%s)", (table,))
+
+
+def test_the_heartbeat_keeps_every_lease_past_the_ttl(client, db, name):
+    locks = [f"{name}_{i}" for i in range(3)]
+    lost = []
+    with client.session(ttl=1.0, on_lost=lost.append) as session:
+        leases = [session.lock(locks[0])] + session.lock_all(locks[1:])
+        time.sleep(2.5)  # two and a half ttls: only the session is renewed
+        assert lost == [] and all(l.held() for l in leases)
+        assert leases_of(db, locks) == {l.lock_name: ("live", l.token, session.id) for l in leases}
+        assert db.execute("SELECT live, leases FROM fencing_sessions WHERE session_id = %s",
+                          (session.id,)).fetchone() == (True, 3)
+
+
+def test_a_paused_holder_loses_every_lease_of_its_session_at_once(client, db, name):
+    row_table(db, name, 2)
+    locks = [f"{name}_a", f"{name}_b", f"{name}_c"]
+    child = start_script("pause_session", name, *locks)
+    try:
+        started = json.loads(child.stdout.readline())
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 3
+        while any(s == "live" for s, *_ in leases_of(db, locks).values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert {s for s, *_ in leases_of(db, locks).values()} == {"expired"}
+        assert db.execute("SELECT count(DISTINCT expires_at) FROM fencing_leases WHERE lock_name = ANY(%s)",
+                          (locks,)).fetchone()[0] == 1, "they ended together, with the session"
+        with client.lock(locks[0], ttl=5) as successor:
+            assert successor.token > started["tokens"][0]
+            successor.execute(db, f"UPDATE {name} SET token = %s, v = 'B' WHERE id = 1", (successor.token,))
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate("go\n", timeout=10)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.wait()
+    report = json.loads(out)
+    assert report["held_on_waking"] is False
+    assert len(report["lost"]) == 1 and "paused" in report["lost"][0], report["lost"]
+    assert report["write_row_1"] == "StaleTokenError", "55Z01: a newer token wrote the row"
+    assert report["write_row_2"] == "LeaseEndedError", "55Z04: the COMMIT of a write under an ended lease"
+    assert report["lock"] == "LeaseLost"
+    assert report["close"] == 0
+    assert [r[0] for r in db.execute(f"SELECT v FROM {name} ORDER BY id")] == ["B", "initial"]
+
+
+def test_the_servers_end_of_a_session_is_its_loss_at_the_next_lock(client, db, name):
+    lost = []
+    # The heartbeat is not due before 0.8 s: the lock is the first to hear (55Z05).
+    session = client.session(ttl=1.0, heartbeat=0.8, on_lost=lost.append)
+    lease = session.lock(name + "_a")
+    assert db.execute("SELECT fencing_session_close(%s)", (session.id,)).fetchone()[0] == 1
+    with pytest.raises(pg_fencing.LeaseLost) as caught:
+        session.lock(name + "_b")
+    assert caught.value.__cause__.sqlstate == "55Z05"
+    assert not session.held() and not lease.held()
+    assert len(lost) == 1, lost
+    time.sleep(1.0)  # the heartbeat's renewal is refused meanwhile: no second report
+    assert len(lost) == 1, lost
+    assert session.close() == 0
+
+
+def test_close_releases_every_lease_and_is_idempotent(client, db, name):
+    locks = [f"{name}_{i}" for i in range(3)]
+    odd = name + '-{x,"y\\z}'  # a name that must go through the text[] as it is
+    session = client.session(ttl=30)
+    leases = session.lock_all([*locks, odd, locks[0]])
+    assert leases[0].token == leases[4].token, "a name twice gets its token twice"
+    assert leases[1].release() and not leases[1].release()
+    assert leases_of(db, [locks[1]])[locks[1]][0] == "released"
+    assert session.close() == 3, "the lease released on its own is not counted"
+    assert session.close() == 0, "idempotent"
+    assert {s for s, *_ in leases_of(db, [*locks, odd]).values()} == {"released"}
+    with pytest.raises(pg_fencing.LeaseLost):
+        session.lock(locks[0])
+    with client.session(ttl=30) as again:  # at once, long before the 30 s ttl
+        assert all(n.token > o.token for n, o in zip(again.lock_all(locks), leases))
+
+
+def test_a_wait_in_a_session_holds_no_snapshot_and_gets_the_lock_once_released(client, db, name):
+    with client.session(ttl=30) as other, client.session(ttl=1.0) as session:
+        held = other.lock(name)
+        got = {}
+        waiter = threading.Thread(target=lambda: got.update(lease=session.lock(name, wait=10)))
+        waiter.start()
+        app = f"pg_fencing session {session.holder}"[:63]
+        seen = []
+        deadline = time.monotonic() + 5
+        while len(seen) < 5 and time.monotonic() < deadline:
+            row = db.execute("SELECT backend_xmin IS NULL AND backend_xid IS NULL FROM pg_stat_activity "
+                             "WHERE application_name = %s AND state = 'active' AND wait_event_type = 'Extension'",
+                             (app,)).fetchone()
+            if row is not None:
+                seen.append(row[0])
+            time.sleep(0.1)
+        assert waiter.is_alive(), "it stopped waiting while the lock was held"
+        assert held.release()
+        waiter.join(5)
+        assert seen == [True] * 5, f"asleep in its wait, without snapshot and xid: {seen}"
+        assert got["lease"].token > held.token and got["lease"].held()
+
+
+def test_a_bad_heartbeat_is_refused_before_connecting():
+    nowhere = pg_fencing.Client("host=/nonexistent")
+    with pytest.raises(ValueError, match="heartbeat"):
+        nowhere.session(ttl=1.0, heartbeat=1.0)
+    with pytest.raises(ValueError, match="ttl"):
+        nowhere.session(ttl=0)
