@@ -6,6 +6,7 @@ import java.time.Duration;
 import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
 
@@ -20,15 +21,18 @@ import java.util.concurrent.locks.Lock;
  * }</pre>
  *
  * <p>Each lock holds one lease at a time, with its own connection and heartbeat; after
- * {@link #unlock()} it can be locked again, with a new token. It is not reentrant: locking it
- * while it has a lease, held or lost, throws IllegalStateException (unlock() it first, in a
- * finally block as with any Lock). Any thread may unlock it: the lease
- * belongs to this object, not to a thread.
+ * {@link #unlock()} it can be locked again, with a new token. Shared by threads it is a mutex
+ * among them too: a thread locking it while another has its lease waits (in arrival order)
+ * until that one is unlocked, and only then asks the server. It is not reentrant: the thread
+ * that locked it locking it again before unlock() -- its lease held or lost -- gets
+ * IllegalStateException (unlock() it first, in a finally block as with any Lock). Any thread
+ * may unlock it: the lease belongs to this object, not to a thread.
  *
  * <p>The {@link Lock} methods: {@link #lock()} waits until granted and is not interruptible
  * (an interrupt cancels the wait on the server, which then starts again, and is kept for the
  * caller); {@link #lockInterruptibly()} and {@link #tryLock(long, TimeUnit)} end the wait on
- * an interrupt, on the server too; {@link #tryLock()} makes one attempt without waiting;
+ * an interrupt, on the server too; {@link #tryLock()} makes one attempt without waiting, and
+ * like lock() takes a free lock on a thread whose interrupt status is set, keeping the status;
  * {@link #unlock()} releases the lease, IllegalMonitorStateException if there is none, and
  * returns quietly if it had been lost already (onLost said so); {@link #newCondition()} is
  * unsupported. A database error comes out of them as an {@link UncheckedSQLException}; the
@@ -38,7 +42,14 @@ public final class FencedLock implements Lock, AutoCloseable {
     private final FencingClient client;
     private final String name;
     private final LeaseOptions options;
-    private volatile StandaloneLease lease;
+    /** The lease from the last lock until its unlock (held or lost); null otherwise. */
+    private final AtomicReference<StandaloneLease> lease = new AtomicReference<>();
+    /** The threads of this process take turns here before they ask the server, so that one
+     *  waits for another's unlock, within its own timeout and interruptibly. A permit is
+     *  taken from a lock until its unlock. */
+    private final java.util.concurrent.Semaphore turn = new java.util.concurrent.Semaphore(1, true);
+    /** The thread that locked it last: locking again from it is a reentrant call. */
+    private volatile Thread lockedBy;
 
     FencedLock(FencingClient client, String name, LeaseOptions options) {
         this.client = client;
@@ -62,26 +73,56 @@ public final class FencedLock implements Lock, AutoCloseable {
         return acquire(Math.max(0, unit.toNanos(time)));
     }
 
-    private synchronized OptionalLong acquire(long waitNanos)
-            throws SQLException, InterruptedException {
-        if (lease != null && !lease.wasReleased()) {
-            throw new IllegalStateException("lock \"" + name + "\" is locked by this FencedLock "
-                    + "already (token " + lease.token() + ", " + lease.lostReason().map(r -> "lost: " + r)
-                    .orElse("held") + "); it is not reentrant: unlock() it first");
+    private OptionalLong acquire(long waitNanos) throws SQLException, InterruptedException {
+        StandaloneLease mine = lease.get();
+        if (mine != null && lockedBy == Thread.currentThread()) {
+            throw new IllegalStateException("lock \"" + name + "\" is locked by this thread already "
+                    + "(token " + mine.token() + ", " + mine.lostReason().map(r -> "lost: " + r)
+                    .orElse("held") + "); a FencedLock is not reentrant: unlock() it first");
         }
-        StandaloneLease attempt = new StandaloneLease(client, name, Kind.EXCLUSIVE, null, options);
-        if (!attempt.acquire(waitNanos)) {
+        long start = System.nanoTime();
+        if (waitNanos == StandaloneLease.FOREVER) {
+            turn.acquire();
+        } else if (!turn.tryAcquire(waitNanos, TimeUnit.NANOSECONDS)) {
             return OptionalLong.empty();
         }
-        lease = attempt;
-        return OptionalLong.of(attempt.token());
+        boolean locked = false;
+        try {
+            long left = waitNanos == StandaloneLease.FOREVER
+                    ? waitNanos : Math.max(0, waitNanos - (System.nanoTime() - start));
+            StandaloneLease attempt = new StandaloneLease(client, name, Kind.EXCLUSIVE, null, options);
+            if (!attempt.acquire(left)) {
+                return OptionalLong.empty();
+            }
+            lockedBy = Thread.currentThread();
+            lease.set(attempt);
+            locked = true;
+            return OptionalLong.of(attempt.token());
+        } finally {
+            if (!locked) {
+                turn.release();
+            }
+        }
+    }
+
+    /** Ends the current lease, if any, and gives the turn to the next thread: false if there
+     *  was none (never locked, or unlocked already). */
+    private boolean end() throws SQLException {
+        StandaloneLease current = lease.getAndSet(null);
+        if (current == null) {
+            return false;
+        }
+        try {
+            current.release();
+        } finally {
+            turn.release();
+        }
+        return true;
     }
 
     /** The current lease, if locked and not unlocked since (held or lost). */
     public Optional<Lease> lease() {
-        StandaloneLease current = lease;
-        return current == null || current.wasReleased()
-                ? Optional.empty() : Optional.of(current);
+        return Optional.ofNullable(lease.get());
     }
 
     private Lease current() {
@@ -119,12 +160,39 @@ public final class FencedLock implements Lock, AutoCloseable {
 
     @Override
     public void lock() {
-        boolean interrupted = false;
+        uninterruptibly(() -> lockAndGetToken());
+    }
+
+    @Override
+    public void lockInterruptibly() throws InterruptedException {
+        try {
+            lockAndGetToken();
+        } catch (SQLException e) {
+            throw new UncheckedSQLException(e);
+        }
+    }
+
+    @Override
+    public boolean tryLock() {
+        return uninterruptibly(() -> tryLockAndGetToken(0, TimeUnit.NANOSECONDS)).isPresent();
+    }
+
+    private interface Attempt<T> {
+        T run() throws SQLException, InterruptedException;
+    }
+
+    /**
+     * For the Lock methods that are not interruptible: an interrupt that comes before or during
+     * the attempt (a grant racing it is released) makes it start again, and is kept for the
+     * caller. The interrupt status is cleared first, so that a thread interrupted already (one
+     * shutting down, say) can still lock, as with any Lock.
+     */
+    private static <T> T uninterruptibly(Attempt<T> attempt) {
+        boolean interrupted = Thread.interrupted();
         try {
             while (true) {
                 try {
-                    lockAndGetToken();
-                    return;
+                    return attempt.run();
                 } catch (InterruptedException e) {
                     interrupted = true;
                 }
@@ -139,27 +207,6 @@ public final class FencedLock implements Lock, AutoCloseable {
     }
 
     @Override
-    public void lockInterruptibly() throws InterruptedException {
-        try {
-            lockAndGetToken();
-        } catch (SQLException e) {
-            throw new UncheckedSQLException(e);
-        }
-    }
-
-    @Override
-    public boolean tryLock() {
-        try {
-            return tryLockAndGetToken(0, TimeUnit.NANOSECONDS).isPresent();
-        } catch (SQLException e) {
-            throw new UncheckedSQLException(e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
-        }
-    }
-
-    @Override
     public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
         try {
             return tryLockAndGetToken(time, unit).isPresent();
@@ -170,15 +217,15 @@ public final class FencedLock implements Lock, AutoCloseable {
 
     @Override
     public void unlock() {
-        StandaloneLease current = lease;
-        if (current == null || current.wasReleased()) {
-            throw new IllegalMonitorStateException("lock \"" + name
-                    + "\" is not locked by this FencedLock");
-        }
+        boolean ended;
         try {
-            current.release();
+            ended = end();
         } catch (SQLException e) {
             throw new UncheckedSQLException(e);
+        }
+        if (!ended) {
+            throw new IllegalMonitorStateException("lock \"" + name
+                    + "\" is not locked by this FencedLock");
         }
     }
 
@@ -191,15 +238,12 @@ public final class FencedLock implements Lock, AutoCloseable {
     /** Releases the lease if there is one; does nothing otherwise. */
     @Override
     public void close() throws SQLException {
-        StandaloneLease current = lease;
-        if (current != null) {
-            current.release();
-        }
+        end();
     }
 
     @Override
     public String toString() {
-        StandaloneLease current = lease;
-        return "FencedLock[" + name + (current == null ? ", never locked" : ", " + current) + "]";
+        StandaloneLease current = lease.get();
+        return "FencedLock[" + name + (current == null ? ", not locked" : ", " + current) + "]";
     }
 }

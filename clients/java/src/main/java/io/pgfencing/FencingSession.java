@@ -23,24 +23,31 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p>One heartbeat renews the session (fencing_session_renew), and with it every lease in it;
  * its loss is every lease's, reported once through {@link LeaseOptions#onLost()}. Two
- * connections: the heartbeat's (a renewal never queues behind an acquire that waits) and the
- * one the acquires, releases and the close take turns on. Waits end on an interrupt, on the
- * server too.
+ * connections: the heartbeat's (a renewal never queues behind an acquire that waits; the close
+ * goes there too) and the one the acquires take turns on (a timed acquire counts the wait for
+ * its turn against its time; a release that finds it busy uses a connection of its own, never
+ * waiting behind another thread's wait). Every kind of lease:
+ * exclusive, shared, a semaphore's permit. Waits end on an interrupt, on the server too, and
+ * at the close.
  */
 public final class FencingSession implements AutoCloseable {
+    private final FencingClient client;
     private final String holder;
     private final LeaseOptions options;
     final Heartbeat beat;
     private final Connection beatConnection;
-    private final Connection work;
+    /** Used under workLock; made again when found closed. */
+    private volatile Connection work;
     private final ReentrantLock workLock = new ReentrantLock();
     private final long id;
     private volatile boolean closed;
+    private final Object closing = new Object();
 
     FencingSession(FencingClient client, LeaseOptions options) throws SQLException {
         if (options.payload() != null) {
             throw new IllegalArgumentException("a session has no payload; its leases may");
         }
+        this.client = client;
         this.options = options;
         this.holder = options.holderOrDefault();
         this.beat = new Heartbeat("session", options, this::renew, this::dropHeartbeat,
@@ -97,30 +104,58 @@ public final class FencingSession implements AutoCloseable {
 
     /** Takes {@code lockName} exclusively in the session, waiting until granted. */
     public Lease lock(String lockName) throws SQLException, InterruptedException {
-        return tryLock(lockName, Wire.FOREVER).orElseThrow();
+        return tryAcquire(lockName, Kind.EXCLUSIVE, null, Wire.FOREVER).orElseThrow();
     }
 
     /** Waits up to {@code time} (0: one attempt); empty if the lock stayed busy. */
     public Optional<Lease> tryLock(String lockName, long time, TimeUnit unit)
             throws SQLException, InterruptedException {
-        return tryLock(lockName, Math.max(0, unit.toNanos(time)));
+        return tryAcquire(lockName, Kind.EXCLUSIVE, null, Math.max(0, unit.toNanos(time)));
     }
 
-    private Optional<Lease> tryLock(String lockName, long waitNanos)
+    /** A shared lease of {@code lockName} in the session (beside other shared holders, no
+     *  exclusive one), waiting until granted. */
+    public Lease lockShared(String lockName) throws SQLException, InterruptedException {
+        return tryAcquire(lockName, Kind.SHARED, null, Wire.FOREVER).orElseThrow();
+    }
+
+    /** A shared lease, waiting up to {@code time} (0: one attempt); empty if it stayed busy. */
+    public Optional<Lease> tryLockShared(String lockName, long time, TimeUnit unit)
             throws SQLException, InterruptedException {
-        Wire.Grant grant = onWork(() -> Wire.waitInSlices(waitNanos, slice -> {
+        return tryAcquire(lockName, Kind.SHARED, null, Math.max(0, unit.toNanos(time)));
+    }
+
+    /** One permit of the semaphore {@code name} of {@code permits} permits, in the session,
+     *  waiting until granted. Each call takes one more permit, with its own token. */
+    public Lease acquirePermit(String name, int permits) throws SQLException, InterruptedException {
+        return tryAcquire(name, Kind.PERMIT, permits, Wire.FOREVER).orElseThrow();
+    }
+
+    /** One permit, waiting up to {@code time} (0: one attempt); empty if every permit stayed
+     *  taken. */
+    public Optional<Lease> tryAcquirePermit(String name, int permits, long time, TimeUnit unit)
+            throws SQLException, InterruptedException {
+        return tryAcquire(name, Kind.PERMIT, permits, Math.max(0, unit.toNanos(time)));
+    }
+
+    private Optional<Lease> tryAcquire(String lockName, Kind kind, Integer permits, long waitNanos)
+            throws SQLException, InterruptedException {
+        StandaloneLease.checkLock(lockName, kind, permits);
+        Wire.Grant grant = onWork(waitNanos, left -> Wire.waitInSlices(left, slice -> {
             long deadline = System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS;
             if (slice == 0) {
                 return Wire.valueWithin(work, deadline, releaseAbandoned(lockName),
-                        "SELECT fencing_session_acquire(?, ?)", id, lockName);
+                        "SELECT fencing_session_acquire(?, ?, kind => ?, permits => ?::integer)",
+                        id, lockName, kind.sqlName, permits);
             }
             // CALL fencing_await: no snapshot held while it sleeps.
             return Wire.valueWithin(work, deadline, releaseAbandoned(lockName),
-                    "CALL fencing_await(?, session => ?, wait => ?::interval)", lockName, id,
-                    Wire.interval(slice));
+                    "CALL fencing_await(?, session => ?, wait => ?::interval, kind => ?, "
+                            + "permits => ?::integer)",
+                    lockName, id, Wire.interval(slice), kind.sqlName, permits);
         }));
         return grant == null ? Optional.empty()
-                : Optional.of(new SessionLease(lockName, Long.parseLong(grant.value())));
+                : Optional.of(new SessionLease(lockName, kind, Long.parseLong(grant.value())));
     }
 
     /** Every lock or none (fencing_session_acquire_all), in the order given, waiting until
@@ -139,7 +174,7 @@ public final class FencingSession implements AutoCloseable {
     private Optional<List<Lease>> tryLockAll(List<String> lockNames, long waitNanos)
             throws SQLException, InterruptedException {
         List<String> names = List.copyOf(lockNames);
-        Wire.Grant grant = onWork(() -> Wire.waitInSlices(waitNanos, slice ->
+        Wire.Grant grant = onWork(waitNanos, left -> Wire.waitInSlices(left, slice ->
                 Wire.valueWithin(work, System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS,
                         tokens -> releaseAll(names, tokens),
                         "SELECT fencing_session_acquire_all(?, ?::text[], ?::interval)::bigint[]",
@@ -151,7 +186,7 @@ public final class FencingSession implements AutoCloseable {
         List<Long> tokens = parseArray(grant.value());
         List<Lease> leases = new ArrayList<>();
         for (int i = 0; i < names.size(); i++) {
-            leases.add(new SessionLease(names.get(i), tokens.get(i)));
+            leases.add(new SessionLease(names.get(i), Kind.EXCLUSIVE, tokens.get(i)));
         }
         return Optional.of(leases);
     }
@@ -166,20 +201,40 @@ public final class FencingSession implements AutoCloseable {
     }
 
     private interface WorkStep<T> {
-        T run() throws SQLException, InterruptedException;
+        /** @param leftNanos what is left of the wait once the work connection is had */
+        T run(long leftNanos) throws SQLException, InterruptedException;
     }
 
-    /** Runs a step on the work connection, alone, once the session is known held; the
-     *  server's 55Z05 (session ended) as LeaseLostException. */
-    private <T> T onWork(WorkStep<T> step) throws SQLException, InterruptedException {
-        workLock.lockInterruptibly();
+    /**
+     * Runs a step on the work connection, alone, once the session is known held; the server's
+     * 55Z05 (session ended) as LeaseLostException. The acquires take turns there: waiting for
+     * the turn counts against {@code waitNanos}, and null comes back if it was not had in time.
+     */
+    private <T> T onWork(long waitNanos, WorkStep<T> step) throws SQLException, InterruptedException {
+        long start = System.nanoTime();
+        if (waitNanos == Wire.FOREVER) {
+            workLock.lockInterruptibly();
+        } else if (!workLock.tryLock(waitNanos, TimeUnit.NANOSECONDS)) {
+            return null;
+        }
         try {
             check();
-            return step.run();
+            reconnectWork();
+            return step.run(waitNanos == Wire.FOREVER
+                    ? waitNanos : Math.max(0, waitNanos - (System.nanoTime() - start)));
         } catch (SQLException e) {
             throw FencingException.map(e);
         } finally {
             workLock.unlock();
+        }
+    }
+
+    /** Under workLock: a work connection that broke (the network, a terminated backend) or
+     *  was aborted (a wait without answer) is made again, rather than fail every later call
+     *  of a session the heartbeat still keeps. */
+    private void reconnectWork() throws SQLException {
+        if (Wire.isClosed(work)) {
+            work = client.connect("pg_fencing session " + holder);
         }
     }
 
@@ -202,17 +257,26 @@ public final class FencingSession implements AutoCloseable {
         }
     }
 
-    /** fencing_release of one lease; the session lives on. */
+    /** fencing_release of one lease; the session lives on. On the work connection if it is
+     *  free, else on one of its own: a release never queues behind another thread's wait. */
     private boolean release(String lockName, long token) throws SQLException {
-        workLock.lock();
-        try {
-            if (closed) {
-                return false;
+        String sql = "SELECT fencing_release(?, ?::fencing_token)";
+        if (workLock.tryLock()) {
+            try {
+                if (closed) {
+                    return false;
+                }
+                reconnectWork();
+                return "t".equals(Wire.value(work, sql, lockName, token));
+            } finally {
+                workLock.unlock();
             }
-            return "t".equals(Wire.value(work, "SELECT fencing_release(?, ?::fencing_token)",
-                    lockName, token));
-        } finally {
-            workLock.unlock();
+        }
+        if (closed) {
+            return false;
+        }
+        try (Connection connection = client.connect("pg_fencing session " + holder)) {
+            return "t".equals(Wire.value(connection, sql, lockName, token));
         }
     }
 
@@ -229,26 +293,61 @@ public final class FencingSession implements AutoCloseable {
     /**
      * Stops the heartbeat and closes the session, releasing every lease in it. Idempotent. A
      * session lost already is closed all the same (the server says it has ended: nothing to
-     * report).
+     * report). A wait in the session on another thread ends with LeaseLostException: the close
+     * goes over the heartbeat's connection, not behind the wait on the work connection, and the
+     * server ends a session's waits when it closes it.
      */
     @Override
     public void close() throws SQLException {
-        beat.stop();
-        workLock.lock();
-        try {
+        beat.stop(); // first: no onLost during the close
+        synchronized (closing) {
             if (closed) {
                 return;
             }
             closed = true;
-            Wire.value(work, "SELECT fencing_session_close(?)", id);
+        }
+        try {
+            closeOnTheServer();
+        } finally {
+            Wire.closeQuietly(beatConnection);
+            closeWork();
+        }
+    }
+
+    private void closeOnTheServer() throws SQLException {
+        // The heartbeat gave its connection up after a renewal without answer: a new one.
+        boolean fresh = Wire.isClosed(beatConnection);
+        Connection connection = fresh ? client.connect("pg_fencing session " + holder) : beatConnection;
+        try {
+            Wire.value(connection, "SELECT fencing_session_close(?)", id);
         } catch (SQLException e) {
             if (!FencingException.SESSION_ENDED.equals(e.getSQLState())) {
                 throw e;
             }
         } finally {
-            workLock.unlock();
+            if (fresh) {
+                Wire.closeQuietly(connection);
+            }
+        }
+    }
+
+    /** Closes the work connection once a wait on it has ended (the server ends it at the
+     *  close); one that does not end within the grace has its connection aborted. */
+    private void closeWork() {
+        boolean idle = false;
+        try {
+            idle = workLock.tryLock(Wire.ANSWER_GRACE_NANOS, TimeUnit.NANOSECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (!idle) {
+            Wire.abort(work);
+            return;
+        }
+        try {
             Wire.closeQuietly(work);
-            Wire.closeQuietly(beatConnection);
+        } finally {
+            workLock.unlock();
         }
     }
 
@@ -261,11 +360,13 @@ public final class FencingSession implements AutoCloseable {
     /** A lease in the session: held while the session is, and until released. */
     private final class SessionLease implements Lease {
         private final String lockName;
+        private final Kind kind;
         private final long token;
         private final AtomicBoolean released = new AtomicBoolean();
 
-        SessionLease(String lockName, long token) {
+        SessionLease(String lockName, Kind kind, long token) {
             this.lockName = lockName;
+            this.kind = kind;
             this.token = token;
         }
 
@@ -296,7 +397,7 @@ public final class FencingSession implements AutoCloseable {
 
         @Override
         public String describe() {
-            return Kind.EXCLUSIVE.describe(lockName) + " in fencing session " + id;
+            return kind.describe(lockName) + " in fencing session " + id;
         }
 
         @Override

@@ -2,6 +2,7 @@ package io.pgfencing;
 
 import java.lang.System.Logger.Level;
 import java.sql.SQLException;
+import java.time.Duration;
 import java.util.Optional;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -66,8 +67,9 @@ final class Heartbeat {
         if (period <= 0 || period >= usable) {
             throw new IllegalArgumentException(String.format(
                     "heartbeat must be positive and shorter than ttl minus the safety margin "
-                            + "(%d ms), got %s", TimeUnit.NANOSECONDS.toMillis(usable),
-                    options.heartbeat()));
+                            + "(%d ms of ttl %s), got %s", TimeUnit.NANOSECONDS.toMillis(usable),
+                    options.ttl(), options.heartbeat() != null ? options.heartbeat()
+                            : "ttl/3 = " + Duration.ofNanos(period)));
         }
         return period;
     }

@@ -9,6 +9,7 @@ import java.util.Optional;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
 
 /**
@@ -23,7 +24,7 @@ import java.util.function.Consumer;
  *
  * <p>The leader is whoever holds the lock's live exclusive lease. Campaigning is a loop of
  * {@code CALL fencing_await}, which holds no snapshot while it waits. One thread campaigns at a
- * time; any may resign.
+ * time (another's campaign waits for it, and then returns the same lease); any may resign.
  */
 public final class LeaderElection {
     private static final System.Logger LOG = System.getLogger("io.pgfencing");
@@ -35,6 +36,9 @@ public final class LeaderElection {
     private final List<LeadershipListener> listeners = new CopyOnWriteArrayList<>();
     private volatile StandaloneLease lease;
     private volatile AtomicBoolean termEnded = new AtomicBoolean(true);
+    /** One campaign at a time: two at once would both be granted, the same holder's second
+     *  acquire taking the first's lease again, and leave two heartbeats on one term. */
+    private final ReentrantLock campaigning = new ReentrantLock();
 
     LeaderElection(FencingClient client, String name, LeaseOptions options) {
         this.client = client;
@@ -74,10 +78,33 @@ public final class LeaderElection {
 
     private Optional<Lease> campaign(String payload, long waitNanos)
             throws SQLException, InterruptedException {
-        StandaloneLease current = lease;
-        if (current != null && current.isHeld()) {
-            return Optional.of(current);
+        campaigning.lockInterruptibly();
+        try {
+            StandaloneLease current = lease;
+            if (current != null && current.isHeld()) {
+                return Optional.of(current);
+            }
+            if (current != null) {
+                // A lost term (its listeners were told): its connection, and its lease if the
+                // server still counts it, are given back before the next term.
+                releaseQuietly(current);
+            }
+            return newTerm(payload, waitNanos);
+        } finally {
+            campaigning.unlock();
         }
+    }
+
+    private static void releaseQuietly(StandaloneLease lost) {
+        try {
+            lost.release();
+        } catch (SQLException ignored) {
+            // it ends after its ttl; its connection is closed all the same
+        }
+    }
+
+    private Optional<Lease> newTerm(String payload, long waitNanos)
+            throws SQLException, InterruptedException {
         AtomicBoolean term = new AtomicBoolean(false);
         Consumer<String> userOnLost = options.onLost();
         LeaseOptions termOptions = options.withHolder(holder).withPayload(payload)
@@ -136,7 +163,10 @@ public final class LeaderElection {
     public void proclaim(String payload) throws SQLException {
         StandaloneLease current = lease;
         if (current == null || !current.isHeld()) {
-            throw new LeaseLostException("not the leader of \"" + name + "\"");
+            throw new LeaseLostException("not the leader of \"" + name + "\" (holder " + holder
+                    + "): " + (current == null ? "no term; campaign() first"
+                    : "its term (token " + current.token() + ") ended: "
+                    + current.lostReason().orElse("unknown")));
         }
         try (Connection connection = client.connect("pg_fencing election " + holder)) {
             String granted = Wire.value(connection,

@@ -45,6 +45,14 @@ public final class LeaderObserver implements AutoCloseable {
     }
 
     private void run() {
+        try {
+            follow();
+        } finally {
+            drop(); // a connection made while close() ran would be left open otherwise
+        }
+    }
+
+    private void follow() {
         Optional<Leader> last = null; // nothing reported yet
         int failures = 0;
         while (!closed) {

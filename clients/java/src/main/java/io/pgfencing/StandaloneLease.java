@@ -47,22 +47,28 @@ final class StandaloneLease implements Lease {
 
     /** IllegalArgumentException for arguments no lease takes, before anything is sent. */
     static void checkArguments(String lockName, Kind kind, Integer permits, LeaseOptions options) {
-        if (lockName == null || lockName.isEmpty()) {
-            throw new IllegalArgumentException("a lock name must be a non-empty text, got "
-                    + (lockName == null ? "null" : "''"));
-        }
-        if ((kind == Kind.PERMIT) != (permits != null)) {
-            throw new IllegalArgumentException("permits is for a semaphore's permit, and needed there");
-        }
-        if (permits != null && permits < 1) {
-            throw new IllegalArgumentException("permits must be at least 1, got " + permits
-                    + " for semaphore \"" + lockName + "\"");
-        }
+        checkLock(lockName, kind, permits);
         if (options.payload() != null && kind != Kind.EXCLUSIVE) {
             throw new IllegalArgumentException("a payload needs an exclusive lease, not "
                     + kind.describe(lockName));
         }
         Heartbeat.period(options);
+    }
+
+    /** IllegalArgumentException for a lock name, or a number of permits, no lock takes. */
+    static void checkLock(String lockName, Kind kind, Integer permits) {
+        if (lockName == null || lockName.isEmpty()) {
+            throw new IllegalArgumentException("a lock name must be a non-empty text, got "
+                    + (lockName == null ? "null" : "''"));
+        }
+        if ((kind == Kind.PERMIT) != (permits != null)) {
+            throw new IllegalArgumentException("permits is for a semaphore's permit, and needed "
+                    + "there; got permits " + permits + " for " + kind.describe(lockName));
+        }
+        if (permits != null && permits < 1) {
+            throw new IllegalArgumentException("permits must be at least 1, got " + permits
+                    + " for semaphore \"" + lockName + "\"");
+        }
     }
 
     /**
@@ -179,10 +185,6 @@ final class StandaloneLease implements Lease {
         } finally {
             Wire.closeQuietly(connection);
         }
-    }
-
-    boolean wasReleased() {
-        return released.get();
     }
 
     private void releaseQuietly() {

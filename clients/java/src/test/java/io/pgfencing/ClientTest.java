@@ -27,6 +27,10 @@ class ClientTest {
         IllegalArgumentException heartbeat = assertThrows(IllegalArgumentException.class, () ->
                 CLIENT.lock("x", LeaseOptions.ofTtl(Duration.ofSeconds(1)).withHeartbeat(Duration.ofSeconds(2))));
         assertTrue(heartbeat.getMessage().contains("PT2S"), heartbeat.getMessage());
+        IllegalArgumentException tiny = assertThrows(IllegalArgumentException.class, () ->
+                CLIENT.lock("x", LeaseOptions.ofTtl(Duration.ofNanos(2))));
+        assertTrue(tiny.getMessage().contains("ttl PT0.000000002S") && tiny.getMessage().contains("ttl/3"),
+                tiny.getMessage());
         IllegalArgumentException permits = assertThrows(IllegalArgumentException.class, () ->
                 CLIENT.semaphore("pool", 0, LeaseOptions.defaults()));
         assertTrue(permits.getMessage().contains("got 0"), permits.getMessage());

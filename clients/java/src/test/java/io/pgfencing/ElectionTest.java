@@ -4,6 +4,7 @@ import static io.pgfencing.Live.CLIENT;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -155,6 +156,61 @@ class ElectionTest {
         assertEquals(2, heard.size(), heard.toString());
         assertTrue(heard.get(0).startsWith("lost: renewal refused"), heard.toString());
         assertEquals("onLost", heard.get(1));
+    }
+
+    @Test
+    void campaigningAgainAfterALostTermGivesThatTermsConnectionBack() throws Exception {
+        String name = Live.name();
+        LeaderElection election = CLIENT.election(name, LeaseOptions.ofTtl(Duration.ofSeconds(2))
+                .withHeartbeat(Duration.ofMillis(200)).withHolder("term-" + name));
+        String application = "pg_fencing lease term-" + name;
+        try (Connection db = Live.db()) {
+            Lease first = election.campaign(null);
+            Live.value(db, "SELECT fencing_revoke(?, 'test')", name);
+            assertTrue(first.awaitLost(Duration.ofSeconds(3)));
+            Lease second = election.campaign(null, 5, TimeUnit.SECONDS).orElseThrow();
+            assertTrue(second.token() > first.token());
+            assertEquals(1, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+                    application), "the lost term's connection is still open");
+        } finally {
+            election.resign();
+        }
+    }
+
+    @Test
+    void twoThreadsCampaigningAtOnceShareOneTerm() throws Exception {
+        String name = Live.name();
+        LeaderElection election = CLIENT.election(name, FIVE_SECONDS.withHolder("twice-" + name));
+        List<Lease> leases = new CopyOnWriteArrayList<>();
+        java.util.concurrent.CountDownLatch start = new java.util.concurrent.CountDownLatch(1);
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            Thread thread = new Thread(() -> {
+                try {
+                    start.await();
+                    leases.add(election.campaign(null, 5, TimeUnit.SECONDS).orElseThrow());
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        start.countDown();
+        for (Thread thread : threads) {
+            thread.join(10_000);
+        }
+        try (Connection db = Live.db()) {
+            assertEquals(2, leases.size(), leases.toString());
+            assertSame(leases.get(0), leases.get(1), "two terms at once: " + leases);
+            assertEquals(1, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+                    "pg_fencing lease twice-" + name), "one connection, one heartbeat");
+        } finally {
+            election.resign();
+            for (Lease lease : leases) {
+                lease.release();
+            }
+        }
     }
 
     @Test

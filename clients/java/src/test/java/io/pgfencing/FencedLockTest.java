@@ -195,6 +195,111 @@ class FencedLockTest {
     }
 
     @Test
+    void threadsSharingOneFencedLockWaitForEachOtherAsTheLockInterfaceSays() throws Exception {
+        FencedLock lock = CLIENT.lock(name, FIVE_SECONDS.withHolder("shared-" + name));
+        long first = lock.lockAndGetToken();
+        AtomicReference<Object> outcome = new AtomicReference<>();
+        Thread tryer = new Thread(() -> {
+            try {
+                outcome.set(lock.tryLock(300, TimeUnit.MILLISECONDS));
+            } catch (Throwable e) {
+                outcome.set(e);
+            }
+        });
+        tryer.start();
+        tryer.join(5000);
+        assertEquals(Boolean.FALSE, outcome.get(), "another thread's tryLock(300 ms) while locked");
+
+        AtomicReference<Object> second = new AtomicReference<>();
+        Thread locker = new Thread(() -> {
+            try {
+                lock.lock();
+                second.set(lock.token());
+                lock.unlock();
+            } catch (Throwable e) {
+                second.set(e);
+            }
+        });
+        locker.start();
+        TimeUnit.MILLISECONDS.sleep(300);
+        assertEquals(null, second.get(), "lock() on another thread waits for the unlock");
+        lock.unlock();
+        locker.join(5000);
+        assertInstanceOf(Long.class, second.get(), String.valueOf(second.get()));
+        assertTrue((Long) second.get() > first, "the waiting thread got the lock, a new token");
+
+        // A thread waiting on the server (another holder has the lock) does not make a second
+        // thread's timed tryLock wait past its time.
+        try (FencedLock other = CLIENT.lock(name, FIVE_SECONDS)) {
+            other.lock();
+            Thread waiter = new Thread(() -> {
+                try {
+                    lock.lockInterruptibly();
+                } catch (Throwable e) {
+                    // interrupted below, as wanted
+                }
+            });
+            waiter.start();
+            assertEquals(1, Live.awaitWaitsOnTheServer(db, "pg_fencing lease shared-" + name, 1));
+            outcome.set(null);
+            Thread timed = new Thread(() -> {
+                try {
+                    outcome.set(lock.tryLock(300, TimeUnit.MILLISECONDS));
+                } catch (Throwable e) {
+                    outcome.set(e);
+                }
+            });
+            timed.start();
+            timed.join(5000);
+            assertEquals(Boolean.FALSE, outcome.get(), "tryLock(300 ms) behind another thread's wait");
+            waiter.interrupt();
+            waiter.join(5000);
+            assertFalse(waiter.isAlive());
+        }
+    }
+
+    @Test
+    void aGrantThatRacesAnInterruptIsGivenBack() throws Exception {
+        // Interrupted before it starts, the caller stops waiting for the answer at once, while the
+        // acquire goes on on the server: cancelled there, or granted and then released.
+        Semaphore semaphore = CLIENT.semaphore(name, 1, FIVE_SECONDS);
+        try {
+            Thread.currentThread().interrupt();
+            assertThrows(InterruptedException.class, semaphore::tryAcquire);
+        } finally {
+            Thread.interrupted();
+        }
+        try (Lease permit = semaphore.tryAcquire().orElseThrow(
+                () -> new AssertionError("the permit of an interrupted acquire was kept"))) {
+            assertTrue(permit.isHeld());
+        }
+    }
+
+    @Test
+    void theUninterruptibleLockMethodsWorkOnAnInterruptedThread() throws Exception {
+        // Lock.tryLock() and lock() are not interruptible: a thread whose interrupt status is set
+        // (one shutting down, say) takes a free lock all the same, and keeps its status.
+        try (FencedLock lock = CLIENT.lock(name, FIVE_SECONDS)) {
+            Thread.currentThread().interrupt();
+            boolean locked = lock.tryLock();
+            assertTrue(Thread.interrupted(), "tryLock() kept the interrupt status");
+            assertTrue(locked, "tryLock() on an interrupted thread refused a free lock");
+            assertEquals(lock.token(), CLIENT.leader(name).orElseThrow().token());
+            lock.unlock();
+
+            Thread.currentThread().interrupt();
+            lock.lock();
+            assertTrue(Thread.interrupted(), "lock() kept the interrupt status");
+            assertEquals(lock.token(), CLIENT.leader(name).orElseThrow().token());
+            lock.unlock();
+            assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_leases WHERE lock_name = ? "
+                    + "AND state = 'live'", name), "no grant left behind by an interrupted attempt");
+        } finally {
+            Thread.interrupted();
+        }
+    }
+
+    @Test
     void interruptingAWaitEndsItOnTheServer() throws Exception {
         try (FencedLock holder = CLIENT.lock(name, LeaseOptions.ofTtl(Duration.ofSeconds(10)))) {
             long token = holder.lockAndGetToken();

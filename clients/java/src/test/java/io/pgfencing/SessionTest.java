@@ -4,10 +4,12 @@ import static io.pgfencing.Live.CLIENT;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.sql.Connection;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -83,6 +85,158 @@ class SessionTest {
             assertTrue(waiter.tryLock(name, 0, TimeUnit.SECONDS).isEmpty(), "still busy, and usable");
             assertTrue(held.release());
             assertTrue(waiter.tryLock(name, 2, TimeUnit.SECONDS).isPresent());
+        }
+    }
+
+    @Test
+    void sessionTakesPermitsAndSharedLeases() throws Exception {
+        String semaphore = Live.name();
+        String shared = Live.name();
+        LeaseOptions ttl = LeaseOptions.ofTtl(Duration.ofSeconds(5));
+        try (FencingSession first = CLIENT.openSession(ttl);
+             FencingSession second = CLIENT.openSession(ttl);
+             FencingSession writer = CLIENT.openSession(ttl)) {
+            Lease one = first.acquirePermit(semaphore, 2);
+            Lease two = first.tryAcquirePermit(semaphore, 2, 0, TimeUnit.SECONDS).orElseThrow();
+            assertNotEquals(one.token(), two.token(), "each permit has its own token");
+            assertEquals("a permit of semaphore \"" + semaphore + "\" in fencing session " + first.id(),
+                    one.describe());
+            assertTrue(second.tryAcquirePermit(semaphore, 2, 200, TimeUnit.MILLISECONDS).isEmpty(),
+                    "both permits are the first session's");
+            assertTrue(one.release());
+            Lease third = second.tryAcquirePermit(semaphore, 2, 2, TimeUnit.SECONDS).orElseThrow();
+            assertTrue(third.isHeld() && two.isHeld());
+
+            Lease reader = first.lockShared(shared);
+            Lease otherReader = second.tryLockShared(shared, 0, TimeUnit.SECONDS).orElseThrow();
+            assertTrue(reader.isHeld() && otherReader.isHeld(), "shared leases beside each other");
+            assertTrue(writer.tryLock(shared, 0, TimeUnit.SECONDS).isEmpty(), "no exclusive one");
+
+            first.close(); // ends its shared lease and its permit with it
+            assertFalse(reader.isHeld() || two.isHeld());
+            assertTrue(writer.tryLock(shared, 0, TimeUnit.SECONDS).isEmpty(), "the second reader holds on");
+            assertTrue(writer.tryAcquirePermit(semaphore, 2, 2, TimeUnit.SECONDS).isPresent(),
+                    "the closed session's permit is free again");
+            second.close();
+            assertTrue(writer.tryLock(shared, 2, TimeUnit.SECONDS).isPresent(), "every reader is gone");
+
+            IllegalArgumentException none = assertThrows(IllegalArgumentException.class,
+                    () -> writer.acquirePermit(semaphore, 0));
+            assertTrue(none.getMessage().contains("got 0") && none.getMessage().contains(semaphore),
+                    none.getMessage());
+        }
+    }
+
+    @Test
+    void closingASessionEndsItsWaitOnAnotherThread() throws Exception {
+        String name = Live.name();
+        LeaseOptions ttl = LeaseOptions.ofTtl(Duration.ofSeconds(5));
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(ttl);
+             // A ttl far beyond the bounds below: the session must not just run out meanwhile.
+             FencingSession waiter = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(60))
+                     .withHolder("closed-" + name))) {
+            holder.lock(name);
+            String application = "pg_fencing session closed-" + name;
+            AtomicReference<Throwable> outcome = new AtomicReference<>();
+            Thread waiting = new Thread(() -> {
+                try {
+                    waiter.lock(name);
+                    outcome.set(new AssertionError("granted"));
+                } catch (Throwable e) {
+                    outcome.set(e);
+                }
+            });
+            waiting.start();
+            assertEquals(1, Live.awaitWaitsOnTheServer(db, application, 1), "the wait is on the server");
+            Thread closing = new Thread(() -> {
+                try {
+                    waiter.close();
+                } catch (Exception e) {
+                    outcome.compareAndSet(null, e);
+                }
+            });
+            closing.start();
+            closing.join(5000);
+            boolean closedInTime = !closing.isAlive();
+            holder.close(); // lets a close stuck behind the wait finish, to clean up
+            closing.join(5000);
+            waiting.join(5000);
+            assertTrue(closedInTime, "close() waited for the session's wait on another thread");
+            assertInstanceOf(LeaseLostException.class, outcome.get());
+            assertEquals(FencingException.SESSION_ENDED, ((SQLException) outcome.get()).getSQLState());
+            assertEquals(0, Live.waitsOnTheServer(db, application));
+            assertThrows(LeaseLostException.class, () -> waiter.lock(name), "closed: no more leases");
+        }
+    }
+
+    @Test
+    void anotherThreadsWaitInTheSessionHoldsUpNeitherAReleaseNorATimedAcquire() throws Exception {
+        String name = Live.name();
+        LeaseOptions ttl = LeaseOptions.ofTtl(Duration.ofSeconds(5));
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(ttl);
+             FencingSession session = CLIENT.openSession(ttl.withHolder("busy-" + name))) {
+            holder.lock(name + "_busy");
+            Lease mine = session.lock(name + "_mine");
+            Thread waiting = new Thread(() -> {
+                try {
+                    session.lock(name + "_busy");
+                } catch (Exception e) {
+                    // interrupted below, as wanted
+                }
+            });
+            waiting.start();
+            try {
+                assertEquals(1, Live.awaitWaitsOnTheServer(db, "pg_fencing session busy-" + name, 1));
+                AtomicReference<Object> released = new AtomicReference<>();
+                AtomicReference<Object> tried = new AtomicReference<>();
+                Thread other = new Thread(() -> {
+                    try {
+                        released.set(mine.release());
+                        tried.set(session.tryLock(name + "_free", 300, TimeUnit.MILLISECONDS));
+                    } catch (Exception e) {
+                        tried.set(e);
+                    }
+                });
+                other.start();
+                other.join(5000);
+                assertEquals(Boolean.TRUE, released.get(), "the release waited behind the wait");
+                assertEquals(java.util.Optional.empty(), tried.get(),
+                        "tryLock(300 ms) waited past its time for the session's turn");
+                assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_leases WHERE lock_name = ? "
+                        + "AND state = 'live'", name + "_mine"), "released on the server");
+            } finally {
+                waiting.interrupt();
+                waiting.join(5000);
+            }
+        }
+    }
+
+    @Test
+    void aBrokenWorkConnectionIsMadeAgainWhileTheHeartbeatKeepsTheSession() throws Exception {
+        String name = Live.name();
+        try (Connection db = Live.db();
+             FencingSession session = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(5))
+                     .withHolder("broken-" + name))) {
+            Lease first = session.lock(name + "_1");
+            // The work connection's backend only: its last statement was the lock's CALL, the
+            // heartbeat's fencing_session_open or fencing_session_renew.
+            assertEquals(1, Live.count(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    + "WHERE application_name = ? AND query LIKE 'CALL fencing_await%'",
+                    "pg_fencing session broken-" + name));
+            Live.eventually(Duration.ofSeconds(3), () -> {
+                try {
+                    return session.tryLock(name + "_2", 0, TimeUnit.SECONDS).isPresent();
+                } catch (Exception e) {
+                    return false; // the call that finds the connection broken
+                }
+            });
+            assertTrue(session.isHeld() && first.isHeld());
+            Lease third = session.tryLock(name + "_3", 0, TimeUnit.SECONDS).orElseThrow();
+            assertEquals(String.valueOf(session.id()), Live.value(db,
+                    "SELECT session_id FROM fencing_leases WHERE lock_name = ?", name + "_3"));
+            assertTrue(third.release());
         }
     }
 }
