@@ -137,7 +137,8 @@ export declare class Session extends EventEmitter {
   lock(name: string, options?: SessionLockOptions): Promise<SessionLease>;
   /** Every lock or none, in the order given. */
   lockAll(names: string[], options?: { wait?: number }): Promise<SessionLease[]>;
-  /** Closes the session, releasing every lease in it: how many. Idempotent. */
+  /** Closes the session, releasing every lease in it: how many. Idempotent. A wait pending
+   *  in the session ends with LeaseLostError; calls made after the close reject with it. */
   close(): Promise<number>;
 
   on(event: 'lost', listener: (reason: string) => void): this;
@@ -165,13 +166,16 @@ export declare class Election {
   proclaim(payload: Json): Promise<void>;
   isLeader(): boolean;
   leader(): Promise<Leader | null>;
-  /** The leader now, then each change of (holder, token), read from fencing_leases. */
+  /** The leader now, then each change of (holder, token), read from fencing_leases.
+   *  Reconnects after a broken connection; rejects with an error no reconnect can mend
+   *  (a wrong password, a missing extension), or with signal.reason once signal aborts. */
   observe(options?: { reread?: number; signal?: AbortSignal }): AsyncGenerator<Leader | null, void, undefined>;
   resign(): Promise<boolean>;
 }
 
 export declare class Client {
   constructor(config?: ConnectionConfig);
+  /** Not enumerable: util.inspect, loggers and JSON.stringify leave it (and its password) out. */
   readonly config: ConnectionConfig;
   lock(name: string, options?: ExclusiveLockOptions): Promise<Lease>;
   semaphore(name: string, permits: number, options?: LockOptions): Promise<Lease>;

@@ -2,7 +2,7 @@
 // connections of its own, from the same config (and so as the same role,
 // which renewals and releases require).
 
-import { withConnection } from './connection.js';
+import { keepConfig, withConnection } from './connection.js';
 import { Election, readLeader } from './election.js';
 import { Lease } from './lease.js';
 import { Session } from './session.js';
@@ -11,7 +11,7 @@ export class Client {
   // config: a pg.Client config or a connection string; undefined takes
   // everything from the PG* variables.
   constructor(config) {
-    this.config = config;
+    keepConfig(this, config);
   }
 
   // An exclusive lease, held once the promise resolves.

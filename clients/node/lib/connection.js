@@ -32,6 +32,14 @@ export function interval(ms, atLeastMs = 1) {
   return `${Math.max(atLeastMs, Math.round(ms))} milliseconds`;
 }
 
+// Keeps the connection config (it may hold a password, or be a URL with
+// one) as target.config, readable but not enumerable: util.inspect, a
+// logger and JSON.stringify leave it out, as node-postgres does with the
+// password of its own clients.
+export function keepConfig(target, config) {
+  Object.defineProperty(target, 'config', { value: config, enumerable: false });
+}
+
 // A connected pg.Client from a pg.Client config or a connection string
 // (undefined: the PG* variables), named applicationName unless the config
 // names it.  Its 'error' event (the connection ended unexpectedly: server

@@ -11,7 +11,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { connect, defaultHolder, end, interval, millis, withConnection } from './connection.js';
+import { connect, defaultHolder, end, interval, keepConfig, millis, withConnection } from './connection.js';
 import { LeaseLostError } from './errors.js';
 import { Lease, payloadText } from './lease.js';
 
@@ -30,6 +30,17 @@ export async function readLeader(client, name) {
   const row = rows[0];
   if (!row) return { leader: null, leftMs: null };
   return { leader: { holder: row.holder, token: BigInt(row.token), payload: row.payload }, leftMs: row.left_ms };
+}
+
+// Whether observe() should connect again after err: a broken or refused
+// connection (no SQLSTATE: a socket error or an unexpected end; class 08;
+// 57P0x, the server shutting down or starting; 53, too many connections)
+// may mend by itself.  Anything else -- a wrong password (28P01), a database
+// or extension that is not there, a privilege missing -- would fail the same
+// way forever, and is thrown instead of being retried in silence.
+function mayMend(err) {
+  const code = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : null;
+  return code === null || /^(08|53|57P0)/.test(code);
 }
 
 // After the first failure at once, then 100 ms, doubling up to 5 s.
@@ -60,7 +71,7 @@ export class Election {
   constructor(config, name, holder, { ttl = 10, onLost } = {}) {
     if (typeof name !== 'string' || name === '') throw new TypeError('a lock name (a non-empty string) is required');
     millis(ttl, 'ttl'); // checked now rather than at the first campaign
-    this.config = config;
+    keepConfig(this, config);
     this.name = name;
     this.holder = holder ?? defaultHolder();
     this.ttl = ttl;
@@ -125,7 +136,8 @@ export class Election {
   // as { holder, token, payload } or null.  `reread` seconds: the fallback
   // read period.  It ends when the loop breaks, or throws signal.reason
   // once signal aborts.  A broken connection is made again (at once, then
-  // after 0.1 s, doubling up to 5 s), LISTENing before it reads.
+  // after 0.1 s, doubling up to 5 s), LISTENing before it reads; an error
+  // no reconnect can mend (a wrong password, say) is thrown.
   async *observe({ reread = 5, signal } = {}) {
     const rereadMs = millis(reread, 'reread');
     let client = null;
@@ -161,6 +173,7 @@ export class Election {
         } catch (err) {
           end(client);
           client = null;
+          if (!mayMend(err)) throw err;
           failures += 1;
           await sleep(reconnectDelayMs(failures), undefined, { signal }).catch(() => {});
           continue;

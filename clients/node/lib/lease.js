@@ -14,7 +14,7 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
-import { connect, defaultHolder, end, interval, millis, value } from './connection.js';
+import { connect, defaultHolder, end, interval, keepConfig, millis, value } from './connection.js';
 import { LeaseLostError, LockTimeoutError, mapGuardError } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
 import { awaitGrant } from './wait.js';
@@ -97,7 +97,7 @@ export class Lease extends EventEmitter {
   constructor(config, name, kind, { permits, holder, ttl = 10, heartbeat, onLost } = {}) {
     super();
     if (typeof name !== 'string' || name === '') throw new TypeError('a lock name (a non-empty string) is required');
-    this.config = config;
+    keepConfig(this, config);
     this.name = name;
     this.kind = kind;
     this.permits = kind === 'permit' ? permits : null;

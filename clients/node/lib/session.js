@@ -11,7 +11,7 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
-import { connect, defaultHolder, end, interval, millis, value } from './connection.js';
+import { connect, defaultHolder, end, interval, keepConfig, millis, value, withConnection } from './connection.js';
 import { LeaseLostError, LockTimeoutError, SESSION_ENDED } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
 import { checkLockOptions, describeLock, fenced, payloadText } from './lease.js';
@@ -61,7 +61,7 @@ export class Session extends EventEmitter {
 
   constructor(config, { ttl = 10, holder, heartbeat, onLost } = {}) {
     super();
-    this.config = config;
+    keepConfig(this, config);
     this.holder = holder ?? defaultHolder();
     this.ttl = ttl;
     this.id = null; // fencing_sessions.session_id, a BigInt once open
@@ -96,7 +96,10 @@ export class Session extends EventEmitter {
         if (client === this.#beatClient && this.id !== null) this.#beat.markLost(`connection failed: ${err.message}`);
       });
       const sent = performance.now();
-      const id = await value(this.#beatClient, 'SELECT fencing_session_open($1, $2::interval)', [
+      // Read as text: a process-wide int8 parser the application may have
+      // set (pg.types.setTypeParser(20, Number) is common) would round an
+      // id past 2^53, and the session would then be renewed by a wrong id.
+      const id = await value(this.#beatClient, 'SELECT fencing_session_open($1, $2::interval)::text', [
         this.holder, interval(this.#ttlMs),
       ]);
       this.id = BigInt(id);
@@ -178,7 +181,7 @@ export class Session extends EventEmitter {
       await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
       let tokens;
       try {
-        tokens = await value(client, 'SELECT fencing_session_acquire_all($1, $2::text[], $3::interval)::bigint[]', [
+        tokens = await value(client, 'SELECT fencing_session_acquire_all($1, $2::text[], $3::interval)::text[]', [
           this.id, names, waitMs === null ? null : interval(waitMs, 0),
         ]);
         await client.query('COMMIT');
@@ -194,18 +197,28 @@ export class Session extends EventEmitter {
   }
 
   // Stops the heartbeat and closes the session, releasing every lease in
-  // it: how many.  Idempotent: later calls resolve to 0.
+  // it: how many.  Idempotent: later calls resolve to 0.  The close goes on
+  // a connection of its own rather than queueing on the work connection,
+  // where a pending wait would hold it up for as long as the wait or the
+  // session's ttl; that wait's next attempt then ends it with 55Z05 (a
+  // LeaseLostError), and the close resolves once the calls made before it
+  // have ended.
   async close() {
     this.#beat.stop(); // no renewal, and no 'lost', after the close
     if (this.#closed || this.id === null) return 0;
     this.#closed = true;
+    let released;
     try {
-      return await this.#serially((client) => value(client, 'SELECT fencing_session_close($1)', [this.id]));
+      released = await withConnection(this.config, `pg_fencing session ${this.holder}`, (client) =>
+        value(client, 'SELECT fencing_session_close($1)', [this.id]),
+      );
+      await this.#turn;
     } finally {
       end(this.#beatClient);
       end(await Promise.resolve(this.#work).catch(() => null));
       this.#beatClient = this.#work = null;
     }
+    return released;
   }
 
   // For SessionLease.release().
@@ -234,6 +247,8 @@ export class Session extends EventEmitter {
   // usable: awaitGrant waits for the cancelled CALL's answer.)
   #serially(fn) {
     const run = this.#turn.then(async () => {
+      // After close() nothing is sent, and no connection is made again.
+      if (this.#closed && this.#work === null) throw new LeaseLostError(`fencing session ${this.id} is no longer held: closed`);
       if (this.#work === null) {
         const made = this.#connect((client) => {
           if (this.#work === made) this.#work = null; // the call running on it rejects with its own error

@@ -17,6 +17,15 @@ import { value, withConnection } from './connection.js';
 const SLICE_MS = 30_000;
 const QUERY_CANCELED = '57014';
 
+// The live leases and permits of (lock $1, holder $2).  A session may hold
+// several permits of one semaphore under its one holder, so a cancelled
+// wait gives back only those above the highest token held before it began
+// ($3; tokens only go up, so a grant made by the wait is above it).
+const HELD = `
+  SELECT lock_name, token FROM fencing_leases WHERE lock_name = $1 AND holder = $2 AND state = 'live'
+  UNION ALL
+  SELECT lock_name, token FROM fencing_permits WHERE lock_name = $1 AND holder = $2 AND state = 'live'`;
+
 // Waits up to waitMs (Infinity: until granted) with statement(sliceMs) ->
 // [sql, values], a CALL fencing_await of one slice that answers one row
 // (the token, or null when the slice ran out).  Resolves to
@@ -25,9 +34,15 @@ const QUERY_CANCELED = '57014';
 //
 // client    the waiting connection (pg.Client; its processID is the backend)
 // config    the Client's connection config, for the cancelling connection
-// release   { lockName, holder }: what a cancelled wait may have been granted
+// release   { lockName, holder }: whose leases a cancelled wait may have
+//           been granted
 export async function awaitGrant({ client, config, waitMs, statement, signal, release }) {
   const end = performance.now() + waitMs;
+  if (signal) {
+    signal.throwIfAborted();
+    const before = await value(client, `SELECT max(token::text::bigint)::text FROM (${HELD}) AS held`, [release.lockName, release.holder]);
+    release = { ...release, before };
+  }
   for (;;) {
     signal?.throwIfAborted(); // an abort between two slices sends no more
     const sliceMs = Math.max(0, Math.min(SLICE_MS, end - performance.now()));
@@ -62,14 +77,10 @@ async function oneSlice(client, config, [sql, values], signal, release) {
     if (outcome.err && outcome.err.code !== QUERY_CANCELED) throw outcome.err;
     // Granted before the cancel came (or committed just before it hit):
     // give it back rather than leave it to run out.
-    // Found by holder, unique per lease (or the session's own).
     await canceller.query(
-      `SELECT fencing_release(lock_name, token) FROM (
-         SELECT lock_name, token FROM fencing_leases WHERE lock_name = $1 AND holder = $2 AND state = 'live'
-         UNION ALL
-         SELECT lock_name, token FROM fencing_permits WHERE lock_name = $1 AND holder = $2 AND state = 'live'
-       ) AS granted`,
-      [release.lockName, release.holder],
+      `SELECT fencing_release(lock_name, token) FROM (${HELD}) AS granted
+        WHERE $3::bigint IS NULL OR token::text::bigint > $3::bigint`,
+      [release.lockName, release.holder, release.before],
     );
   });
   throw signal.reason;

@@ -186,4 +186,24 @@ describe('elections', () => {
     await other.resign();
     assert.equal(await client.leader(name), null);
   });
+
+  test('observe never reports a grant that rolled back', async () => {
+    const name = newName();
+    const follower = follow(client.election(name), { reread: 0.1 }); // many reads, each could be wrong
+    const other = await connectDb();
+    try {
+      assert.ok(await waitUntil(() => follower.seen.length > 0, 5000));
+      await other.query('BEGIN');
+      await other.query("SELECT fencing_acquire($1, 'ghost', '30 s')", [name]);
+      await sleep(500);
+      await other.query('ROLLBACK');
+      const lease = await client.lock(name, { ttl: 5, holder: 'real' });
+      assert.ok(await waitUntil(() => follower.seen.at(-1) !== null, 3000), 'the real grant is reported');
+      await lease.release();
+      assert.deepEqual(follower.seen.slice(0, 2).map((l) => l?.holder ?? null), [null, 'real']);
+    } finally {
+      await other.end();
+      await follower.stop();
+    }
+  });
 });

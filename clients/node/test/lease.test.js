@@ -124,6 +124,7 @@ describe('leases', () => {
     assert.equal(missing.code, '55Z02');
     assert.equal(missing.sqlstate, '55Z02');
     assert.equal(missing.cause.code, '55Z02', "the server's error is the cause");
+    await assert.rejects(first.query(db, update, [null, 'NULL token']), MissingTokenError);
     const never = await fencedQuery(db, update, [2n ** 63n - 1n, 'made up']).catch((e) => e);
     assert.ok(never instanceof NeverGrantedTokenError, String(never));
     assert.equal(never.sqlstate, '55Z03');
@@ -136,7 +137,9 @@ describe('leases', () => {
     assert.ok(stale instanceof StaleTokenError, String(stale));
     assert.equal(stale.sqlstate, '55Z01');
     assert.match(stale.message, /fencing token/);
+    assert.equal(stale.table, name, "the server's table name");
     assert.equal(await sql1(db, `SELECT v FROM ${name}`), 'second');
+    assert.equal((await second.query(db, update, [second.token, 'second'])).rowCount, 1, 'the connection is usable after the refusal');
 
     // 55Z04: the lease ends between the write and the COMMIT.
     const tx = await connectDb();
