@@ -102,11 +102,33 @@ func (r request) await(wait time.Duration) (string, []interface{}) {
 		[]interface{}{r.lockName, r.holder, interval(r.ttl), interval(wait), string(r.kind), nullable(r.permits), nullable(r.payload)}
 }
 
+// liveGrants reads the live grants (lock_name, token) of r's lock that a
+// wait of r adds to: its session's, or, for a lease of its own, those of its
+// holder outside any session (a holder is unique per lease unless the
+// caller gives the same one twice). Exclusive leases are in fencing_leases,
+// permits and shared leases in fencing_permits. $1 is the lock, $2 the
+// session or the holder.
+func (r request) liveGrants() (string, []interface{}) {
+	owner := "session_id = $2::bigint"
+	var ownerArg interface{} = r.session
+	if r.session == 0 {
+		owner, ownerArg = "session_id IS NULL AND holder = $2", r.holder
+	}
+	return "SELECT lock_name, token FROM fencing_leases WHERE lock_name = $1 AND state = 'live' AND " + owner +
+			" UNION ALL SELECT lock_name, token FROM fencing_permits WHERE lock_name = $1 AND state = 'live' AND " + owner,
+		[]interface{}{r.lockName, ownerArg}
+}
+
+// giveBackTimeout bounds the search for, and release of, what a wait whose
+// answer was lost may have been granted.
+const giveBackTimeout = 5 * time.Second
+
 // acquire takes the lock on conn: one attempt for a wait of 0, else CALL
 // fencing_await in slices until granted, the wait is over (ErrLockTimeout)
 // or ctx ends (its error; pgx then has the server cancel the CALL and
-// closes conn). sent is the send time of the statement that granted.
-func acquire(ctx context.Context, conn *pgx.Conn, r request, wait time.Duration) (token Token, sent time.Time, err error) {
+// closes conn, and what the wait may have been granted is given back).
+// sent is the send time of the statement that granted.
+func acquire(ctx context.Context, c *Client, conn *pgx.Conn, r request, wait time.Duration) (token Token, sent time.Time, err error) {
 	if err := r.check(); err != nil {
 		return 0, time.Time{}, err
 	}
@@ -114,6 +136,7 @@ func acquire(ctx context.Context, conn *pgx.Conn, r request, wait time.Duration)
 		return 0, time.Time{}, fmt.Errorf("pg_fencing: wait must not be negative, got %v", wait)
 	}
 	var granted *string
+	var notGivenBack error // why a grant the wait may have had is still held
 	if wait == 0 {
 		sent = time.Now()
 		sql, args := r.attempt()
@@ -121,11 +144,18 @@ func acquire(ctx context.Context, conn *pgx.Conn, r request, wait time.Duration)
 			return tx.QueryRow(ctx, sql, args...).Scan(&granted)
 		})
 	} else {
+		// What r's owner holds of the lock already (a session may hold
+		// permits of a semaphore, or the lock it waits for), so that a
+		// grant the wait loses can be told from them.
+		var before []int64
+		grants, grantsArgs := r.liveGrants()
+		err = conn.QueryRow(ctx, "SELECT coalesce(array_agg(token::bigint), '{}') FROM ("+grants+") AS g",
+			grantsArgs...).Scan(&before)
 		var end time.Time
 		if wait != WaitForever {
 			end = time.Now().Add(wait)
 		}
-		for {
+		for err == nil {
 			slice := waitSlice
 			if !end.IsZero() {
 				if left := time.Until(end); left < slice {
@@ -138,22 +168,78 @@ func acquire(ctx context.Context, conn *pgx.Conn, r request, wait time.Duration)
 			sent = time.Now()
 			sql, args := r.await(slice)
 			// The procedure's one row is the token, NULL when the slice ran out.
-			if err = conn.QueryRow(ctx, sql, args...).Scan(&granted); err != nil || granted != nil {
+			if err = conn.QueryRow(ctx, sql, args...).Scan(&granted); err != nil {
+				// pgx closes the connection when a statement's answer is
+				// lost (ctx ended while the CALL ran, or the network
+				// failed): the grant may have committed just before.
+				if conn.IsClosed() {
+					notGivenBack = giveBack(c, conn, r, before)
+				}
+				break
+			}
+			if granted != nil {
 				break
 			}
 		}
 	}
 	if err != nil {
+		what, cause := "acquiring", mapGuardError(err)
 		if ctx.Err() != nil {
-			return 0, sent, fmt.Errorf("pg_fencing: waiting for %s: %w", r.describe(), ctx.Err())
+			what, cause = "waiting for", ctx.Err()
 		}
-		return 0, sent, fmt.Errorf("pg_fencing: acquiring %s: %w", r.describe(), mapGuardError(err))
+		if notGivenBack != nil {
+			return 0, sent, fmt.Errorf("pg_fencing: %s %s: %w; a grant the wait may have had was not given back (%v): "+
+				"it lasts until its ttl runs out, or in a session until the session ends", what, r.describe(), cause, notGivenBack)
+		}
+		return 0, sent, fmt.Errorf("pg_fencing: %s %s: %w", what, r.describe(), cause)
 	}
 	if granted == nil {
 		return 0, sent, busyError(r, wait)
 	}
 	token, err = parseToken(*granted)
 	return token, sent, err
+}
+
+// giveBack releases what a wait whose answer was lost may have been
+// granted: every live grant of r's owner on the lock not in before. In a
+// session nothing else would ever end it (the heartbeat keeps it alive until
+// the session closes), a lease of its own would keep the lock from everyone
+// for its ttl. On a connection of its own, within giveBackTimeout whatever
+// ctx was (it has usually ended). A concurrent wait of the same session
+// for the same lock is not told apart: what it was granted at that moment
+// may be given back too.
+func giveBack(c *Client, waited *pgx.Conn, r request, before []int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	// Once pgx has sent its cancel request, the backend ends the CALL
+	// (granted or cancelled); only then is a grant it made committed and seen.
+	select {
+	case <-waited.PgConn().CleanupDone():
+	case <-ctx.Done():
+		return fmt.Errorf("pgx's cancel request not sent within %v", giveBackTimeout)
+	}
+	conn, err := c.connect(ctx, "pg_fencing give back")
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(conn)
+	for {
+		var running bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1 AND state = 'active')",
+			waited.PgConn().PID()).Scan(&running); err != nil {
+			return err
+		}
+		if !running {
+			break
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return fmt.Errorf("the waiting backend (pid %d) still ran after %v", waited.PgConn().PID(), giveBackTimeout)
+		}
+	}
+	grants, args := r.liveGrants()
+	_, err = conn.Exec(ctx, "SELECT fencing_release(lock_name, token) FROM ("+grants+") AS g WHERE token::bigint <> ALL (coalesce($3::bigint[], '{}'))",
+		append(args, before)...)
+	return err
 }
 
 func busyError(r request, wait time.Duration) error {

@@ -69,7 +69,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts LeaseOptions) (*
 		return nil, err
 	}
 	l := &Lease{client: c, req: r, beat: beat, conn: conn}
-	token, sent, err := acquire(ctx, conn, r, opts.Wait)
+	token, sent, err := acquire(ctx, c, conn, r, opts.Wait)
 	if err != nil {
 		l.closeConn()
 		return nil, err

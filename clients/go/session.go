@@ -194,7 +194,7 @@ func (s *Session) acquire(ctx context.Context, r request, wait time.Duration) (*
 	r.session = s.id
 	var token Token
 	err := s.onConn(ctx, wait != 0, func(conn *pgx.Conn) (err error) {
-		token, _, err = acquire(ctx, conn, r, wait)
+		token, _, err = acquire(ctx, s.client, conn, r, wait)
 		return err
 	})
 	if err != nil {
