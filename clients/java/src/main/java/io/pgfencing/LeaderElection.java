@@ -191,12 +191,22 @@ public final class LeaderElection {
 
     /**
      * Follows the leader from a thread of its own: {@code onChange} gets the leader now, then
-     * each change of (holder, token). Close the observer to stop it.
+     * each change of (holder, token). Close the observer to stop it. A broken connection is
+     * made again; an error no reconnect can mend (a wrong password, the extension or a
+     * privilege missing) stops the observer, its connection closed, and goes to
+     * {@code onError} (called once, from the observer's thread) and {@link LeaderObserver#error()}.
      *
      * @param reread how often it reads even without a notification
      */
+    public LeaderObserver observe(Duration reread, Consumer<Optional<Leader>> onChange,
+                                  Consumer<? super SQLException> onError) {
+        return new LeaderObserver(client, name, reread, onChange, onError);
+    }
+
+    /** {@link #observe(Duration, Consumer, Consumer)} whose stopping error is only logged and
+     *  kept in {@link LeaderObserver#error()}. */
     public LeaderObserver observe(Duration reread, Consumer<Optional<Leader>> onChange) {
-        return new LeaderObserver(client, name, reread, onChange);
+        return observe(reread, onChange, error -> { });
     }
 
     public LeaderObserver observe(Consumer<Optional<Leader>> onChange) {

@@ -19,6 +19,10 @@ import org.postgresql.PGConnection;
  * announcements on changes nothing: it also reads when the live lease is due to end by the
  * server's clock, and every {@code reread}. A broken connection is made again (at once, then
  * after 0.1 s, doubling up to 5 s), LISTENing before it reads, so that no change slips between.
+ *
+ * <p>An error no reconnect can mend (a wrong password, 28P01; the extension or a privilege
+ * missing, 42P01 / 42883 / 42501; ...) stops it instead of being retried forever in silence:
+ * its connection is closed, {@link #error()} returns the error and {@code onError} gets it.
  */
 public final class LeaderObserver implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.pgfencing");
@@ -29,16 +33,19 @@ public final class LeaderObserver implements AutoCloseable {
     private final String lockName;
     private final long rereadMillis;
     private final Consumer<Optional<Leader>> onChange;
+    private final Consumer<? super SQLException> onError;
     private final Thread thread;
     private volatile boolean closed;
     private volatile Connection connection;
+    private volatile SQLException error;
 
     LeaderObserver(FencingClient client, String lockName, Duration reread,
-                   Consumer<Optional<Leader>> onChange) {
+                   Consumer<Optional<Leader>> onChange, Consumer<? super SQLException> onError) {
         this.client = client;
         this.lockName = lockName;
         this.rereadMillis = Math.max(1, reread.toMillis());
         this.onChange = onChange;
+        this.onError = onError;
         this.thread = new Thread(this::run, "pg_fencing observe " + lockName);
         thread.setDaemon(true);
         thread.start();
@@ -47,12 +54,29 @@ public final class LeaderObserver implements AutoCloseable {
     private void run() {
         try {
             follow();
+        } catch (SQLException e) {
+            error = e;
+            drop(); // closed before the caller hears of it
+            LOG.log(Level.WARNING, "the observer of \"" + lockName + "\" stopped: " + e.getMessage()
+                    + " (SQLSTATE " + e.getSQLState() + ")");
+            tell(onError, e);
         } finally {
             drop(); // a connection made while close() ran would be left open otherwise
         }
     }
 
-    private void follow() {
+    /**
+     * Whether a reconnect may mend e: a broken or refused connection (no SQLSTATE, an I/O
+     * error; class 08; 57P0x, the server shutting down or starting; class 53, too many
+     * connections). Anything else would fail the same way on every attempt.
+     */
+    static boolean mayMend(SQLException e) {
+        String state = e.getSQLState();
+        return state == null || state.startsWith("08") || state.startsWith("53") || state.startsWith("57P0");
+    }
+
+    /** Follows until closed; throws the first error no reconnect can mend. */
+    private void follow() throws SQLException {
         Optional<Leader> last = null; // nothing reported yet
         int failures = 0;
         while (!closed) {
@@ -67,6 +91,12 @@ public final class LeaderObserver implements AutoCloseable {
                 reading = Leader.read(connection, lockName);
             } catch (SQLException e) {
                 drop();
+                if (closed) {
+                    return; // close() aborted the connection
+                }
+                if (!mayMend(e)) {
+                    throw e;
+                }
                 failures++;
                 if (!sleep(reconnectDelayMillis(failures))) {
                     return;
@@ -87,16 +117,37 @@ public final class LeaderObserver implements AutoCloseable {
                 connection.unwrap(PGConnection.class).getNotifications((int) Math.max(1, wake));
             } catch (SQLException e) {
                 drop();
+                if (!closed && !mayMend(e)) {
+                    throw e;
+                }
             }
         }
     }
 
     private void report(Optional<Leader> leader) {
+        tell(onChange, leader);
+    }
+
+    /** A callback's exception is logged: it must not end the thread. */
+    private <T> void tell(Consumer<? super T> callback, T value) {
         try {
-            onChange.accept(leader);
+            callback.accept(value);
         } catch (RuntimeException e) {
             LOG.log(Level.WARNING, "the observer of \"" + lockName + "\" failed", e);
         }
+    }
+
+    /**
+     * The error that stopped the observer, one no reconnect can mend (a wrong password, the
+     * extension or a privilege missing); empty while it runs and after a plain close().
+     */
+    public Optional<SQLException> error() {
+        return Optional.ofNullable(error);
+    }
+
+    /** Whether its thread still follows the leader: false once closed or stopped by an error. */
+    public boolean isRunning() {
+        return thread.isAlive() && !closed;
     }
 
     /** After the first failure at once, then 0.1 s, doubling up to 5 s. */

@@ -3,17 +3,24 @@ package io.pgfencing;
 import static io.pgfencing.Live.CLIENT;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.Properties;
+import java.util.UUID;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
@@ -234,7 +241,48 @@ class ElectionTest {
                 assertEquals(2, seen.size(), "no change reported after the reconnect: " + seen);
                 assertEquals("after", seen.get(1).orElseThrow().holder());
                 assertEquals(token, seen.get(1).orElseThrow().token());
+                assertTrue(observer.isRunning(), "a terminated connection (57P01) is mended, not fatal");
+                assertTrue(observer.error().isEmpty(), () -> "stopped by " + observer.error());
             }
+        }
+    }
+
+    @Test
+    void observeStopsAndReportsAnErrorNoReconnectCanMend() throws Exception {
+        String role = Live.name();
+        String password = UUID.randomUUID().toString();
+        try (Connection db = Live.db()) {
+            execute(db, Live.value(db, "SELECT format('CREATE ROLE %I LOGIN PASSWORD %L', ?::text, ?::text)",
+                    role, password));
+            try {
+                Properties wrongPassword = new Properties();
+                wrongPassword.setProperty("user", role);
+                wrongPassword.setProperty("password", "not-" + password);
+                FencingClient client = new FencingClient(CLIENT.url(), wrongPassword);
+                List<Optional<Leader>> seen = new CopyOnWriteArrayList<>();
+                BlockingQueue<SQLException> errors = new LinkedBlockingQueue<>();
+                try (LeaderObserver observer = client.election(Live.name(), FIVE_SECONDS)
+                        .observe(Duration.ofSeconds(60), seen::add, errors::add)) {
+                    SQLException error = errors.poll(5, TimeUnit.SECONDS);
+                    assertNotNull(error, "a wrong password was not reported: retried in silence?");
+                    assertEquals("28P01", error.getSQLState(), error.getMessage());
+                    assertTrue(error.getMessage().contains(role), error.getMessage());
+                    Live.eventually(Duration.ofSeconds(5), () -> !observer.isRunning());
+                    assertFalse(observer.isRunning(), "the observer goes on after 28P01");
+                    assertSame(error, observer.error().orElseThrow());
+                    TimeUnit.MILLISECONDS.sleep(200);
+                    assertTrue(errors.isEmpty(), "reported more than once: " + errors);
+                    assertTrue(seen.isEmpty(), "a leader reported without a connection: " + seen);
+                }
+            } finally {
+                execute(db, Live.value(db, "SELECT format('DROP ROLE %I', ?::text)", role));
+            }
+        }
+    }
+
+    private static void execute(Connection db, String sql) throws SQLException {
+        try (Statement statement = db.createStatement()) {
+            statement.execute(sql);
         }
     }
 }
