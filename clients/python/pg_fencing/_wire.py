@@ -92,6 +92,14 @@ class Connection:
             self.close()
             raise NoAnswer()
 
+    def cancel(self) -> None:
+        """Cancels the statement running on it, from any thread."""
+        if not self.conn.closed:
+            try:
+                self.conn.cancel()
+            except psycopg.Error:
+                pass  # it ended meanwhile, or the server is gone: nothing to cancel
+
     @property
     def closed(self) -> bool:
         return self.conn.closed

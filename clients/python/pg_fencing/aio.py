@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Callable, List, Optional, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Tuple
 
 import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
 from ._wire import NoAnswer, interval
 from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed, reconnect_delay
-from .errors import (FencingError, GuardError, LeaseEndedError, LeaseLost, LockTimeout,
+from .errors import (SESSION_ENDED, FencingError, GuardError, LeaseEndedError, LeaseLost, LockTimeout,
                      MissingTokenError, NeverGrantedTokenError, StaleTokenError, raise_mapped)
 from . import client
 from .lease import (KINDS, Judged, acquire_statement, busy_message, check_lease_arguments,
                     default_holder, describe_lock)
-from .session import InSession, ended_by_the_server
+from .session import WORK_GRACE, InSession, ended_by_the_server
 
 __all__ = [
     "Client", "Election", "FencingError", "GuardError", "Leader", "Lease", "LeaseEndedError",
@@ -325,25 +326,22 @@ class Session:
                    permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        with ended_by_the_server(self.id, self._beat):
-            async with self._work_lock:
-                self.check()
-                if wait is None:
-                    row = await _in_read_committed(
-                        self._work, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, "
-                        "kind => %s, permits => %s::integer)", (self.id, lock_name, payload, kind, permits))
-                else:
-                    try:
-                        row = await _row(self._work,
-                                         "CALL fencing_await(%s, session => %s, wait => %s::interval, "
-                                         "kind => %s, permits => %s::integer, payload => %s::jsonb)",
-                                         (lock_name, self.id, interval(wait), kind, permits, payload))
-                    except asyncio.CancelledError:
-                        # The wait is cancelled on the server; the session goes
-                        # on, on a new work connection.
-                        await _cancelled(self._work)
-                        self._work = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
-                        raise
+        async with self._on_work(wait, f'lock "{lock_name}"') as (conn, left):
+            if left is None:
+                row = await _in_read_committed(
+                    conn, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, "
+                    "kind => %s, permits => %s::integer)", (self.id, lock_name, payload, kind, permits))
+            else:
+                try:
+                    row = await _row(conn,
+                                     "CALL fencing_await(%s, session => %s, wait => %s::interval, "
+                                     "kind => %s, permits => %s::integer, payload => %s::jsonb)",
+                                     (lock_name, self.id, interval(left), kind, permits, payload))
+                except asyncio.CancelledError:
+                    # The wait is cancelled on the server; the session goes on,
+                    # on a new work connection made at the next turn.
+                    await _cancelled(conn)
+                    raise
         if row[0] is None:
             raise LockTimeout(f'lock "{lock_name}" is busy'
                               + (f" (waited {wait} s)" if wait is not None else ""))
@@ -352,34 +350,112 @@ class Session:
     async def lock_all(self, lock_names: Sequence[str], *,
                        wait: Optional[float] = None) -> List[SessionLease]:
         names = list(lock_names)
-        with ended_by_the_server(self.id, self._beat):
-            async with self._work_lock:
-                self.check()
-                tokens = (await _in_read_committed(
-                    self._work, "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
-                    (self.id, names, None if wait is None else interval(wait))))[0]
+        async with self._on_work(wait, f"all of {names}") as (conn, left):
+            tokens = (await _in_read_committed(
+                conn, "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
+                (self.id, names, None if left is None else interval(left))))[0]
         if tokens is None:
             raise LockTimeout(f"not all of {names} could be had"
                               + (f" (waited {wait} s)" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
-    async def close(self) -> int:
-        await self._beat.stop()
-        async with self._work_lock:
-            if self._closed:
-                return 0
-            self._closed = True
+    @asynccontextmanager
+    async def _on_work(self, wait: Optional[float],
+                       what: str) -> AsyncIterator[Tuple[psycopg.AsyncConnection, Optional[float]]]:
+        """As the threaded Session._on_work: the acquires that wait take
+        turns on the work connection, the wait for the turn counting against
+        theirs; one that does not wait never queues behind another task's."""
+        with ended_by_the_server(self.id, self._beat):
+            self.check()
+            if wait is None:
+                async with self._free_connection() as conn:
+                    yield conn, None
+                return
+            start = time.monotonic()
             try:
-                return int((await _row(self._work, "SELECT fencing_session_close(%s)", (self.id,)))[0])
+                await asyncio.wait_for(self._work_lock.acquire(), wait)
+            except asyncio.TimeoutError:
+                raise LockTimeout(f"{what} not tried: the session's connection stayed busy with "
+                                  f"another task's wait for the whole {wait} s") from None
+            try:
+                self.check()  # closed meanwhile?
+                await self._reconnect_work()
+                yield self._work, max(0.0, wait - (time.monotonic() - start))
             finally:
+                await self._end_turn()
+
+    @asynccontextmanager
+    async def _free_connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """The work connection if it is free now, else one of its own."""
+        if self._work_lock.locked():
+            own = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
+            try:
+                yield own
+            finally:
+                await own.close()
+            return
+        await self._work_lock.acquire()  # free: had at once
+        try:
+            await self._reconnect_work()
+            yield self._work
+        finally:
+            await self._end_turn()
+
+    async def _end_turn(self) -> None:
+        try:
+            if self._closed:  # close() gave up waiting for this turn to end
                 await self._work.close()
-                await self._drop_heartbeat()
+        finally:
+            self._work_lock.release()
+
+    async def _reconnect_work(self) -> None:
+        """Under _work_lock: a broken or cancelled work connection is made again."""
+        if self._work.closed:
+            self._work = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
+
+    async def close(self) -> int:
+        """As the threaded Session.close(): over the heartbeat's connection,
+        so that it ends a wait in another task instead of queueing behind it."""
+        await self._beat.stop()  # first: no on_lost during the close
+        if self._closed:
+            return 0
+        self._closed = True
+        try:
+            if self._beat_conn.closed:  # given up after a failed renewal: a new one
+                self._beat_conn = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
+            try:
+                return int((await _row(self._beat_conn, "SELECT fencing_session_close(%s)",
+                                       (self.id,)))[0])
+            except psycopg.Error as error:
+                if error.sqlstate == SESSION_ENDED:
+                    return 0  # ended already: nothing left to release
+                raise
+        finally:
+            await self._drop_heartbeat()
+            await self._close_work()
+
+    async def _close_work(self) -> None:
+        """Closes the work connection once a wait on it has ended; one that
+        goes on past WORK_GRACE is cancelled, and closed by its task."""
+        try:
+            await asyncio.wait_for(self._work_lock.acquire(), WORK_GRACE)
+        except asyncio.TimeoutError:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._work.cancel)
+            except psycopg.Error:
+                pass  # it ended meanwhile, or the server is gone
+            return
+        try:
+            await self._work.close()
+        finally:
+            self._work_lock.release()
 
     async def _release(self, lock_name: str, token: int) -> bool:
-        async with self._work_lock:
-            if self._closed:
-                return False
-            return bool((await _row(self._work, "SELECT fencing_release(%s, %s::fencing_token)",
+        """Never queues behind another task's wait (_free_connection)."""
+        if self._closed:
+            return False
+        async with self._free_connection() as conn:
+            return bool((await _row(conn, "SELECT fencing_release(%s, %s::fencing_token)",
                                     (lock_name, token)))[0])
 
     async def _renew(self) -> bool:

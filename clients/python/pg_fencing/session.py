@@ -8,8 +8,11 @@
 
 One heartbeat renews the session (fencing_session_renew), and with it every
 lease in it; its loss is every lease's, reported once.  Two connections:
-the heartbeat's (a renewal never queues behind an acquire that waits) and
-the one the acquires, releases and the close take turns on.
+the heartbeat's (a renewal never queues behind an acquire that waits; the
+close goes there too, so that it ends a wait on another thread instead of
+queueing behind it) and the work connection the acquires that wait take
+turns on (the wait for the turn counts against theirs).  A release, or an
+acquire without a wait, that finds it busy uses a connection of its own.
 """
 
 from __future__ import annotations
@@ -17,13 +20,17 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import psycopg
 
 from ._heartbeat import Heartbeat, LeaseClock
 from ._wire import Connection, interval
 from .errors import SESSION_ENDED, LeaseLost, LockTimeout
+
+# How long close() lets a wait on the work connection take to end once the
+# server has closed the session, before it cancels the statement.
+WORK_GRACE = 2.0
 from .lease import KINDS, Judged, _Held, default_holder, describe_lock
 
 
@@ -84,6 +91,7 @@ class Session:
                                drop=self._drop_heartbeat,
                                refused="the session ended, or was closed", on_lost=on_lost)
         self._work_lock = threading.Lock()
+        self._closing = threading.Lock()
         self._closed = False
         self._beat_conn = Connection(conninfo, f"pg_fencing session {self.holder}")
         try:
@@ -120,24 +128,23 @@ class Session:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if payload is not None and kind != "exclusive":
             raise ValueError("a payload needs an exclusive lease")
-        with self._work_lock, ended_by_the_server(self.id, self._beat):
-            self.check()
-            if wait is None:
-                self._work.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+        with self._on_work(wait, f'lock "{lock_name}"') as (conn, left):
+            if left is None:
+                conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
                 try:
-                    token = self._work.row(
+                    token = conn.row(
                         "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, kind => %s, "
                         "permits => %s::integer)", (self.id, lock_name, payload, kind, permits))[0]
-                    self._work.row("COMMIT")
+                    conn.row("COMMIT")
                 except BaseException:
-                    if not self._work.closed:
-                        self._work.row("ROLLBACK")
+                    if not conn.closed:
+                        conn.row("ROLLBACK")
                     raise
             else:
-                token = self._work.row(
+                token = conn.row(
                     "CALL fencing_await(%s, session => %s, wait => %s::interval, kind => %s, "
                     "permits => %s::integer, payload => %s::jsonb)",
-                    (lock_name, self.id, interval(wait), kind, permits, payload))[0]
+                    (lock_name, self.id, interval(left), kind, permits, payload))[0]
         if token is None:
             raise LockTimeout(f'lock "{lock_name}" is busy'
                               + (f" (waited {wait} s)" if wait is not None else ""))
@@ -148,43 +155,122 @@ class Session:
         given; LockTimeout when not all could be had.  Never deadlocks with
         another session's lock_all."""
         names = list(lock_names)
-        with self._work_lock, ended_by_the_server(self.id, self._beat):
-            self.check()
-            self._work.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+        with self._on_work(wait, f"all of {names}") as (conn, left):
+            conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
             try:
-                tokens = self._work.row(
+                tokens = conn.row(
                     "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
-                    (self.id, names, None if wait is None else interval(wait)))[0]
-                self._work.row("COMMIT")
+                    (self.id, names, None if left is None else interval(left)))[0]
+                conn.row("COMMIT")
             except BaseException:
-                if not self._work.closed:
-                    self._work.row("ROLLBACK")
+                if not conn.closed:
+                    conn.row("ROLLBACK")
                 raise
         if tokens is None:
             raise LockTimeout(f"not all of {names} could be had"
                               + (f" (waited {wait} s)" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
+    @contextmanager
+    def _on_work(self, wait: Optional[float], what: str) -> Iterator[Tuple[Connection, Optional[float]]]:
+        """A connection for an acquire, once the session is known held, and
+        what is left of the wait (None: no wait); the server's 55Z05 as
+        LeaseLost.  The acquires that wait take turns on the work connection,
+        the wait for the turn counting against theirs (LockTimeout if it was
+        not had in time); one that does not wait never queues behind
+        another thread's wait."""
+        with ended_by_the_server(self.id, self._beat):
+            self.check()
+            if wait is None:
+                with self._free_connection() as conn:
+                    yield conn, None
+                return
+            start = time.monotonic()
+            if not self._work_lock.acquire(timeout=wait):
+                raise LockTimeout(f"{what} not tried: the session's connection stayed busy with "
+                                  f"another thread's wait for the whole {wait} s")
+            try:
+                self.check()  # closed meanwhile?
+                self._reconnect_work()
+                yield self._work, max(0.0, wait - (time.monotonic() - start))
+            finally:
+                self._end_turn()
+
+    @contextmanager
+    def _free_connection(self) -> Iterator[Connection]:
+        """The work connection if it is free now, else one of its own (for
+        one statement that does not wait: a release, an acquire without a
+        wait)."""
+        if not self._work_lock.acquire(blocking=False):
+            own = Connection(self.conninfo, f"pg_fencing session {self.holder}")
+            try:
+                yield own
+            finally:
+                own.close()
+            return
+        try:
+            self._reconnect_work()
+            yield self._work
+        finally:
+            self._end_turn()
+
+    def _end_turn(self) -> None:
+        if self._closed:  # close() gave up waiting for this turn to end
+            self._work.close()
+        self._work_lock.release()
+
+    def _reconnect_work(self) -> None:
+        """Under _work_lock: a work connection that broke (the network, a
+        terminated backend) is made again, rather than fail every later
+        call of a session the heartbeat still keeps."""
+        if self._work.closed:
+            self._work = Connection(self.conninfo, f"pg_fencing session {self.holder}")
+
     def close(self) -> int:
         """Stops the heartbeat and closes the session, releasing every lease
-        in it: how many.  Idempotent: later calls return 0."""
-        self._beat.stop()
-        with self._work_lock:
+        in it: how many.  Idempotent: later calls return 0.  A wait in the
+        session on another thread ends with LeaseLost (the server ends a
+        session's waits when it closes it): the close goes over the
+        heartbeat's connection, not behind the wait on the work connection."""
+        self._beat.stop()  # first: no on_lost during the close
+        with self._closing:
             if self._closed:
                 return 0
             self._closed = True
+        try:
+            return self._close_on_the_server()
+        finally:
+            self._beat_conn.close()
+            self._close_work()
+
+    def _close_on_the_server(self) -> int:
+        # The heartbeat gave its connection up after a failed renewal: a new one.
+        if self._beat_conn.closed:
+            self._beat_conn = Connection(self.conninfo, f"pg_fencing session {self.holder}")
+        try:
+            return int(self._beat_conn.row("SELECT fencing_session_close(%s)", (self.id,))[0])
+        except psycopg.Error as error:
+            if error.sqlstate == SESSION_ENDED:
+                return 0  # ended already: nothing left to release
+            raise
+
+    def _close_work(self) -> None:
+        """Closes the work connection once a wait on it has ended; one that
+        goes on past WORK_GRACE is cancelled, and closed by its thread."""
+        if self._work_lock.acquire(timeout=WORK_GRACE):
             try:
-                return int(self._work.row("SELECT fencing_session_close(%s)", (self.id,))[0])
-            finally:
                 self._work.close()
-                self._beat_conn.close()
+            finally:
+                self._work_lock.release()
+        else:
+            self._work.cancel()
 
     def _release(self, lock_name: str, token: int) -> bool:
-        with self._work_lock:
-            if self._closed:
-                return False
-            return bool(self._work.row("SELECT fencing_release(%s, %s::fencing_token)",
-                                       (lock_name, token))[0])
+        """Never queues behind another thread's wait (_free_connection)."""
+        if self._closed:
+            return False
+        with self._free_connection() as conn:
+            return bool(conn.row("SELECT fencing_release(%s, %s::fencing_token)", (lock_name, token))[0])
 
     def _renew(self, deadline: float) -> bool:
         return self._beat_conn.value_by("SELECT fencing_session_renew($1::bigint, $2::interval)",

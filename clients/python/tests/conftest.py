@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import psycopg
@@ -51,6 +52,21 @@ def protected_table(db, table: str, lock_name: str) -> None:
     db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, token fencing_token, v text)")
     db.execute(f"INSERT INTO {table} VALUES (1, NULL, 'initial')")
     db.execute("SELECT fencing_protect(%s, lock_name => %s)", (table, lock_name))
+
+
+def waits_on_the_server(db, application_name: str) -> int:
+    """How many CALL fencing_await run now for connections so named."""
+    return db.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CALL fencing_await%%' "
+                      "AND state = 'active' AND application_name = %s",
+                      (application_name[:63],)).fetchone()[0]
+
+
+def await_waits_on_the_server(db, application_name: str, expected: int, timeout: float = 5) -> int:
+    """Polls waits_on_the_server() until it says expected (timeout s at most): what it says then."""
+    deadline = time.monotonic() + timeout
+    while waits_on_the_server(db, application_name) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return waits_on_the_server(db, application_name)
 
 
 def start_script(name: str, *args: str) -> subprocess.Popen:

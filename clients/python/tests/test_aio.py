@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pg_fencing import aio
-from conftest import CONNINFO, protected_table
+from conftest import CONNINFO, protected_table, waits_on_the_server
 
 
 def run(coroutine):
@@ -68,6 +68,72 @@ def test_cancelling_a_wait_ends_it_on_the_server(db, name):
                 await asyncio.sleep(0.05)
             assert waiting() == 0, "the cancelled wait does not go on on the server"
             assert (await client.leader(name)).token == holder.token
+
+    run(scenario())
+
+
+async def until_waits_on_the_server(db, application_name: str, expected: int) -> int:
+    """waits_on_the_server(), polled without blocking the event loop for 5 s at most."""
+    deadline = time.monotonic() + 5
+    while waits_on_the_server(db, application_name) != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return waits_on_the_server(db, application_name)
+
+
+def test_closing_a_session_ends_its_wait_in_another_task(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        async with await client.session(ttl=5) as holder:
+            await holder.lock(name)
+            # A ttl far beyond the bounds below: the session must not just run out meanwhile.
+            waiter = await client.session(ttl=60, holder="closed-" + name)
+            application = "pg_fencing session closed-" + name
+            waiting = asyncio.create_task(waiter.lock(name, wait=20))
+            assert await until_waits_on_the_server(db, application, 1) == 1, "the wait is on the server"
+            closing = asyncio.create_task(waiter.close())
+            done, _ = await asyncio.wait({closing}, timeout=5)
+            closed_in_time = closing in done
+        # holder's close let a close stuck behind the wait finish (the waiter got the lock)
+        await asyncio.wait({closing, waiting}, timeout=5)
+        assert closed_in_time, "close() waited for the session's wait in another task"
+        assert isinstance(waiting.exception(), aio.LeaseLost), waiting
+        assert waiting.exception().__cause__.sqlstate == "55Z05"
+        assert closing.result() == 0, "the session held no lease"
+        assert waits_on_the_server(db, application) == 0
+        with pytest.raises(aio.LeaseLost):
+            await waiter.lock(name)
+
+    run(scenario())
+
+
+def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        # The holder's session is closed first, so that without the fix the wait ends (granted).
+        async with await client.session(ttl=5, holder="busy-" + name) as session, \
+                await client.session(ttl=5) as holder:
+            await holder.lock(name + "_busy")
+            mine = await session.lock(name + "_mine")
+            waiting = asyncio.create_task(session.lock(name + "_busy", wait=20))
+            assert await until_waits_on_the_server(db, "pg_fencing session busy-" + name, 1) == 1
+            released = asyncio.create_task(mine.release())
+            done, _ = await asyncio.wait({released}, timeout=5)
+            assert released in done and released.result() is True, "the release waited behind the wait"
+            at_once = asyncio.create_task(session.lock(name + "_free"))
+            done, _ = await asyncio.wait({at_once}, timeout=5)
+            assert at_once in done and isinstance(at_once.result(), aio.SessionLease), \
+                "a lock without a wait queued behind the wait"
+            timed = asyncio.create_task(session.lock(name + "_other", wait=0.3))
+            done, _ = await asyncio.wait({timed}, timeout=5)
+            assert timed in done and isinstance(timed.exception(), aio.LockTimeout) \
+                and "busy with another task's wait" in str(timed.exception()), \
+                "lock(wait=0.3) waited past its time for the session's turn"
+            states = dict(db.execute("SELECT lock_name, state FROM fencing_leases WHERE lock_name = ANY(%s)",
+                                     ([name + "_mine", name + "_free"],)).fetchall())
+            assert states == {name + "_mine": "released", name + "_free": "live"}, states
+            assert not waiting.done(), "the wait goes on"
+        await asyncio.wait({waiting, released, at_once, timed}, timeout=5)
+        assert waiting.done()
 
     run(scenario())
 

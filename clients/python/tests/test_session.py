@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pg_fencing
-from conftest import start_script
+from conftest import await_waits_on_the_server, start_script, waits_on_the_server
 
 
 def leases_of(db, locks):
@@ -129,6 +129,80 @@ def test_a_wait_in_a_session_holds_no_snapshot_and_gets_the_lock_once_released(c
         waiter.join(5)
         assert seen == [True] * 5, f"asleep in its wait, without snapshot and xid: {seen}"
         assert got["lease"].token > held.token and got["lease"].held()
+
+
+def test_closing_a_session_ends_its_wait_on_another_thread(client, db, name):
+    with client.session(ttl=5) as holder:
+        holder.lock(name)
+        # A ttl far beyond the bounds below: the session must not just run out meanwhile.
+        waiter = client.session(ttl=60, holder="closed-" + name)
+        application = "pg_fencing session closed-" + name
+        outcome = {}
+
+        def wait_for_the_lock():
+            try:
+                outcome["granted"] = waiter.lock(name, wait=20)
+            except Exception as error:
+                outcome["error"] = error
+
+        waiting = threading.Thread(target=wait_for_the_lock, daemon=True)
+        waiting.start()
+        assert await_waits_on_the_server(db, application, 1) == 1, "the wait is on the server"
+        closing = threading.Thread(target=lambda: outcome.update(closed=waiter.close()), daemon=True)
+        closing.start()
+        closing.join(5)
+        closed_in_time = not closing.is_alive()
+    # holder's close let a close stuck behind the wait finish (the waiter got the lock)
+    closing.join(5)
+    waiting.join(5)
+    assert closed_in_time, "close() waited for the session's wait on another thread"
+    assert isinstance(outcome.get("error"), pg_fencing.LeaseLost), outcome
+    assert outcome["error"].__cause__.sqlstate == "55Z05"
+    assert outcome["closed"] == 0, "the session held no lease"
+    assert waits_on_the_server(db, application) == 0
+    with pytest.raises(pg_fencing.LeaseLost):
+        waiter.lock(name)
+
+
+def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(client, db, name):
+    # The holder's session is closed first, so that without the fix the wait ends (granted).
+    with client.session(ttl=5, holder="busy-" + name) as session, client.session(ttl=5) as holder:
+        holder.lock(name + "_busy")
+        mine = session.lock(name + "_mine")
+
+        def wait_for_the_busy_lock():
+            try:
+                session.lock(name + "_busy", wait=20)
+            except pg_fencing.FencingError:
+                pass  # the session's close ends it, as wanted
+
+        waiting = threading.Thread(target=wait_for_the_busy_lock, daemon=True)
+        waiting.start()
+        assert await_waits_on_the_server(db, "pg_fencing session busy-" + name, 1) == 1
+        outcome = {}
+
+        def release_then_lock():
+            outcome["released"] = mine.release()
+            outcome["at_once"] = session.lock(name + "_free")
+            try:
+                outcome["timed"] = session.lock(name + "_other", wait=0.3)
+            except Exception as error:
+                outcome["timed"] = error
+
+        other = threading.Thread(target=release_then_lock, daemon=True)
+        other.start()
+        other.join(5)
+        assert outcome.get("released") is True, "the release waited behind the wait"
+        assert isinstance(outcome.get("at_once"), pg_fencing.SessionLease), \
+            f"a lock without a wait queued behind the wait: {outcome}"
+        assert isinstance(outcome.get("timed"), pg_fencing.LockTimeout) \
+            and "busy with another thread's wait" in str(outcome["timed"]), \
+            f"lock(wait=0.3) waited past its time for the session's turn: {outcome}"
+        assert leases_of(db, [name + "_mine", name + "_free"]) == {
+            name + "_mine": ("released", mine.token, None),
+            name + "_free": ("live", outcome["at_once"].token, session.id)}
+        assert waiting.is_alive(), "the wait goes on"
+    waiting.join(5)
 
 
 def test_a_bad_heartbeat_is_refused_before_connecting():
