@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 )
 
@@ -65,27 +67,68 @@ const DefaultReread = 5 * time.Second
 
 // Observe sends name's leader now (nil for none), then each change of
 // (holder, token) -- a renewal or a proclamation is no change -- until ctx
-// ends, when it closes the channel.
+// ends or an error that no reconnect can mend stops it; then it closes the
+// channel. It is NewObserver(ctx, name, reread).Changes(): use NewObserver
+// to learn which error stopped it.
+func (c *Client) Observe(ctx context.Context, name string, reread time.Duration) <-chan *Leader {
+	return c.NewObserver(ctx, name, reread).Changes()
+}
+
+// Observer follows the leader of one lock; Client.NewObserver and
+// Election.NewObserver make it. Range over Changes, then ask Err why it
+// closed, as with a bufio.Scanner or sql.Rows.
+type Observer struct {
+	changes chan *Leader
+
+	mu  sync.Mutex
+	err error
+}
+
+// Changes sends the leader now (nil for none), then each change of
+// (holder, token), and is closed when the observer stops.
+func (o *Observer) Changes() <-chan *Leader { return o.changes }
+
+// Err is the error that stopped the observer once Changes is closed: one a
+// reconnect cannot mend (a wrong password, 28P01; a missing extension or
+// privilege, 42P01, 42883, 42501; ...), which errors.As finds as the
+// server's *pgconn.PgError. nil while Changes is open, and when the
+// observer stopped because its context ended.
+func (o *Observer) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+// NewObserver starts following name's leader, until ctx ends or an error
+// that no reconnect can mend (see Observer.Err).
 //
 // What it sends is always read from the view fencing_leases, never taken
 // from a notification: LISTEN fencing_events only makes it read sooner. A
 // forged notification (any role may NOTIFY on any channel), a lost one, or
 // none at all for a lock whose owner did not turn announcements on changes
 // nothing; it also reads when the live lease is due to end by the server's
-// clock, and every reread (0: DefaultReread). A broken connection is made
-// again (at once, then after 0.1 s, doubling up to 5 s), with LISTEN
-// before the read so that no change slips between.
-func (c *Client) Observe(ctx context.Context, name string, reread time.Duration) <-chan *Leader {
+// clock, and every reread (0: DefaultReread). A connection that broke, or
+// was refused for a reason that may pass (no SQLSTATE, class 08 or 53,
+// 57P0x), is made again (at once, then after 0.1 s, doubling up to 5 s),
+// with LISTEN before the read so that no change slips between.
+func (c *Client) NewObserver(ctx context.Context, name string, reread time.Duration) *Observer {
 	if reread <= 0 {
 		reread = DefaultReread
 	}
-	changes := make(chan *Leader)
-	go c.observe(ctx, name, reread, changes)
-	return changes
+	o := &Observer{changes: make(chan *Leader)}
+	go func() {
+		err := c.observe(ctx, name, reread, o.changes)
+		o.mu.Lock()
+		o.err = err // before the close: whoever sees Changes closed sees it
+		o.mu.Unlock()
+		close(o.changes)
+	}()
+	return o
 }
 
-func (c *Client) observe(ctx context.Context, name string, reread time.Duration, changes chan<- *Leader) {
-	defer close(changes)
+// observe sends to changes until ctx ends (nil) or an error that no
+// reconnect can mend (that error).
+func (c *Client) observe(ctx context.Context, name string, reread time.Duration, changes chan<- *Leader) error {
 	var conn *pgx.Conn
 	defer func() { closeQuietly(conn) }()
 	var last *Leader
@@ -107,9 +150,15 @@ func (c *Client) observe(ctx context.Context, name string, reread time.Duration,
 		if err != nil {
 			closeQuietly(conn)
 			conn = nil
+			if ctx.Err() != nil {
+				return nil // the error was the context's (a cancelled statement, say)
+			}
+			if !mayMend(err) {
+				return fmt.Errorf("pg_fencing: observing the leader of %q: %w", name, err)
+			}
 			failures++
 			if !sleepCtx(ctx, reconnectDelay(failures)) {
-				return
+				return nil
 			}
 			continue
 		}
@@ -118,7 +167,7 @@ func (c *Client) observe(ctx context.Context, name string, reread time.Duration,
 			select {
 			case changes <- leader:
 			case <-ctx.Done():
-				return
+				return nil
 			}
 			last, reported = leader, true
 		}
@@ -134,6 +183,29 @@ func (c *Client) observe(ctx context.Context, name string, reread time.Duration,
 			conn = nil // broken (pgx closed it): made again, LISTEN first
 		}
 	}
+	return nil
+}
+
+// mayMend says whether the observer should connect again after err. A
+// broken or refused connection may mend by itself: no SQLSTATE (a socket
+// error, an unexpected end, a closed connection), class 08 (connection
+// exception), 57P0x (the server shutting down or starting up), class 53
+// (too many connections, out of memory or disk). Anything else -- a wrong
+// password (28P01), a database or extension that is not there, a privilege
+// missing (42501) -- would fail the same way at every attempt, and stops
+// the observer instead of being retried in silence. The same rule as the
+// other pg_fencing clients.
+func mayMend(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return true
+	}
+	for _, prefix := range []string{"08", "53", "57P0"} {
+		if strings.HasPrefix(pgErr.Code, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // reconnectDelay: after the first failure at once, then 0.1 s, doubling up to 5 s.
@@ -249,10 +321,16 @@ func (e *Election) Leader(ctx context.Context) (*Leader, error) {
 	return e.session.client.Leader(ctx, e.name)
 }
 
-// Observe sends the leader now, then each change, until ctx ends
-// (Client.Observe, with DefaultReread).
+// Observe sends the leader now, then each change, until ctx ends or an
+// error that no reconnect can mend (Client.Observe, with DefaultReread).
 func (e *Election) Observe(ctx context.Context) <-chan *Leader {
-	return e.session.client.Observe(ctx, e.name, 0)
+	return e.NewObserver(ctx).Changes()
+}
+
+// NewObserver follows the leader, telling why it stopped
+// (Client.NewObserver, with DefaultReread).
+func (e *Election) NewObserver(ctx context.Context) *Observer {
+	return e.session.client.NewObserver(ctx, e.name, 0)
 }
 
 // Resign gives leadership up (fencing_release). Nothing to do when not

@@ -571,3 +571,79 @@ func TestSemaphoreAndSharedLeases(t *testing.T) {
 		t.Fatalf("a payload on a shared lease: %v", err)
 	}
 }
+
+// observerRole creates a LOGIN role for this test with password and
+// options (CONNECTION LIMIT, say), dropped when the test ends.
+func observerRole(t *testing.T, admin *pgx.Conn, password, options string) string {
+	t.Helper()
+	role := uniqueName(t) + "_observer"
+	mustExec(t, admin, queryValue[string](t, admin, "SELECT format('CREATE ROLE %I LOGIN PASSWORD %L', $1::text, $2::text)",
+		role, password)+" "+options)
+	t.Cleanup(func() { mustExec(t, admin, "DROP ROLE "+pgx.Identifier{role}.Sanitize()) })
+	return role
+}
+
+func TestObserveStopsOnAnErrorNoReconnectCanMend(t *testing.T) {
+	ctx, admin, name := testCtx(t), connectDB(t), uniqueName(t)
+	role := observerRole(t, admin, "the-right-one", "")
+	client, err := New("user=" + role + " password=a-wrong-one") // roles' names are [a-z0-9_]
+	if err != nil {
+		t.Fatal(err)
+	}
+	observer := client.NewObserver(ctx, name, time.Minute)
+	select {
+	case leader, open := <-observer.Changes():
+		if open {
+			t.Fatalf("the observer with a wrong password reported %v", leader)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the observer with a wrong password is still trying after 5 s")
+	}
+	refused(t, "the observer's error", observer.Err(), "28P01")
+	t.Log(observer.Err())
+	// Observe is the same observer without the error: its channel closes too.
+	select {
+	case _, open := <-client.Observe(ctx, name, time.Minute):
+		if open {
+			t.Fatal("Observe with a wrong password reported a leader")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Observe with a wrong password is still trying after 5 s")
+	}
+}
+
+func TestObserveRetriesARefusalThatMayPass(t *testing.T) {
+	ctx, admin, name := testCtx(t), connectDB(t), uniqueName(t)
+	password := "observer-" + name
+	role := observerRole(t, admin, password, "CONNECTION LIMIT 0") // each connection: 53300
+	client, err := New("user=" + role + " password=" + password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	observeCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	observer := client.NewObserver(observeCtx, name, time.Minute)
+	seen := collect(observer.Changes())
+	time.Sleep(time.Second)
+	select {
+	case <-seen.done:
+		t.Fatalf("the observer stopped on too many connections (53300): %v", observer.Err())
+	default:
+	}
+	if got := seen.snapshot(); len(got) != 0 {
+		t.Fatalf("the observer read the leader despite CONNECTION LIMIT 0: %v", got)
+	}
+	mustExec(t, admin, "ALTER ROLE "+pgx.Identifier{role}.Sanitize()+" CONNECTION LIMIT -1")
+	if !eventually(10*time.Second, func() bool { return len(seen.snapshot()) == 1 }) || seen.snapshot()[0] != nil {
+		t.Fatalf("once it may connect, the observer reported %v (%v)", seen.snapshot(), observer.Err())
+	}
+	stop()
+	select {
+	case <-seen.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the observer's channel did not close when its context ended")
+	}
+	if err := observer.Err(); err != nil {
+		t.Fatalf("an observer stopped by its context: %v", err)
+	}
+}
