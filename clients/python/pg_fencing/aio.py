@@ -26,9 +26,10 @@ import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
 from ._wire import NoAnswer, interval
-from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed, reconnect_delay
+from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed, may_mend, reconnect_delay
 from .errors import (SESSION_ENDED, FencingError, GuardError, LeaseEndedError, LeaseLost, LockTimeout,
-                     MissingTokenError, NeverGrantedTokenError, StaleTokenError, raise_mapped)
+                     MissingTokenError, NeverGrantedTokenError, StaleTokenError, raise_mapped,
+                     seconds)
 from . import client
 from .lease import (KINDS, Judged, acquire_statement, busy_message, check_lease_arguments,
                     default_holder, describe_lock)
@@ -344,7 +345,7 @@ class Session:
                     raise
         if row[0] is None:
             raise LockTimeout(f'lock "{lock_name}" is busy'
-                              + (f" (waited {wait} s)" if wait is not None else ""))
+                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return SessionLease(self, lock_name, kind, int(row[0]))
 
     async def lock_all(self, lock_names: Sequence[str], *,
@@ -356,7 +357,7 @@ class Session:
                 (self.id, names, None if left is None else interval(left))))[0]
         if tokens is None:
             raise LockTimeout(f"not all of {names} could be had"
-                              + (f" (waited {wait} s)" if wait is not None else ""))
+                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
     @asynccontextmanager
@@ -376,7 +377,7 @@ class Session:
                 await asyncio.wait_for(self._work_lock.acquire(), wait)
             except asyncio.TimeoutError:
                 raise LockTimeout(f"{what} not tried: the session's connection stayed busy with "
-                                  f"another task's wait for the whole {wait} s") from None
+                                  f"another task's wait for the whole {seconds(wait)}") from None
             try:
                 self.check()  # closed meanwhile?
                 await self._reconnect_work()
@@ -539,8 +540,8 @@ class Election:
                       timeout: Optional[float] = None) -> AsyncIterator[Optional[Leader]]:
         """The leader now, then each change of (holder, token); what it
         reports is always re-read from fencing_leases, notifications are
-        hints only.  A broken connection is made again as in the threaded
-        Election.observe()."""
+        hints only.  A broken connection is made again, and a failure no
+        reconnect mends raised, as in the threaded Election.observe()."""
         end = None if timeout is None else time.monotonic() + timeout
         notified = asyncio.Event()
         conn: Optional[psycopg.AsyncConnection] = None
@@ -555,8 +556,10 @@ class Election:
                         await conn.execute(f"LISTEN {CHANNEL}")
                     notified.clear()
                     leader, left = await _read_leader(conn, self.lock_name)
-                except psycopg.OperationalError:
+                except psycopg.Error as error:
                     conn = await _dropped(conn)
+                    if not may_mend(error):
+                        raise
                     failures += 1
                     await asyncio.sleep(reconnect_delay(failures))
                     continue
@@ -569,8 +572,10 @@ class Election:
                     wake = min(wake, end - time.monotonic())
                 try:
                     await self._await_notice(conn, notified, wake)
-                except psycopg.OperationalError:
+                except psycopg.Error as error:
                     conn = await _dropped(conn)
+                    if not may_mend(error):
+                        raise
         finally:
             await _dropped(conn)
 

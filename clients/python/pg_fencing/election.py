@@ -118,7 +118,8 @@ class Election:
         """The leader now, then each change of (holder, token): a renewal is
         no change.  A broken connection is made again (at once, then after
         0.1 s, doubling up to 5 s), LISTENing before it reads, so that no
-        change slips between.  Stops after timeout seconds if given."""
+        change slips between; a failure no reconnect mends (may_mend) is
+        raised, its connection closed.  Stops after timeout seconds if given."""
         end = None if timeout is None else time.monotonic() + timeout
         conn: Optional[Connection] = None
         failures = 0
@@ -130,8 +131,10 @@ class Election:
                         conn = Connection(self.conninfo, "pg_fencing observe")
                         conn.row(f"LISTEN {CHANNEL}")  # first: nothing slips before the read
                     leader, left = read_leader(conn, self.lock_name)
-                except psycopg.OperationalError:
+                except psycopg.Error as error:
                     conn = _dropped(conn)
+                    if not may_mend(error):
+                        raise
                     failures += 1
                     time.sleep(reconnect_delay(failures))
                     continue
@@ -144,8 +147,10 @@ class Election:
                     wake = min(wake, end - time.monotonic())
                 try:
                     self._await_notice(conn, wake)
-                except psycopg.OperationalError:
+                except psycopg.Error as error:
                     conn = _dropped(conn)
+                    if not may_mend(error):
+                        raise
         finally:
             _dropped(conn)
 
@@ -165,6 +170,31 @@ class Election:
             return self.lease.release()
         finally:
             self.lease = None
+
+
+def may_mend(error: psycopg.Error) -> bool:
+    """Whether observe() should connect again after error, in both the
+    threaded and the asyncio client.  A broken connection (no SQLSTATE: an
+    I/O error, a connection closed), class 08, 57P0x (the server shutting
+    down or starting up) and class 53 (too many connections) may mend by
+    themselves.  Anything else -- a missing extension (42P01, 42883), a
+    missing privilege (42501), a wrong password (28P01) -- would fail the
+    same way on every attempt: it is raised instead of being retried in
+    silence.
+
+    libpq keeps no SQLSTATE for a connection attempt the server refused (the
+    error then carries the attempt as .pgconn): one refused after the server
+    asked for a password is taken for the login refusal it nearly always is
+    -- a wrong or missing password, a role that may not log in, a database
+    that is not there -- and raised; one refused before that (the server
+    starting up, too many clients, no server listening) is retried."""
+    if error.sqlstate is not None:
+        return error.sqlstate.startswith(("08", "53", "57P0"))
+    if error.pgconn is not None:
+        return not error.pgconn.used_password
+    # Raised by psycopg itself: a lost connection is an OperationalError;
+    # anything else (a connection string it cannot parse, say) is no outage.
+    return isinstance(error, psycopg.OperationalError)
 
 
 def reconnect_delay(failures: int) -> float:

@@ -71,6 +71,13 @@ class LockTimeout(FencingError):
     """The lock stayed busy for the whole wait (or, without a wait, was busy)."""
 
 
+def seconds(value: float) -> str:
+    """A duration for a message, to the millisecond: '3 s', '2.5 s' (what
+    is left of a wait counted down to a deadline would print as
+    2.9999992590001057 s)."""
+    return f"{value:.3f}".rstrip("0").rstrip(".") + " s"
+
+
 _GUARD_ERRORS = {c.sqlstate: c for c in (StaleTokenError, MissingTokenError,
                                           NeverGrantedTokenError, LeaseEndedError)}
 

@@ -26,7 +26,7 @@ import psycopg
 
 from ._heartbeat import Heartbeat
 from ._wire import Connection, interval
-from .errors import LeaseLost, LockTimeout, raise_mapped
+from .errors import LeaseLost, LockTimeout, raise_mapped, seconds
 
 KINDS = ("exclusive", "shared", "permit")
 
@@ -119,7 +119,7 @@ def acquire_statement(kind: str, lock_name: str, holder: str, ttl: float,
 
 def busy_message(what: str, kind: str, wait: Optional[float]) -> str:
     busy = ": every permit is taken" if kind == "permit" else " is held by another holder"
-    return f"{what}{busy}" + (f" (waited {wait} s)" if wait is not None else "")
+    return f"{what}{busy}" + (f" (waited {seconds(wait)})" if wait is not None else "")
 
 
 class _Held(Judged):

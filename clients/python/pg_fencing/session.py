@@ -26,7 +26,7 @@ import psycopg
 
 from ._heartbeat import Heartbeat, LeaseClock
 from ._wire import Connection, interval
-from .errors import SESSION_ENDED, LeaseLost, LockTimeout
+from .errors import SESSION_ENDED, LeaseLost, LockTimeout, seconds
 
 # How long close() lets a wait on the work connection take to end once the
 # server has closed the session, before it cancels the statement.
@@ -147,7 +147,7 @@ class Session:
                     (lock_name, self.id, interval(left), kind, permits, payload))[0]
         if token is None:
             raise LockTimeout(f'lock "{lock_name}" is busy'
-                              + (f" (waited {wait} s)" if wait is not None else ""))
+                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return SessionLease(self, lock_name, kind, int(token))
 
     def lock_all(self, lock_names: Sequence[str], *, wait: Optional[float] = None) -> List[SessionLease]:
@@ -168,7 +168,7 @@ class Session:
                 raise
         if tokens is None:
             raise LockTimeout(f"not all of {names} could be had"
-                              + (f" (waited {wait} s)" if wait is not None else ""))
+                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
     @contextmanager
@@ -188,7 +188,7 @@ class Session:
             start = time.monotonic()
             if not self._work_lock.acquire(timeout=wait):
                 raise LockTimeout(f"{what} not tried: the session's connection stayed busy with "
-                                  f"another thread's wait for the whole {wait} s")
+                                  f"another thread's wait for the whole {seconds(wait)}")
             try:
                 self.check()  # closed meanwhile?
                 self._reconnect_work()

@@ -12,6 +12,8 @@ import uuid
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
@@ -39,6 +41,19 @@ def db():
     conn = psycopg.connect(CONNINFO, autocommit=True)
     yield conn
     conn.close()
+
+
+@pytest.fixture
+def wrong_password(db):
+    """(conninfo, role): a LOGIN role made for the test (dropped after it)
+    and a conninfo that names it with a password that is not its own."""
+    role = "py_" + uuid.uuid4().hex[:12]
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+        sql.Identifier(role), sql.Literal(uuid.uuid4().hex)))
+    try:
+        yield make_conninfo(CONNINFO, user=role, password="not-" + role), role
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
 @pytest.fixture

@@ -163,6 +163,9 @@ def test_session_and_election(db, name):
                     return
 
         follower = asyncio.create_task(follow())
+        # A rival's campaign runs out; its message gives the wait to the millisecond.
+        with pytest.raises(aio.LockTimeout, match=r"is held by another holder \(waited 0\.3 s\)$"):
+            await client.election(name, holder="rival", ttl=3).campaign(timeout=0.3)
         await asyncio.sleep(0.5)
         db.execute("SELECT pg_notify('fencing_events', %s)",
                    ('{"lock_name": "%s", "holder": "mallory", "token": 1}' % name,))
@@ -175,5 +178,40 @@ def test_session_and_election(db, name):
         assert seen[-1].holder == "second" and seen[-1].token == next_lease.token > lease.token
         assert all(s is None or s.holder != "mallory" for s in seen)
         await second.resign()
+
+    run(scenario())
+
+
+def test_observe_reconnects_after_its_connection_is_terminated(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        observer = client.election(name).observe(reread=60, timeout=15)
+        try:
+            assert await asyncio.wait_for(observer.__anext__(), 5) is None
+            # Taken while the observer sleeps (not announced, and the next
+            # periodic read is a minute away) ...
+            async with client.lock(name, ttl=10, holder="after") as lease:
+                # ... then its connection is cut (57P01): it reconnects and reads again.
+                assert db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE application_name = 'pg_fencing observe'").fetchone()[0] == 1
+                leader = await asyncio.wait_for(observer.__anext__(), 10)
+                assert leader is not None and leader.holder == "after" and leader.token == lease.token
+        finally:
+            await observer.aclose()
+
+    run(scenario())
+
+
+def test_observe_raises_a_refused_login_instead_of_retrying_it(wrong_password, name):
+    # A reconnect mends no wrong password (28P01): it is raised at once,
+    # where before it was retried in silence until the timeout.
+    conninfo, role = wrong_password
+
+    async def scenario():
+        observer = aio.Client(conninfo).election(name).observe(reread=60, timeout=5)
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError, match=f'password authentication failed for user "{role}"'):
+            await observer.__anext__()
+        assert time.monotonic() - started < 3, "the refusal was retried before it was raised"
 
     run(scenario())

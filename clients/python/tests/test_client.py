@@ -190,6 +190,9 @@ def test_observe_follows_the_leader_and_ignores_a_forged_notification(client, db
             time.sleep(0.05)
         assert seen and seen[0].holder == "observed" and seen[0].token == lease.token
         assert json.loads(seen[0].payload) == {"addr": "10.0.0.1:1"}
+        # A rival's campaign runs out; its message gives the wait to the millisecond.
+        with pytest.raises(pg_fencing.LockTimeout, match=r"is held by another holder \(waited 0\.3 s\)$"):
+            client.election(name, holder="rival", ttl=5).campaign(timeout=0.3)
         assert db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_fencing observe' "
                           "AND state = 'idle' AND backend_xmin IS NULL").fetchone()[0] == 1, \
             "between reads it sits LISTENing, idle, holding no snapshot"
@@ -266,6 +269,17 @@ def test_observe_reconnects_after_its_connection_is_terminated(client, db, name)
             assert seen[-1] is not None and seen[-1].holder == "after" and seen[-1].token == lease.token
     finally:
         follower.join(10)
+
+
+def test_observe_raises_a_refused_login_instead_of_retrying_it(wrong_password, name):
+    # A reconnect mends no wrong password (28P01): it is raised at once,
+    # where before it was retried in silence until the timeout.
+    conninfo, role = wrong_password
+    observer = pg_fencing.Client(conninfo).election(name).observe(reread=60, timeout=5)
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match=f'password authentication failed for user "{role}"'):
+        next(observer)
+    assert time.monotonic() - started < 3, "the refusal was retried before it was raised"
 
 
 def test_the_heartbeat_keeps_a_lease_across_several_ttls(client, db, name):
