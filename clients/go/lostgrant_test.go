@@ -89,7 +89,7 @@ func TestAGrantWhoseAnswerIsLostWithTheContextIsGivenBack(t *testing.T) {
 	})
 }
 
-// loseTheAnswer runs wait until its CALL fencing_await is on the server
+// loseTheAnswer runs wait until its CALL fencing_await sleeps on the server
 // (application_name app), holds the server's answers back, frees the lock,
 // waits for the grant to be committed (grants() = before+1), ends wait's
 // context and checks that wait returns the context's error and that
@@ -101,9 +101,14 @@ func loseTheAnswer(t *testing.T, db *pgx.Conn, proxy *answerHoldingProxy, app st
 	defer cancel()
 	result := make(chan error, 1)
 	go func() { result <- wait(waitCtx) }()
+	// The CALL runs once its backend sleeps in it (wait event Extension:
+	// fencing_await on its latch). state = 'active' alone is not enough:
+	// pgx first prepares the statement (Parse, Describe, Sync), and the
+	// backend shows the CALL as active during that round trip too; holding
+	// its answer would keep pgx from ever sending the CALL itself.
 	if !eventually(10*time.Second, func() bool {
 		return queryValue[int64](t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "+
-			"AND query LIKE 'CALL fencing_await%' AND state = 'active'", app) == 1
+			"AND query LIKE 'CALL fencing_await%' AND state = 'active' AND wait_event_type = 'Extension'", app) == 1
 	}) {
 		t.Fatal("the wait is not on the server")
 	}
