@@ -163,21 +163,25 @@ RESET ROLE;
 
 -- 8. Who may do what.  A role with the session role's privileges acts in
 -- it; another role may neither see, renew, acquire in nor close it, nor
--- reach the internal functions or the table.
+-- reach the internal functions or the table.  To another role the session
+-- answers exactly as an id that does not exist (-7): renew false, close
+-- 0, acquire 55Z05.
 SET ROLE ss_worker;
 SELECT fencing_session_renew(:s) AS worker_renews;
 SELECT count(*) AS worker_sees FROM fencing_sessions;
 RESET ROLE;
 SET ROLE ss_mallory;
 SELECT count(*) AS mallory_sees FROM fencing_sessions;
-SELECT pg_temp.try(format('SELECT fencing_session_renew(%s)', :s));
-SELECT pg_temp.try(format('SELECT fencing_session_close(%s)', :s));
+SELECT fencing_session_renew(:s, '1 s') AS renews, fencing_session_renew(-7, '1 s') AS renews_made_up;
+SELECT fencing_session_close(:s) AS closes, fencing_session_close(-7) AS closes_made_up;
 SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L)', :s, 'm1'));
+SELECT pg_temp.try(format('SELECT fencing_session_acquire(%s, %L)', -7, 'm1'));
 SELECT pg_temp.try(format('SELECT fencing_session_acquire_all(%s, %L)', :s, '{m1}'));
+SELECT pg_temp.try(format('SELECT fencing_session_acquire_all(%s, %L)', -7, '{m1}'));
 SELECT fencing_session_close_as('ss_app'::regrole, :s);
 SELECT fencing_session_for('ss_app'::regrole, :s, 'x');
 SELECT fencing_session_hold(:s, true, false);
-SELECT fencing_end_expired_sessions();
+SELECT fencing_end_expired_sessions(NULL, 10);
 SELECT * FROM fencing_session;
 UPDATE fencing_lease SET session_id = NULL;
 -- Its own session cannot take another application's lock.
@@ -232,7 +236,7 @@ RESET ROLE;
 DROP ROLE ss_gone;
 SELECT role::text ~ '^[0-9]+$' AS role_by_oid, holder FROM fencing_sessions WHERE session_id = :s;
 SET ROLE ss_app;
-SELECT pg_temp.try(format('SELECT fencing_session_renew(%s)', :s));
+SELECT fencing_session_renew(:s) AS renews_orphan, fencing_session_close(:s) AS closes_orphan;
 RESET ROLE;
 SELECT fencing_session_close(:s) AS released_by_superuser;
 

@@ -54,6 +54,7 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "lease_counts.hpp"  // EarlierEnd
 #include "lease_events.hpp"
+#include "lease_tables.hpp"
 #include "lease_writers.hpp"
 
 #include <dlfcn.h>
@@ -72,6 +73,10 @@ constexpr int64 kPeriodicUs = 60 * USECS_PER_SEC;
 // An expired lease the worker could not mark (its row locked by a
 // transaction still running) is looked at again this soon.
 constexpr int64 kRelookUs = 100 * 1000;
+
+// How many expired sessions one pass ends (fencing_end_expired_sessions):
+// each is held by a lock-manager lock until the pass commits.
+constexpr int kSessionsPerSweep = 100;
 // The launcher's longest sleep: it also notices a lost wake-up this way.
 constexpr long kMaxSleepMs = 60 * 1000;
 
@@ -361,6 +366,18 @@ void pg_fencing_expiry_worker_main(Datum arg) {
   TimestampTz next = 0;
   PG_TRY();
   {
+    // The transactions that outlived the leases they wrote under, first
+    // and in a transaction of their own: nothing the announcing below
+    // meets (a flood of expired sessions, an error) keeps them from being
+    // ended.
+    SetCurrentStatementStartTimestamp();
+    StartTransactionCommand();
+    PushActiveSnapshot(GetTransactionSnapshot());
+    pgstat_report_activity(STATE_RUNNING, "pg_fencing: ending transactions past their leases");
+    next = EndTransactionsPastTheirLeases();
+    PopActiveSnapshot();
+    CommitTransactionCommand();
+
     SetCurrentStatementStartTimestamp();
     StartTransactionCommand();
     if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
@@ -384,11 +401,10 @@ void pg_fencing_expiry_worker_main(Datum arg) {
       bool is_null = false;
       const Datum end = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
       const TimestampTz now = GetCurrentTimestamp();
-      // The next end, or soon when a lease it could not mark is still due.
-      if (!is_null) next = Max(DatumGetTimestampTz(end), now + kRelookUs);
+      // The next end, or soon when a lease it could not mark (or an
+      // expired session beyond the batch it swept) is still due.
+      if (!is_null) next = EarlierEnd(next, Max(DatumGetTimestampTz(end), now + kRelookUs));
       next = EarlierEnd(next, now + kPeriodicUs);
-      // The transactions that outlived the leases they wrote under.
-      next = EarlierEnd(next, EndTransactionsPastTheirLeases());
     }
     SPI_finish();
     PopActiveSnapshot();
@@ -491,9 +507,18 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
       SearchSysCacheExists3(PROCNAMEARGSNSP, CStringGetDatum("fencing_await"),
                             PointerGetDatum(buildoidvector(await_args, lengthof(await_args))),
                             ObjectIdGetDatum(schema));
+  // One batch of expired sessions per call, every role's (from 1.9: the
+  // 1.8 sweep takes them all): a transaction holds each session it ends
+  // with a lock-manager lock, and however many have piled up, the batch
+  // fits in the lock table.  The rest keep the next end at or before now,
+  // so the worker comes back for them at once (kRelookUs).
+  const bool batched = LeaseTablesOf(schema).session_hold_key != InvalidAttrNumber;
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  if (has_sessions && SPI_execute(psprintf("SELECT %s.fencing_end_expired_sessions()", s), false,
-                                  0) != SPI_OK_SELECT) {
+  if (has_sessions &&
+      SPI_execute(batched ? psprintf("SELECT %s.fencing_end_expired_sessions(NULL, %d)", s,
+                                     kSessionsPerSweep)
+                          : psprintf("SELECT %s.fencing_end_expired_sessions()", s),
+                  false, 0) != SPI_OK_SELECT) {
     elog(ERROR, "pg_fencing: ending expired sessions failed");
   }
   MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name",

@@ -160,24 +160,7 @@ AwaitRequest RequestFrom(FunctionCallInfo fcinfo) {
                     errmsg("wait must not be NULL (lock \"%s\")", request.lock_name),
                     errhint("Give how long to wait; '0' makes one attempt.")));
   }
-  const Datum wait = request.args[kWait];
-  Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
-  if (DatumGetBool(DirectFunctionCall2(interval_lt, wait, IntervalPGetDatum(zero)))) {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("wait must not be negative, got %s (lock \"%s\")",
-                           DatumGetCString(DirectFunctionCall1(interval_out, wait)),
-                           request.lock_name)));
-  }
-  Interval *longest = static_cast<Interval *>(palloc0(sizeof(Interval)));
-  longest->time = kMaxWaitMs * 1000;
-  if (DatumGetBool(DirectFunctionCall2(interval_gt, wait, IntervalPGetDatum(longest)))) {
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("wait must be at most 2147483.647 seconds (24.8 days), got %s "
-                           "(lock \"%s\")",
-                           DatumGetCString(DirectFunctionCall1(interval_out, wait)),
-                           request.lock_name),
-                    errhint("Wait longer than that with repeated calls.")));
-  }
+  CheckWait(request.args[kWait], request.lock_name);
   return request;
 }
 

@@ -689,11 +689,12 @@ EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lo
 
 // Renews the session (1.8) to now + ttl (its own ttl when ttl_null), as
 // the caller, writing its one row whatever the number of its leases: true,
-// or false when there is no such session or it has ended (an ended
-// session stays ended); 42501 for a caller that may not act in it (the
-// role that opened it, a role with its privileges, or a superuser).  In C,
-// as a lease's renewal is: the PL/pgSQL it replaced cost a third of the
-// renewals' rate (BENCHMARKS.md, "Sessions").
+// or false when there is no such session, it has ended (an ended session
+// stays ended), or the caller may not act in it (the role that opened it,
+// a role with its privileges, or a superuser): another role's session
+// answers as one that does not exist.  In C, as a lease's renewal is: the
+// PL/pgSQL it replaced cost a third of the renewals' rate (BENCHMARKS.md,
+// "Sessions").
 bool RenewSession(Oid schema, Oid caller, int64 session, Datum ttl, bool ttl_null) {
   const LeaseTableIds &ids = LeaseTablesOf(schema);
   if (!OidIsValid(ids.session)) elog(ERROR, "pg_fencing: no fencing_session table (before 1.8)");
@@ -711,14 +712,8 @@ bool RenewSession(Oid schema, Oid caller, int64 session, Datum ttl, bool ttl_nul
     if (row == nullptr) break;
     bool is_null = false;
     const Oid role = DatumGetObjectId(RowColumn(table, row, ids.session_holder_role, &is_null));
-    if (!has_privs_of_role(caller, role)) {
-      SetUserIdAndSecContext(saved_user, saved_context);
-      ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                      errmsg("role \"%s\" may not renew fencing session %lld",
-                             GetUserNameFromId(caller, false), static_cast<long long>(session)),
-                      errdetail("The session belongs to another role: only that role, a role "
-                                "with its privileges, or a superuser acts in it.")));
-    }
+    // Another role's session answers as one that does not exist.
+    if (!has_privs_of_role(caller, role)) break;
     const TimestampTz old_end =
         DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null));
     const TimestampTz now = GetCurrentTimestamp();
@@ -758,72 +753,95 @@ bool RenewSession(Oid schema, Oid caller, int64 session, Datum ttl, bool ttl_nul
   return renewed;
 }
 
-// The session's hold: a lock-manager lock on the session's id, held until
-// the transaction ends.  Everything that puts a lease into the session
-// (its acquires, in C and in SQL) holds it shared; its close and its sweep
-// take it exclusively, so that they wait for (the sweep: skip) an acquire
-// in flight and then see the lease it granted, which they end with the
-// others.  A lock-manager lock rather than a lock on the session's row:
-// it writes no WAL and dirties no page, on the acquire's hot path; a
-// renewal, which writes the row, does not wait for it.  Tagged as an
-// advisory lock in a field SQL's advisory locks cannot name (pg_locks
-// objsubid 5), so that no role can hold it from SQL.
-LOCKTAG SessionHoldTag(int64 session) {
+// The session's hold: a lock-manager lock on the session's hold key, held
+// until the transaction ends.  Everything that puts a lease into the
+// session (its acquires, in C and in SQL) holds it shared; its close and
+// its sweep take it exclusively, so that they wait for (the sweep: skip)
+// an acquire in flight and then see the lease it granted, which they end
+// with the others.  A lock-manager lock rather than a lock on the
+// session's row: it writes no WAL and dirties no page, on the acquire's
+// hot path; a renewal, which writes the row, does not wait for it.  Tagged
+// as an advisory lock in a field SQL's advisory locks cannot name (pg_locks
+// objsubid 5), so that no role can hold it from SQL.  Keyed by the
+// session's hold_key, a random number only the roles that may see the
+// session can read, not by its id: pg_locks, which every role reads, shows
+// the key, and a session's id is what acts in it.
+LOCKTAG SessionHoldTag(int64 hold_key) {
   LOCKTAG tag;
-  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(static_cast<uint64>(session) >> 32),
-                       static_cast<uint32>(session), 5);
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(static_cast<uint64>(hold_key) >> 32),
+                       static_cast<uint32>(hold_key), 5);
   return tag;
 }
 
 // Takes the session's hold (exclusively or shared; without waiting when
 // nowait): whether it got it.
-bool HoldSession(int64 session, bool exclusive, bool nowait) {
-  LOCKTAG tag = SessionHoldTag(session);
+bool HoldSession(int64 hold_key, bool exclusive, bool nowait) {
+  LOCKTAG tag = SessionHoldTag(hold_key);
   return LockAcquire(&tag, exclusive ? ExclusiveLock : ShareLock, false, nowait) !=
          LOCKACQUIRE_NOT_AVAIL;
 }
 
 // A live session the caller may act in, held (HoldSession, shared) against
 // its close and its sweep, as fencing_session_for() holds it: its holder
-// and its end.  55Z05 when there is no such session or it has ended, 42501
-// for a caller that may not act in it.
+// and its end.  55Z05 when there is no such session, it has ended, or the
+// caller may not act in it (the role that opened it, a role with its
+// privileges, or a superuser): another role's session answers as one that
+// does not exist, and takes no hold that its own acquires would queue
+// behind.
 struct SessionInUse {
   Datum holder;  // text, copied
   TimestampTz expires_at;
 };
 
-SessionInUse SessionForUse(const LeaseTableIds &ids, Oid caller, int64 session, const char *verb) {
-  // The hold first, the look after, in the latest snapshot (not the
-  // transaction's: at REPEATABLE READ that one may predate a close that
-  // committed while the hold was waited for, and a lease would be granted
-  // into a session that no longer exists).
-  (void)HoldSession(session, false, false);
-  Relation table = table_open(ids.session, AccessShareLock);
-  Relation key = index_open(ids.session_key, AccessShareLock);
+namespace {
+
+// The session's row in the latest snapshot, if the caller may act in it
+// and it has not ended: its hold key (the id before 1.9) in *hold_key.
+HeapTuple LiveSessionOfCaller(const LeaseTableIds &ids, Relation table, Relation key, Oid caller,
+                              int64 session, int64 *hold_key) {
   Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
   HeapTuple row = FetchRowByNumber(table, key, session, snapshot);
   UnregisterSnapshot(snapshot);
+  if (row == nullptr) return nullptr;
   bool is_null = false;
-  const TimestampTz end =
-      row != nullptr ? DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null))
-                     : 0;
-  if (row == nullptr || end <= GetCurrentTimestamp()) {
-    ereport(ERROR, (errcode(PGF_ERRCODE_SESSION_ENDED),
-                    errmsg("fencing session %lld does not exist or has ended",
-                           static_cast<long long>(session)),
-                    errhint("Open a new session with fencing_session_open(holder, ttl); the "
-                            "leases of an ended session have ended with it.")));
-  }
   const Oid role = DatumGetObjectId(RowColumn(table, row, ids.session_holder_role, &is_null));
-  if (!has_privs_of_role(caller, role)) {
-    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                    errmsg("role \"%s\" may not %s fencing session %lld",
-                           GetUserNameFromId(caller, false), verb, static_cast<long long>(session)),
-                    errdetail("The session belongs to another role: only that role, a role with "
-                              "its privileges, or a superuser acts in it.")));
+  const TimestampTz end =
+      DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null));
+  if (!has_privs_of_role(caller, role) || end <= GetCurrentTimestamp()) return nullptr;
+  *hold_key = ids.session_hold_key != InvalidAttrNumber
+                  ? DatumGetInt64(RowColumn(table, row, ids.session_hold_key, &is_null))
+                  : session;
+  return row;
+}
+
+void RefuseSession(int64 session) {
+  ereport(ERROR, (errcode(PGF_ERRCODE_SESSION_ENDED),
+                  errmsg("fencing session %lld does not exist or has ended",
+                         static_cast<long long>(session)),
+                  errhint("Open a new session with fencing_session_open(holder, ttl); the "
+                          "leases of an ended session have ended with it.")));
+}
+
+}  // namespace
+
+SessionInUse SessionForUse(const LeaseTableIds &ids, Oid caller, int64 session) {
+  Relation table = table_open(ids.session, AccessShareLock);
+  Relation key = index_open(ids.session_key, AccessShareLock);
+  // The caller first, then the hold, then the look again, in the latest
+  // snapshot (not the transaction's: at REPEATABLE READ that one may
+  // predate a close that committed while the hold was waited for, and a
+  // lease would be granted into a session that no longer exists).
+  int64 hold_key = 0;
+  if (LiveSessionOfCaller(ids, table, key, caller, session, &hold_key) == nullptr) {
+    RefuseSession(session);
   }
+  (void)HoldSession(hold_key, false, false);
+  HeapTuple row = LiveSessionOfCaller(ids, table, key, caller, session, &hold_key);
+  if (row == nullptr) RefuseSession(session);
+  bool is_null = false;
   const SessionInUse found = {
-      PointerGetDatum(DatumGetTextPCopy(RowColumn(table, row, ids.session_holder, &is_null))), end};
+      PointerGetDatum(DatumGetTextPCopy(RowColumn(table, row, ids.session_holder, &is_null))),
+      DatumGetTimestampTz(RowColumn(table, row, ids.session_expires_at, &is_null))};
   index_close(key, NoLock);
   table_close(table, NoLock);
   return found;
@@ -852,7 +870,7 @@ SessionInUse SessionOfCaller(Oid schema, Oid caller, int64 session) {
   int saved_context;
   GetUserIdAndSecContext(&saved_user, &saved_context);
   SetUserIdAndSecContext(ExtensionTableOwner(schema), saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  const SessionInUse in_use = SessionForUse(LeaseTablesOf(schema), caller, session, "use");
+  const SessionInUse in_use = SessionForUse(LeaseTablesOf(schema), caller, session);
   SetUserIdAndSecContext(saved_user, saved_context);
   return in_use;
 }
@@ -1702,15 +1720,15 @@ Datum fencing_renew(PG_FUNCTION_ARGS) {
   PG_RETURN_BOOL(MoveLeaseEnd(fcinfo, lock_name, PG_GETARG_DATUM(2), nullptr));
 }
 
-// fencing_session_hold(session bigint, exclusive boolean, nowait boolean)
-// RETURNS boolean (1.8; internal): HoldSession() for the SQL that acquires
-// in a session (shared), closes it or sweeps it (exclusively, the sweep
-// without waiting).
+// fencing_session_hold(hold_key bigint, exclusive boolean, nowait boolean)
+// RETURNS boolean (internal): HoldSession() for the SQL that acquires in a
+// session (shared), closes it or sweeps it (exclusively, the sweep without
+// waiting), by the session's hold_key.
 PG_FUNCTION_INFO_V1(fencing_session_hold);
 Datum fencing_session_hold(PG_FUNCTION_ARGS) {
   if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2)) {
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                    errmsg("fencing_session_hold() needs a session and both flags, got NULL")));
+                    errmsg("fencing_session_hold() needs a hold key and both flags, got NULL")));
   }
   PG_RETURN_BOOL(HoldSession(PG_GETARG_INT64(0), PG_GETARG_BOOL(1), PG_GETARG_BOOL(2)));
 }
@@ -1720,17 +1738,7 @@ Datum fencing_session_hold(PG_FUNCTION_ARGS) {
 // ttl (the session's own ttl if NULL); false once it has ended.
 PG_FUNCTION_INFO_V1(fencing_session_renew);
 Datum fencing_session_renew(PG_FUNCTION_ARGS) {
-  // The check of fencing_check_session_args(), in C on this hot path.
-  if (!PG_ARGISNULL(1)) {
-    const Datum ttl = PG_GETARG_DATUM(1);
-    Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
-    if (!compat::IntervalIsFinite(DatumGetIntervalP(ttl)) ||
-        !DatumGetBool(DirectFunctionCall2(interval_gt, ttl, IntervalPGetDatum(zero)))) {
-      ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                      errmsg("session ttl must be positive and finite, got %s",
-                             DatumGetCString(DirectFunctionCall1(interval_out, ttl)))));
-    }
-  }
+  if (!PG_ARGISNULL(1)) CheckSessionTtl(PG_GETARG_DATUM(1));
   if (PG_ARGISNULL(0)) {
     ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                     errmsg("fencing_session_renew() needs a session, got NULL")));

@@ -280,6 +280,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.session_ttl = OidIsValid(ids.session) ? ColumnOf(ids.session, "ttl") : InvalidAttrNumber;
   ids.session_holder =
       OidIsValid(ids.session) ? ColumnOf(ids.session, "holder") : InvalidAttrNumber;
+  ids.session_hold_key =
+      OidIsValid(ids.session) ? get_attnum(ids.session, "hold_key") : InvalidAttrNumber;
   ids.lease_session_id = get_attnum(ids.lease, "session_id");
   ids.permit_session_id =
       OidIsValid(ids.permit) ? get_attnum(ids.permit, "session_id") : InvalidAttrNumber;

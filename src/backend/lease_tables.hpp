@@ -62,6 +62,9 @@ struct LeaseTableIds {
   Oid session, session_key;
   AttrNumber session_expires_at, session_holder, session_holder_role, session_ttl, lease_session_id,
       permit_session_id;
+  // The session's hold key (1.9; InvalidAttrNumber before: the hold is
+  // keyed by the session's id).
+  AttrNumber session_hold_key;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);

@@ -74,9 +74,8 @@ constexpr int64 kTerminateAfterUs = 100 * 1000;
 // ---- A lease's row as committed now ---------------------------------------------
 
 struct LeaseLook {
-  LeaseRowNow row;
-  bool ours;               // the row was last written by this transaction (a release in it, say)
-  char *lock_name;         // palloc'd; nullptr when the row is gone
+  LeaseRowNow row;  // row.ended_here: the row was last written by this transaction
+  char *lock_name;  // palloc'd; nullptr when the row is gone
 };
 
 bool TextEquals(Datum value, const char *word) {
@@ -107,7 +106,8 @@ LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token, Snaps
         RowColumn(table, found, exclusive ? ids.lease_ended : ids.permit_ended, &is_null);
     // 'expired' only marks a lease whose end has passed: the end says it.
     look.row.ended_early = !is_null && !TextEquals(ended, "expired");
-    look.ours = TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(found->t_data));
+    look.row.ended_here =
+        TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(found->t_data));
     look.lock_name = TextDatumGetCString(RowColumn(
         table, found, exclusive ? ids.lease_lock_name : ids.permit_lock_name, &is_null));
   }
@@ -133,11 +133,26 @@ bool FindLeaseOfToken(const LeaseTableIds &ids, Token token, LeaseRow *row, Leas
   return found;
 }
 
-// The lease's life now; a lease this transaction itself released or
-// revoked ends with its commit, so it lives until then.
-LeaseLife LifeOf(const LeaseLook &look, TimestampTz now) {
-  if (look.ours && look.row.found) return LeaseLife::kLive;
-  return PGF_CORE(JudgeLease(look.row, now));
+// Whether any version of a lease row carries token, committed or written
+// by a transaction still in progress (a dirty look): a grant that has
+// written its row but not committed yet.  Such a token is no lease's as
+// committed now, but it will be one if the grant commits.
+bool TokenHasAnyRow(const LeaseTableIds &ids, Token token) {
+  SnapshotData dirty;
+  InitDirtySnapshot(dirty);
+  for (const LeaseRow kind : {LeaseRow::kExclusive, LeaseRow::kSlot}) {
+    const bool exclusive = kind == LeaseRow::kExclusive;
+    const Oid table_id = exclusive ? ids.lease : ids.permit;
+    const Oid index_id = exclusive ? ids.lease_token_index : ids.permit_token;
+    if (!OidIsValid(table_id) || !OidIsValid(index_id)) continue;
+    Relation table = table_open(table_id, AccessShareLock);
+    Relation index = index_open(index_id, AccessShareLock);
+    const bool found = FetchRowByNumber(table, index, token, &dirty) != nullptr;
+    index_close(index, NoLock);
+    table_close(table, NoLock);
+    if (found) return true;
+  }
+  return false;
 }
 
 const char *EndedAt(const LeaseLook &look) {
@@ -264,7 +279,7 @@ void CheckNotedLeases() {
   for (int i = 0; i < noted.Count(); ++i) {
     const WrittenLease &lease = noted.At(i);
     const LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
-    const LeaseLife life = LifeOf(look, now);
+    const LeaseLife life = PGF_CORE(JudgeLease(look.row, now));
     if (life != LeaseLife::kLive) {
       UnregisterSnapshot(snapshot);
       RefuseCommit(lease, noted_names[i], look, life);
@@ -395,9 +410,11 @@ void EndIfOverdue(int index, LocalTransactionId lxid, TimestampTz now, Timestamp
     Snapshot snapshot = LeaseSnapshot();
     const LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
     UnregisterSnapshot(snapshot);
-    // The owner's own release is not "ours" here: that flag is of this
-    // backend's transaction.
-    const LeaseLife life = PGF_CORE(JudgeLease(look.row, now));
+    // ended_here is of this backend's transaction, not the slot's owner's:
+    // the owner's own release counts here as any other.
+    LeaseRowNow row = look.row;
+    row.ended_here = false;
+    const LeaseLife life = PGF_CORE(JudgeLease(row, now));
     if (life == LeaseLife::kLive) {
       *next = EarlierEnd(*next, static_cast<TimestampTz>(look.row.expires_at));
       continue;
@@ -441,12 +458,24 @@ const KnownToken *LookUpToken(Oid schema, Token token, TimestampTz now) {
   if (!OidIsValid(get_relname_relid("fencing_lease_token", schema))) return &entry;
   LeaseLook look{};
   LeaseRow row = LeaseRow::kExclusive;
-  if (!FindLeaseOfToken(LeaseTablesOf(schema), token, &row, &look)) return &entry;
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  if (!FindLeaseOfToken(ids, token, &row, &look)) {
+    // "No lease's" is kept for the next transactions only when no grant
+    // of the token is on its way: one that has written its row but not
+    // committed would make it a lease's, and a kept answer would then let
+    // writes under that lease commit after it ended.
+    if (TokenHasAnyRow(ids, token)) entry.role = InvalidOid;  // matches no caller: not kept
+    return &entry;
+  }
   // Only a lease of a lock the writer may use binds its transaction: a
   // role that writes another's token into a table of its own neither
   // learns of that lease (the COMMIT would name it) nor is ended with it.
+  // Not kept either: a role granted the lock's use later is bound from then on.
   int64 lock_id = 0;
-  if (!LockUsableBy(schema, look.lock_name, role, &lock_id)) return &entry;
+  if (!LockUsableBy(schema, look.lock_name, role, &lock_id)) {
+    entry.role = InvalidOid;
+    return &entry;
+  }
   entry.binds = true;
   entry.row = row;
   entry.known_end = look.row.expires_at;

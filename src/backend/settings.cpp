@@ -16,6 +16,7 @@ bool fast_update = true;
 int wait_recheck_ms = 1000;
 int audit_long_wait_s = 60;
 int history_size = 100;
+int max_sessions_per_role = 25000;
 bool reserve_tokens = true;
 int max_tracked_locks = 10000;
 int max_tracked_tables = 1000;
@@ -55,6 +56,11 @@ void Define() {
                           "0 keeps none but the current lease. A lower value leaves the entries in "
                           "slots beyond it until they are deleted by hand.",
                           &history_size, 100, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+  DefineCustomIntVariable(
+      "pg_fencing.max_sessions_per_role", "How many fencing sessions a role may have at once.",
+      "Sessions that have ended count until they are swept (by the expiry worker, or by the "
+      "role's next fencing_session_open at READ COMMITTED). Set per role with ALTER ROLE ... SET.",
+      &max_sessions_per_role, 25000, 1, 100000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
   if (process_shared_preload_libraries_in_progress) {
     // Server-wide and at start only: a backend taking tokens from the
     // sequence while others hand out a range reserved below them would

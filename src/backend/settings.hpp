@@ -29,6 +29,12 @@ extern int audit_long_wait_s;
 // pg_fencing.history_size: leases kept per lock in fencing_grant_history.
 extern int history_size;
 
+// pg_fencing.max_sessions_per_role: the sessions a role may have at once,
+// ended ones not yet swept included.  Read only by
+// fencing_session_open_as (SQL, through current_setting); defined so that
+// it has a range, a description and the superuser context.
+extern int max_sessions_per_role;
+
 // Settable at server start only, and defined only while the library is
 // preloaded (PostgreSQL refuses a PGC_POSTMASTER setting defined later):
 // pg_fencing.reserve_tokens -- grants hand out tokens from ranges reserved

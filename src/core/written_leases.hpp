@@ -60,6 +60,14 @@ struct LeaseRowNow {
   bool found;
   bool ended_early;  // released or revoked (fencing_permit.ended; a lease row's end moves to now)
   std::int64_t expires_at;
+  // The row's last version is the current transaction's own write.  The
+  // functions that end a lease early (release, revoke, a session's close)
+  // write 'released' or 'revoked' only into a lease that is live at that
+  // moment; whatever else a transaction writes into a lease's row (the
+  // session's end by its sweep or by the close of an ended session, an
+  // 'expired' mark by a grant that passes it) records an end that had
+  // already come.
+  bool ended_here;
 };
 
 enum class LeaseLife {
@@ -69,11 +77,17 @@ enum class LeaseLife {
   kReplaced,  // its lock or slot has been granted again
 };
 
-// Whether the lease still lives, now.  Nothing brings an ended lease back:
-// a renewal or an own acquire extends only a live one.
+// Whether the lease still lives, now, for the COMMIT of a transaction that
+// wrote under it.  Nothing brings an ended lease back: a renewal or an own
+// acquire extends only a live one.  A lease the transaction itself ended
+// early (ended_here and ended_early: it was live when the transaction
+// released or revoked it) ends with the transaction's commit, so it lives
+// until then; any other write of the transaction's into the row is judged
+// as the row says, so no call inside the transaction turns a lease that had
+// already ended into one that ended by the transaction's own hand.
 constexpr LeaseLife JudgeLease(const LeaseRowNow &row, std::int64_t now) noexcept {
   if (!row.found) return LeaseLife::kReplaced;
-  if (row.ended_early) return LeaseLife::kEnded;
+  if (row.ended_early) return row.ended_here ? LeaseLife::kLive : LeaseLife::kEnded;
   return row.expires_at > now ? LeaseLife::kLive : LeaseLife::kRanOut;
 }
 

@@ -10,7 +10,7 @@
 # definition, properties, privileges, comments and dependencies, and the
 # extension's own row (version, dumped tables and their conditions), must be
 # the same in both.  The two are independent: the fresh install runs the
-# full install script of the current version (pg_fencing--1.8.sql, the
+# full install script of the current version (pg_fencing--1.9.sql, the
 # readable definition of the interface), the upgraded database 1.0 and every
 # upgrade script, so a change made to one and not the other fails here.
 # Because an omission in both would pass, the test also checks, in both,
@@ -104,7 +104,7 @@ sub sql_error
 my $last_version = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_fencing'"
 );
-is($last_version, '1.8', 'the default version is 1.8');
+is($last_version, '1.9', 'the default version is 1.9');
 
 ###############################################################################
 # Database "upgraded": 1.0, in use, then updated.

@@ -1590,13 +1590,26 @@ TEST(WrittenLeasesTest, EachLeaseOnceUpToCapacity) {
 }
 
 TEST(JudgeLeaseTest, LiveOnlyBeforeItsEndAndWhileItsRowCarriesTheToken) {
-  EXPECT_EQ(JudgeLease({true, false, 1000}, 999), LeaseLife::kLive);
+  EXPECT_EQ(JudgeLease({true, false, 1000, false}, 999), LeaseLife::kLive);
   // The end itself is past: a lease lives while expires_at > now, as the
   // lease engine judges it.
-  EXPECT_EQ(JudgeLease({true, false, 1000}, 1000), LeaseLife::kRanOut);
-  EXPECT_EQ(JudgeLease({true, false, 1000}, 5000), LeaseLife::kRanOut);
-  EXPECT_EQ(JudgeLease({true, true, 1000}, 10), LeaseLife::kEnded);
-  EXPECT_EQ(JudgeLease({false, false, 1000}, 10), LeaseLife::kReplaced);
+  EXPECT_EQ(JudgeLease({true, false, 1000, false}, 1000), LeaseLife::kRanOut);
+  EXPECT_EQ(JudgeLease({true, false, 1000, false}, 5000), LeaseLife::kRanOut);
+  EXPECT_EQ(JudgeLease({true, true, 1000, false}, 10), LeaseLife::kEnded);
+  EXPECT_EQ(JudgeLease({false, false, 1000, false}, 10), LeaseLife::kReplaced);
+}
+
+TEST(JudgeLeaseTest, OnlyAnEarlyEndOfTheTransactionsOwnLivesUntilItsCommit) {
+  // Released or revoked by this transaction (live then, as the ending
+  // functions require): it ends with the commit.
+  EXPECT_EQ(JudgeLease({true, true, 1000, true}, 5000), LeaseLife::kLive);
+  // The transaction wrote the row, but what it wrote is an end that had
+  // already come (an expired session's end put into its leases by a sweep
+  // or a close, a grant's 'expired' mark): judged as the row says.
+  EXPECT_EQ(JudgeLease({true, false, 1000, true}, 5000), LeaseLife::kRanOut);
+  EXPECT_EQ(JudgeLease({true, false, 1000, true}, 999), LeaseLife::kLive);
+  // Granted again, even by the transaction itself: the written-under lease is gone.
+  EXPECT_EQ(JudgeLease({false, false, 0, true}, 10), LeaseLife::kReplaced);
 }
 
 TEST(NextEndingStepTest, CancelFirstThenTerminateWhenStillThere) {

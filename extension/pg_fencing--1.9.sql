@@ -1,8 +1,8 @@
--- pg_fencing 1.8: the full install script.
+-- pg_fencing 1.9: the full install script.
 --
 -- This file is the current interface of pg_fencing in one place: every
 -- object a fresh CREATE EXTENSION pg_fencing makes, each defined once, in
--- the form it has at 1.8, grouped by what it is for:
+-- the form it has at 1.9, grouped by what it is for:
 --
 --   1. the fencing_token type and its operators
 --   2. granting tokens
@@ -17,13 +17,13 @@
 --  11. sessions: one keepalive for many leases, many locks at once
 --
 -- The script pg_fencing--1.0.sql and the upgrade scripts
--- pg_fencing--1.0--1.1.sql ... pg_fencing--1.7--1.8.sql are kept for
+-- pg_fencing--1.0--1.1.sql ... pg_fencing--1.8--1.9.sql are kept for
 -- databases created at an older version: ALTER EXTENSION pg_fencing UPDATE
 -- runs them, and they also move such a database's data along.  This file
 -- does none of that: it is for a fresh install only.
 --
 -- Any change to the interface goes into this file AND into a new upgrade
--- script (pg_fencing--1.8--1.9.sql, say, with default_version moved on in
+-- script (pg_fencing--1.9--1.10.sql, say, with default_version moved on in
 -- pg_fencing.control and this file becoming the new version's full
 -- script).
 -- test/t/005_upgrade.pl builds one database with this file and one from
@@ -1228,8 +1228,15 @@ CREATE TABLE @extschema@.fencing_session (
   holder_role regrole NOT NULL,
   ttl interval NOT NULL,
   opened_at timestamptz NOT NULL,
-  expires_at timestamptz NOT NULL
+  expires_at timestamptz NOT NULL,
+  -- The key of the session's hold (fencing_session_hold): random, so that
+  -- pg_locks, which every role reads, shows nothing that acts in the
+  -- session or tells its id.
+  hold_key bigint NOT NULL
 ) WITH (fillfactor = 20);
+-- A role's sessions, for its limit and its own sweep.  Not on expires_at:
+-- a renewal writes that, and stays a HOT update.
+CREATE INDEX fencing_session_role ON @extschema@.fencing_session (holder_role);
 REVOKE ALL ON @extschema@.fencing_session FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_session', '');
 COMMENT ON TABLE @extschema@.fencing_session IS
@@ -1251,12 +1258,23 @@ COMMENT ON FUNCTION @extschema@.fencing_lease_end(timestamptz, text, timestamptz
 -- true, or an error (22023) that says what is wrong.  Called as an
 -- expression (checked := ...), which PL/pgSQL evaluates without starting a
 -- query.
+-- A ttl is judged as the time from now to now plus it on the server's
+-- clock (hence STABLE): '-1 year 360 days 1 sec' is no positive ttl.
 CREATE FUNCTION @extschema@.fencing_check_lease_args(
     lock_name text, holder text, ttl interval, check_holder boolean)
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_check_lease_args'
-  LANGUAGE C IMMUTABLE PARALLEL SAFE;
+  LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.fencing_check_lease_args(text, text, interval, boolean) IS
-  'the argument checks the lease functions share: true, or 22023 naming what is wrong with the lock name, the holder (when asked) or the ttl; reads and changes nothing';
+  'the argument checks the lease functions share: true, or 22023 naming what is wrong with the lock name, the holder (when asked) or the ttl (counted from now on the server''s clock); reads and changes nothing';
+
+-- The check of every wait (22023 when negative, counted from now on the
+-- server's clock, or longer than the longest), shared by the waiting
+-- acquires, fencing_await and fencing_session_acquire_all.  NULL: no wait.
+CREATE FUNCTION @extschema@.fencing_check_wait(wait interval, lock_name text)
+  RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_check_wait'
+  LANGUAGE C STABLE PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.fencing_check_wait(interval, text) IS
+  'the check of a wait: true, or 22023 when it is negative (counted from now on the server''s clock) or longer than 2147483.647 seconds; reads and changes nothing';
 
 -- One attempt to take the lock (free, expired, or the caller's already),
 -- in C (src/backend/lease_engine.cpp): fencing_acquire() without a wait
@@ -1944,23 +1962,16 @@ CREATE FUNCTION @extschema@.fencing_queue_for(lock_name text, lock_id bigint, wa
   RETURNS timestamptz LANGUAGE plpgsql
   SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  max_wait CONSTANT interval := interval '2147483.647 seconds';
   saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
+  checked boolean := @extschema@.fencing_check_wait(wait, lock_name);
   deadline timestamptz;
 BEGIN
-  IF wait < interval '0' THEN
-    RAISE EXCEPTION 'wait must not be negative, got % (lock "%")', wait, lock_name
-      USING ERRCODE = '22023';
-  END IF;
-  IF wait > max_wait THEN
-    RAISE EXCEPTION 'wait must be at most 2147483.647 seconds (24.8 days), got % (lock "%")',
-      wait, lock_name
-      USING ERRCODE = '22023', HINT = 'Wait longer than that with repeated calls.';
-  END IF;
   deadline := clock_timestamp() + wait;
   BEGIN
+    -- The time to the deadline, as the clock counts it (an interval's own
+    -- epoch counts a month as 30 days).
     PERFORM set_config('lock_timeout',
-      greatest(1, ceil(extract(epoch FROM wait) * 1000))::bigint::text, true);
+      greatest(1, ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000))::bigint::text, true);
     PERFORM @extschema@.fencing_enter_waiting_room(lock_id);
     PERFORM set_config('lock_timeout', saved_lock_timeout, true);
   EXCEPTION WHEN lock_not_available THEN
@@ -2567,20 +2578,11 @@ COMMENT ON FUNCTION @extschema@.fencing_audit() IS
 -------------------------------------------------------------------------------
 
 -- The argument checks of the session functions (22023, as the lease
--- functions' own).
+-- functions' own), in C with them (src/backend/lease_arguments.cpp): the
+-- ttl counted from now on the server's clock.
 CREATE FUNCTION @extschema@.fencing_check_session_args(holder text, ttl interval, check_holder boolean)
-  RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-  SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-  IF check_holder AND (holder IS NULL OR holder = '') THEN
-    RAISE EXCEPTION 'session holder must not be NULL or empty' USING ERRCODE = '22023';
-  END IF;
-  IF ttl IS NULL OR NOT pg_catalog.isfinite(ttl) OR ttl <= interval '0' THEN
-    RAISE EXCEPTION 'session ttl must be positive and finite, got %', coalesce(ttl::text, 'NULL')
-      USING ERRCODE = '22023';
-  END IF;
-  RETURN true;
-END $$;
+  RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_check_session_args'
+  LANGUAGE C STABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.fencing_check_session_args(text, interval, boolean) IS
   'the argument checks of the session functions: true, or 22023; internal';
 
@@ -2589,41 +2591,24 @@ COMMENT ON FUNCTION @extschema@.fencing_check_session_args(text, interval, boole
 -- do: PUBLIC may not call the _as functions, so a role cannot claim to be
 -- another.
 
--- 42501 unless the caller may act in the session s (to `verb` it): the
--- role that opened it, a role with its privileges, or a superuser (who has
--- every role's).
-CREATE FUNCTION @extschema@.fencing_session_check_role(
-    caller oid, s @extschema@.fencing_session, verb text)
-  RETURNS void LANGUAGE plpgsql
-  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-  IF NOT pg_catalog.pg_has_role(caller, s.holder_role::oid, 'USAGE') THEN
-    RAISE EXCEPTION 'role "%" may not % fencing session %', pg_catalog.pg_get_userbyid(caller),
-      verb, s.session_id
-      USING ERRCODE = '42501',
-            DETAIL = 'The session belongs to another role: only that role, a role with its privileges, or a superuser acts in it.';
-  END IF;
-END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.fencing_session, text) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_session_check_role(oid, @extschema@.fencing_session, text) IS
-  'refuses (42501) a caller that may not act in the session; internal';
-
 -- The session's hold (src/backend/lease_engine.cpp, HoldSession): a
--- lock-manager lock on its id until the transaction ends, shared by what
--- puts a lease into the session, exclusive for its close and its sweep,
--- which so wait for (the sweep: skip) an acquire in flight and then end
--- the lease it granted too.  Not a row lock: it writes nothing.
-CREATE FUNCTION @extschema@.fencing_session_hold(session bigint, exclusive boolean, nowait boolean)
+-- lock-manager lock on its hold_key until the transaction ends, shared by
+-- what puts a lease into the session, exclusive for its close and its
+-- sweep, which so wait for (the sweep: skip) an acquire in flight and then
+-- end the lease it granted too.  Not a row lock: it writes nothing.
+CREATE FUNCTION @extschema@.fencing_session_hold(hold_key bigint, exclusive boolean, nowait boolean)
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_session_hold' LANGUAGE C VOLATILE STRICT;
 REVOKE ALL ON FUNCTION @extschema@.fencing_session_hold(bigint, boolean, boolean) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_session_hold(bigint, boolean, boolean) IS
-  'takes the session''s hold until the transaction ends (exclusive or shared; false when nowait and it is held); internal';
+  'takes the hold of the session with hold_key until the transaction ends (exclusive or shared; false when nowait and it is held); internal';
 
 -- The session's row, held against a close and against the sweep of
 -- expired sessions (fencing_session_hold, shared; a renew does not wait
 -- for it), if the caller may act in it: the role that opened it, a role
--- with its privileges, or a superuser; 42501 otherwise.  55Z05 when there
--- is no such session, or it has ended.
+-- with its privileges, or a superuser.  55Z05 when there is no such
+-- session, it has ended, or it is another role's: such a session answers
+-- as one that does not exist, and the caller takes no hold on it that the
+-- session's own acquires would queue behind.
 CREATE FUNCTION @extschema@.fencing_session_for(caller oid, session bigint, what text)
   RETURNS @extschema@.fencing_session LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -2633,31 +2618,30 @@ BEGIN
   IF session IS NULL THEN
     RAISE EXCEPTION '% needs a session, got NULL', what USING ERRCODE = '22004';
   END IF;
-  -- The hold first, the look after.  FOR KEY SHARE too: at REPEATABLE
-  -- READ the look is in the transaction's snapshot, which may predate a
-  -- close that committed while the hold was waited for; locking the row
-  -- the close deleted then fails (40001) instead of granting a lease into
-  -- a session that no longer exists.  (The C acquire reads the latest
-  -- snapshot instead, and takes no row lock.)
-  PERFORM @extschema@.fencing_session_hold(session, false, false);
-  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR KEY SHARE;
-  IF NOT FOUND OR s.expires_at <= clock_timestamp() THEN
+  -- The caller first, then the hold, then the look again.  FOR KEY SHARE
+  -- too: at REPEATABLE READ the look is in the transaction's snapshot,
+  -- which may predate a close that committed while the hold was waited
+  -- for; locking the row the close deleted then fails (40001) instead of
+  -- granting a lease into a session that no longer exists.  (The C acquire
+  -- reads the latest snapshot instead, and takes no row lock.)
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session;
+  IF FOUND AND s.expires_at > clock_timestamp()
+     AND pg_catalog.pg_has_role(caller, s.holder_role::oid, 'USAGE') THEN
+    PERFORM @extschema@.fencing_session_hold(s.hold_key, false, false);
+    SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR KEY SHARE;
+  END IF;
+  IF NOT FOUND OR s.expires_at <= clock_timestamp()
+     OR NOT pg_catalog.pg_has_role(caller, s.holder_role::oid, 'USAGE') THEN
     RAISE EXCEPTION 'fencing session % does not exist or has ended', session
       USING ERRCODE = '55Z05',
             HINT = 'Open a new session with fencing_session_open(holder, ttl); the leases of an ended session have ended with it.';
   END IF;
-  PERFORM @extschema@.fencing_session_check_role(caller, s, 'use');
   RETURN s;
 END $$;
 REVOKE ALL ON FUNCTION @extschema@.fencing_session_for(oid, bigint, text) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_session_for(oid, bigint, text) IS
-  'the live session the caller may act in, locked against its close; 55Z05 or 42501 otherwise; internal';
+  'the live session the caller may act in, locked against its close; 55Z05 otherwise, for another role''s session too; internal';
 
--- Writes each expired session's end into its leases (which then are plain
--- leases that have expired: announced, counted and replaced as any) and
--- deletes the session.  Sessions locked by a transaction still running
--- (an acquire in it) are left for the next sweep.  Made by the expiry
--- worker and by every fencing_session_open.
 -- Writes an expired session's end into the rows of its leases, permits
 -- and shared leases (those not ended early) and takes them out of it: from
 -- then on they are leases that have expired like any other, which the
@@ -2678,7 +2662,18 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_end_session_leases(bigint, timestampt
 COMMENT ON FUNCTION @extschema@.fencing_end_session_leases(bigint, timestamptz) IS
   'writes an expired session''s end into its leases, permits and shared leases; internal';
 
-CREATE FUNCTION @extschema@.fencing_end_expired_sessions() RETURNS integer
+-- Writes the end of at most `most` expired sessions (of the role of_role;
+-- every role's when NULL) into their leases (which then are plain leases
+-- that have expired: announced, counted and replaced as any) and deletes
+-- them.  In bounded batches: the transaction holds each session it ends
+-- (fencing_session_hold) until it commits, and however many sessions have
+-- piled up, a batch fits in the lock table.  Sessions locked by a
+-- transaction still running (an acquire in it) are left for the next
+-- sweep.  Made by the expiry worker for every role, one batch per pass,
+-- and by fencing_session_open for its caller's own sessions only: a
+-- caller's transaction never holds another role's rows.
+CREATE FUNCTION @extschema@.fencing_end_expired_sessions(of_role regrole, most integer)
+  RETURNS integer
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   s record;
@@ -2689,10 +2684,12 @@ BEGIN
   -- sees what committed before it), and nothing waited for: a session
   -- held by an acquire in it, or one whose lease rows a transaction is
   -- writing, is left for the next sweep.
-  FOR s IN SELECT x.session_id, x.expires_at FROM @extschema@.fencing_session x
-            WHERE x.expires_at <= clock_timestamp() FOR UPDATE SKIP LOCKED LOOP
+  FOR s IN SELECT x.session_id, x.expires_at, x.hold_key FROM @extschema@.fencing_session x
+            WHERE x.expires_at <= clock_timestamp()
+              AND (of_role IS NULL OR x.holder_role = of_role)
+            LIMIT most FOR UPDATE SKIP LOCKED LOOP
     -- An acquire in the session in flight: next time.
-    CONTINUE WHEN NOT @extschema@.fencing_session_hold(s.session_id, true, true);
+    CONTINUE WHEN NOT @extschema@.fencing_session_hold(s.hold_key, true, true);
     PERFORM FROM @extschema@.fencing_lease e WHERE e.session_id = s.session_id
       FOR NO KEY UPDATE SKIP LOCKED;
     GET DIAGNOSTICS locked = ROW_COUNT;
@@ -2709,27 +2706,47 @@ BEGIN
   END LOOP;
   RETURN ended;
 END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_end_expired_sessions() FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_end_expired_sessions() IS
-  'writes each expired session''s end into its leases and deletes it; returns how many; internal';
+REVOKE ALL ON FUNCTION @extschema@.fencing_end_expired_sessions(regrole, integer) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_end_expired_sessions(regrole, integer) IS
+  'writes the end of at most most expired sessions (of_role''s, or every role''s when NULL) into their leases and deletes them; returns how many; internal';
 
+-- A role may have pg_fencing.max_sessions_per_role sessions at once
+-- (ended ones count until they are swept), so that no role can fill the
+-- table every role's sessions live in.  The count is read in the caller's
+-- snapshot: opens that run at the same moment may each pass it, so a role
+-- can go past the limit by at most the number of its connections.
 CREATE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl interval)
   RETURNS bigint LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   checked boolean;
+  most CONSTANT integer := current_setting('pg_fencing.max_sessions_per_role')::integer;
+  held bigint;
   id bigint;
 BEGIN
   checked := @extschema@.fencing_check_session_args(holder, ttl, true);
-  -- Swept here too, for a server without the expiry worker; only at READ
-  -- COMMITTED, where each of the sweep's statements sees what committed
-  -- before it.
+  -- The caller's own ended sessions are swept here, a batch at a time,
+  -- for a server without the expiry worker; only at READ COMMITTED, where
+  -- each of the sweep's statements sees what committed before it.  Never
+  -- another role's: this transaction is the caller's, and would hold that
+  -- role's rows until it ends.
   IF current_setting('transaction_isolation') = 'read committed' THEN
-    PERFORM @extschema@.fencing_end_expired_sessions();
+    PERFORM @extschema@.fencing_end_expired_sessions(caller::regrole, 100);
+  END IF;
+  SELECT pg_catalog.count(*) INTO held
+    FROM (SELECT FROM @extschema@.fencing_session x
+           WHERE x.holder_role = caller::regrole LIMIT most) mine;
+  IF held >= most THEN
+    RAISE EXCEPTION 'role "%" has % fencing sessions, the most pg_fencing.max_sessions_per_role allows',
+      pg_catalog.pg_get_userbyid(caller), held
+      USING ERRCODE = '53400',
+            DETAIL = 'Sessions that have ended count until they are swept: by the expiry worker, or by the role''s next fencing_session_open() at READ COMMITTED.',
+            HINT = 'Close the sessions the role no longer uses (fencing_session_close), or have a superuser raise the limit for the role with ALTER ROLE ... SET pg_fencing.max_sessions_per_role.';
   END IF;
   id := @extschema@.fencing_grant()::bigint;
   INSERT INTO @extschema@.fencing_session
-    VALUES (id, holder, caller::regrole, ttl, clock_timestamp(), clock_timestamp() + ttl);
+    VALUES (id, holder, caller::regrole, ttl, clock_timestamp(), clock_timestamp() + ttl,
+            ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint);
   PERFORM @extschema@.fencing_commit_durably();
   RETURN id;
 END $$;
@@ -2743,12 +2760,12 @@ COMMENT ON FUNCTION @extschema@.fencing_session_open(text, interval) IS
 
 -- In C (lease_engine.cpp, RenewSession), as a lease's renewal is: it
 -- writes the session's row only, as the owner of the tables, and checks
--- the caller as fencing_session_check_role does (42501).  fencing_renew on
--- a lease in a session calls the same code.
+-- the caller (another role's session answers false, as one that does not
+-- exist).  fencing_renew on a lease in a session calls the same code.
 CREATE FUNCTION @extschema@.fencing_session_renew(session bigint, ttl interval DEFAULT NULL)
   RETURNS boolean AS 'MODULE_PATHNAME', 'fencing_session_renew' LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_session_renew(bigint, interval) IS
-  'extends the session, and with it every lease in it, to now + ttl (the ttl it was opened with if NULL), writing one row; false once the session has ended';
+  'extends the session, and with it every lease in it, to now + ttl (the ttl it was opened with if NULL), writing one row; false once the session has ended, or for a session of a role whose privileges the caller lacks';
 
 CREATE FUNCTION @extschema@.fencing_session_close_as(caller oid, session bigint)
   RETURNS integer LANGUAGE plpgsql
@@ -2761,16 +2778,21 @@ BEGIN
   IF session IS NULL THEN
     RAISE EXCEPTION 'fencing_session_close() needs a session, got NULL' USING ERRCODE = '22004';
   END IF;
+  -- The caller first: another role's session answers as one that does
+  -- not exist, and is not held (its own acquires would queue behind this
+  -- call).  A superuser may close any session during an incident.
+  SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session;
+  IF NOT FOUND OR NOT pg_catalog.pg_has_role(caller, s.holder_role::oid, 'USAGE') THEN
+    RETURN 0;
+  END IF;
   -- The hold, exclusively: an acquire in the session (which holds it
   -- shared) finishes first, so that the lease it grants is among those
   -- released here.
-  PERFORM @extschema@.fencing_session_hold(session, true, false);
+  PERFORM @extschema@.fencing_session_hold(s.hold_key, true, false);
   SELECT * INTO s FROM @extschema@.fencing_session x WHERE x.session_id = session FOR UPDATE;
   IF NOT FOUND THEN
     RETURN 0;
   END IF;
-  -- A superuser may close any session during an incident.
-  PERFORM @extschema@.fencing_session_check_role(caller, s, 'close');
   DELETE FROM @extschema@.fencing_session x WHERE x.session_id = session;
   IF s.expires_at <= clock_timestamp() THEN
     -- Expired already: its leases expired with it (lock-delay included);
@@ -2910,6 +2932,7 @@ DECLARE
   granted @extschema@.fencing_token;
   tokens @extschema@.fencing_token[];
 BEGIN
+  PERFORM @extschema@.fencing_check_wait(wait, pg_catalog.array_to_string(lock_names, ', '));
   PERFORM @extschema@.fencing_session_for(caller, session, 'fencing_session_acquire_all()');
   IF lock_names IS NULL OR pg_catalog.cardinality(lock_names) = 0
      OR pg_catalog.array_position(lock_names, NULL) IS NOT NULL THEN
