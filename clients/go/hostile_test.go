@@ -4,11 +4,14 @@ package fencing
 // unprivileged role that has been granted the use of its locks, and another
 // role -- a second application, or an attacker holding its credentials --
 // logs in beside it. The server refuses that role everything on the
-// application's locks; the client must neither weaken that nor hand out
-// anything that helps.
+// application's locks, and answers it about the application's session as
+// about one that does not exist (1.9); the client must neither weaken that
+// nor hand out anything that helps.
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,10 +73,39 @@ func refused(t *testing.T, what string, err error, sqlstate string) {
 	}
 }
 
+// noSuchSession fails the test unless err is the server's answer for an
+// acquire in a session that does not exist: 55Z05 naming the session id,
+// never a token, NULL or 42501 (to another role, a session of the
+// application's is no session at all).
+func noSuchSession(t *testing.T, what string, err error, id int64) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != SQLStateSessionEnded ||
+		pgErr.Message != fmt.Sprintf("fencing session %d does not exist or has ended", id) {
+		t.Errorf("%s: want SQLSTATE 55Z05, as for a session that does not exist, got %v", what, err)
+	}
+}
+
+// sessionState is a session as the superuser sees it: whether it is live,
+// the seconds until it ends, the leases in it; found false once it is gone.
+func sessionState(t *testing.T, admin *pgx.Conn, id int64) (live bool, left float64, leases int, found bool) {
+	t.Helper()
+	err := admin.QueryRow(context.Background(), "SELECT live, extract(epoch FROM expires_at - clock_timestamp())::float8, leases::int "+
+		"FROM fencing_sessions WHERE session_id = $1", id).Scan(&live, &left, &leases)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, 0, 0, false
+	}
+	if err != nil {
+		t.Fatalf("reading fencing session %d: %v", id, err)
+	}
+	return live, left, leases, true
+}
+
 func TestAnotherRoleCannotTouchTheApplicationsLeasesSessionsElectionOrTable(t *testing.T) {
 	ctx, admin, prefix := testCtx(t), connectDB(t), uniqueName(t)
 	appRole, mallory := prefix+"_app", prefix+"_mallory"
 	jobs, part, leaderLock, table := prefix+"/jobs", prefix+"/part", prefix+"/leader", prefix+"_orders"
+	hers := prefix + "/hers" // a lock mallory may use: in the application's session only the session stands in her way
 	loginRole(t, admin, appRole)
 	loginRole(t, admin, mallory)
 
@@ -85,6 +117,8 @@ func TestAnotherRoleCannotTouchTheApplicationsLeasesSessionsElectionOrTable(t *t
 		mustExec(t, admin, "SELECT fencing_create_lock($1)", lock)
 		mustExec(t, admin, "SELECT fencing_grant_lock($1, quote_ident($2)::regrole)", lock, appRole)
 	}
+	mustExec(t, admin, "SELECT fencing_create_lock($1)", hers)
+	mustExec(t, admin, "SELECT fencing_grant_lock($1, quote_ident($2)::regrole)", hers, mallory)
 	mustExec(t, admin, "SELECT fencing_set_announce($1, true)", leaderLock)
 	protectedTable(t, admin, table, jobs)
 	mustExec(t, admin, fmt.Sprintf("GRANT SELECT, UPDATE ON %s TO %s, %s", pgx.Identifier{table}.Sanitize(),
@@ -141,15 +175,89 @@ func TestAnotherRoleCannotTouchTheApplicationsLeasesSessionsElectionOrTable(t *t
 	}
 	_, err = evilDB.Exec(ctx, "SELECT fencing_revoke($1, 'mallory')", jobs)
 	refused(t, "revoking the lease", err, "42501")
-	for _, attack := range []struct{ what, sql string }{
-		{"closing the application's session", "SELECT fencing_session_close($1::bigint)"},
-		{"renewing the application's session", "SELECT fencing_session_renew($1::bigint, '1 hour')"},
-	} {
-		_, err := evilDB.Exec(ctx, attack.sql, session.ID())
-		refused(t, attack.what, err, "42501")
+
+	// The application's session answers her exactly as an id she made up
+	// (1.9, issue 42): a close closes nothing (0), a renewal renews nothing
+	// (false), an acquire in it -- even of a lock she may use -- is refused
+	// with 55Z05. She can neither tell its id from a made-up one nor close,
+	// prolong or join it.
+	live, _, sessionLeases, found := sessionState(t, admin, session.ID())
+	if !found || !live || sessionLeases != 2 {
+		t.Fatalf("the application's session before the attacks: found %v, live %v, %d leases", found, live, sessionLeases)
 	}
-	_, err = evilDB.Exec(ctx, "SELECT fencing_session_acquire($1::bigint, $2)", session.ID(), jobs)
-	refused(t, "acquiring in the application's session", err, "42501")
+	var random [8]byte
+	if _, err := rand.Read(random[:]); err != nil {
+		t.Fatal(err)
+	}
+	madeUp := int64(binary.BigEndian.Uint64(random[:])>>3) + 1<<61
+	if _, _, _, found := sessionState(t, admin, madeUp); found {
+		t.Fatalf("a made-up session id that exists: %d", madeUp)
+	}
+	if n := queryValue[int](t, evilDB, "SELECT count(*)::int FROM fencing_sessions WHERE session_id = $1", session.ID()); n != 0 {
+		t.Errorf("mallory sees the application's session")
+	}
+	for _, id := range []int64{session.ID(), madeUp} {
+		which := "the application's session"
+		if id == madeUp {
+			which = "a made-up session"
+		}
+		var closed int
+		if err := evilDB.QueryRow(ctx, "SELECT fencing_session_close($1::bigint)", id).Scan(&closed); err != nil || closed != 0 {
+			t.Errorf("closing %s: %d, %v; want 0", which, closed, err)
+		}
+		// A renewal that took would end the session within a millisecond,
+		// or keep it an hour: looked at at once, before the application's
+		// heartbeat (every third of its ttl of 5 s) renews it.
+		for _, ttl := range []string{"1 millisecond", "1 hour"} {
+			var renewed bool
+			if err := evilDB.QueryRow(ctx, "SELECT fencing_session_renew($1::bigint, $2::interval)", id, ttl).Scan(&renewed); err != nil || renewed {
+				t.Errorf("renewing %s for %s: %v, %v; want false", which, ttl, renewed, err)
+			}
+			if id == session.ID() {
+				if live, left, _, _ := sessionState(t, admin, id); !live || left <= 0.5 || left > 5.5 {
+					t.Errorf("the application's session after a renewal for %s by mallory: live %v, %.3f s left", ttl, live, left)
+				}
+			}
+		}
+		for _, attack := range []struct {
+			what, sql string
+			args      []interface{}
+		}{
+			{"acquiring", "SELECT fencing_session_acquire($1::bigint, $2)", []interface{}{id, hers}},
+			{"acquiring shared", "SELECT fencing_session_acquire($1::bigint, $2, kind => 'shared')", []interface{}{id, hers}},
+			{"acquiring all", "SELECT fencing_session_acquire_all($1::bigint, $2::text[])", []interface{}{id, []string{hers}}},
+			{"acquiring all, waiting", "SELECT fencing_session_acquire_all($1::bigint, $2::text[], '1 s')", []interface{}{id, []string{hers}}},
+			{"waiting (CALL fencing_await)", "CALL fencing_await($2, session => $1::bigint, wait => '30 s')", []interface{}{id, hers}},
+		} {
+			// Refused at once, the wait at its first attempt.
+			attackCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := evilDB.Exec(attackCtx, attack.sql, attack.args...)
+			cancel()
+			noSuchSession(t, attack.what+" in "+which, err, id)
+		}
+	}
+	if live, left, leases, _ := sessionState(t, admin, session.ID()); !live || left <= 0.5 || left > 5.5 || leases != sessionLeases {
+		t.Errorf("the application's session after the attacks: live %v, %.3f s left, %d leases (want %d)", live, left, leases, sessionLeases)
+	}
+	if n := queryValue[int](t, admin, "SELECT count(*)::int FROM fencing_leases WHERE lock_name = $1", hers); n != 0 {
+		t.Errorf("%d leases of mallory's lock were granted", n)
+	}
+	// The same calls in a session of her own do what they say: what she
+	// was refused is the application's session.
+	ownSession, err := evil.NewSession(ctx, SessionOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ownSession.Close(ctx)
+	if renewed := queryValue[bool](t, evilDB, "SELECT fencing_session_renew($1::bigint, '5 s')", ownSession.ID()); !renewed {
+		t.Errorf("renewing her own session: false")
+	}
+	if token := queryValue[*int64](t, evilDB, "SELECT fencing_session_acquire($1::bigint, $2)::bigint", ownSession.ID(), hers); token == nil {
+		t.Errorf("acquiring her own lock in her own session: NULL")
+	}
+	if closed := queryValue[int](t, evilDB, "SELECT fencing_session_close($1::bigint)", ownSession.ID()); closed != 1 {
+		t.Errorf("closing her own session: %d, want 1", closed)
+	}
 
 	// Her own session is hers to open, but no lock of the application's
 	// may be taken in it.

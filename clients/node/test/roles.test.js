@@ -2,10 +2,13 @@
 // not as the superuser the other tests use.  The superuser makes two roles
 // with passwords -- the application's, allowed to use three locks (a lease's,
 // a session's and an election's) and to write a table guarded under the
-// first, and a hostile one, allowed to write that table but to use no lock
-// -- and each role gets a Client of its own (its own user and password).
-// Every attack of the hostile role must fail with a clear error, and the
-// application's lease, session and leadership must be unharmed afterwards.
+// first, and a hostile one, allowed to write that table but to use none of
+// them (only a lock of its own) -- and each role gets a Client of its own
+// (its own user and password).
+// Every attack of the hostile role must fail with a clear error (on the
+// application's session: the answer for a session that does not exist, 1.9),
+// and the application's lease, session and leadership must be unharmed
+// afterwards.
 
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -18,6 +21,7 @@ import { Client, LeaseLostError, NeverGrantedTokenError, fencedQuery } from '../
 import { connectDb, newName, protectedTable, sql1, within } from './helpers.js';
 
 const PERMISSION_DENIED = '42501';
+const SESSION_ENDED = '55Z05';
 
 // A refusal of the privilege model: SQLSTATE 42501 and a message matching `message`.
 function denied(message) {
@@ -28,12 +32,23 @@ function denied(message) {
   };
 }
 
+// The answer for an acquire in a session that does not exist: 55Z05 naming the session id,
+// never a token, NULL or 42501 -- to another role, the app's session is no session at all.
+function noSuchSession(id) {
+  return (err) => {
+    assert.equal(err.code, SESSION_ENDED, `expected 55Z05, got ${err.code}: ${err.message}`);
+    assert.equal(err.message, `fencing session ${id} does not exist or has ended`);
+    return true;
+  };
+}
+
 const suffix = randomBytes(4).toString('hex');
 const app = { role: `js_app_${suffix}`, password: randomBytes(12).toString('hex') };
 const evil = { role: `js_evil_${suffix}`, password: randomBytes(12).toString('hex') };
 const leaseLock = newName();
 const sessionLock = newName();
 const electionLock = newName();
+const evilLock = newName(); // a lock the hostile role may use: in the app's session, only the session stands in its way
 const table = leaseLock;
 
 let db; // the superuser's
@@ -59,6 +74,8 @@ before(async () => {
     await db.query('SELECT fencing_create_lock($1)', [lock]); // the superuser's lock ...
     await db.query('SELECT fencing_grant_lock($1, $2::regrole)', [lock, app.role]); // ... whose use it grants the app
   }
+  await db.query('SELECT fencing_create_lock($1)', [evilLock]);
+  await db.query('SELECT fencing_grant_lock($1, $2::regrole)', [evilLock, evil.role]);
   await protectedTable(db, table, leaseLock);
   // The hostile role may write the table too: what stops it is the lock.
   await db.query(`GRANT SELECT, UPDATE ON ${table} TO ${app.role}, ${evil.role}`);
@@ -71,6 +88,7 @@ after(async () => {
   for (const lock of [leaseLock, sessionLock, electionLock]) {
     await db.query('SELECT fencing_revoke_lock($1, $2::regrole)', [lock, app.role]);
   }
+  await db.query('SELECT fencing_revoke_lock($1, $2::regrole)', [evilLock, evil.role]);
   await db.query(`DROP TABLE IF EXISTS ${table}`);
   await db.query(`DROP OWNED BY ${app.role}, ${evil.role}`);
   await db.query(`DROP ROLE ${app.role}, ${evil.role}`);
@@ -122,6 +140,11 @@ describe('unprivileged roles', () => {
 
   test("a hostile role can neither close, renew nor use the app's session", async () => {
     const session = await appClient.session({ ttl: 5 });
+    // As the superuser sees it: whether it is live, seconds until it ends, leases in it.
+    const state = async (id) => (await db.query(
+      'SELECT live, extract(epoch FROM expires_at - clock_timestamp())::float8 AS left, leases::int FROM fencing_sessions WHERE session_id = $1',
+      [id],
+    )).rows[0];
     try {
       const held = await session.lock(sessionLock);
       const evilSession = await evilClient.session({ ttl: 5 }); // a session of its own it may open ...
@@ -130,14 +153,55 @@ describe('unprivileged roles', () => {
       } finally {
         await evilSession.close();
       }
-      await assert.rejects(evilDb.query('SELECT fencing_session_close($1)', [session.id]), denied(/may not close fencing session/));
-      await assert.rejects(evilDb.query("SELECT fencing_session_renew($1, '1 hour')", [session.id]), denied(/may not renew fencing session/));
-      await assert.rejects(evilDb.query('SELECT fencing_session_acquire($1, $2)', [session.id, `${sessionLock}_x`]), denied(/may not use fencing session/));
+      const before = await state(session.id);
+      assert.ok(before.live && before.leases === 1, `the session before: live ${before.live}, ${before.leases} leases`);
+      // 1.9 (issue 42): the app's session id answers the hostile role exactly as one it made up:
+      // a close closes nothing (0), a renewal renews nothing (false), an acquire in it -- even
+      // of a lock it may use -- is refused with 55Z05.  It cannot tell the one from the other,
+      // nor close, prolong or join the session.
+      const madeUp = (BigInt(`0x${randomBytes(8).toString('hex')}`) >> 3n) + (1n << 61n);
+      assert.equal(await state(madeUp), undefined, 'a made-up session id that exists');
+      assert.equal(await sql1(evilDb, 'SELECT count(*)::int FROM fencing_sessions WHERE session_id = $1', [session.id]), 0, 'it sees the session');
+      for (const id of [session.id, madeUp]) {
+        assert.equal(await sql1(evilDb, 'SELECT fencing_session_close($1)', [id]), 0);
+        // A renewal that took would end the session within a millisecond, or keep it an hour:
+        // looked at at once, before the app's heartbeat (every third of its ttl) renews it.
+        for (const ttl of ['1 millisecond', '1 hour']) {
+          assert.equal(await sql1(evilDb, 'SELECT fencing_session_renew($1, $2::interval)', [id, ttl]), false);
+          if (id === session.id) {
+            const { live, left } = await state(id);
+            assert.ok(live && left > 0.5 && left <= 5.5, `after a renewal to ${ttl}: live ${live}, ${left} s left`);
+          }
+        }
+        await assert.rejects(evilDb.query('SELECT fencing_session_acquire($1, $2)', [id, evilLock]), noSuchSession(id));
+        await assert.rejects(evilDb.query("SELECT fencing_session_acquire($1, $2, kind => 'shared')", [id, evilLock]), noSuchSession(id));
+        await assert.rejects(evilDb.query('SELECT fencing_session_acquire_all($1, $2::text[])', [id, [evilLock]]), noSuchSession(id));
+        await assert.rejects(evilDb.query("SELECT fencing_session_acquire_all($1, $2::text[], '1 s')", [id, [evilLock]]), noSuchSession(id));
+        // Refused at its first attempt, not after the wait.
+        await within(
+          assert.rejects(evilDb.query("CALL fencing_await($1, session => $2, wait => '30 s')", [evilLock, id]), noSuchSession(id)),
+          10000,
+          'the refused wait in the session',
+        );
+      }
       await assert.rejects(evilDb.query('SELECT fencing_release($1, $2::fencing_token)', [sessionLock, held.token]), denied(/permission denied for fencing lock/));
 
+      // Unharmed: held by the client and by the server, still ending when the app's heartbeat
+      // says, with its one lease and nothing of the hostile role's.
       assert.ok(session.held() && held.held(), held.lostReason);
-      assert.equal(await sql1(db, 'SELECT live FROM fencing_sessions WHERE session_id = $1', [session.id]), true);
+      const { live, left, leases } = await state(session.id);
+      assert.ok(live && left > 0.5 && left <= 5.5 && leases === 1, `the session: live ${live}, ${left} s left, ${leases} leases`);
       assert.equal(await sql1(db, "SELECT session_id::text FROM fencing_leases WHERE lock_name = $1 AND state = 'live'", [sessionLock]), String(session.id));
+      assert.equal(await sql1(db, 'SELECT count(*)::int FROM fencing_leases WHERE lock_name = $1', [evilLock]), 0, 'a lease of its lock was granted');
+      // The same calls in a session of its own do what they say: what was refused is the app's session.
+      const own = await evilClient.session({ ttl: 5 });
+      try {
+        assert.equal(await sql1(evilDb, "SELECT fencing_session_renew($1, '5 s')", [own.id]), true);
+        assert.notEqual(await sql1(evilDb, 'SELECT fencing_session_acquire($1, $2)::text', [own.id, evilLock]), null);
+        assert.equal(await sql1(evilDb, 'SELECT fencing_session_close($1)', [own.id]), 1);
+      } finally {
+        await own.close();
+      }
       assert.equal(await held.release(), true);
     } finally {
       await session.close();

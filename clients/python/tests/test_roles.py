@@ -1,14 +1,17 @@
 """Unprivileged roles: the application's clients log in as a role that has
 been granted the use of its locks, and another role -- a second
 application, or an attacker holding its credentials -- logs in beside it.
-The server refuses that role everything on the application's locks; the
-client must neither weaken that nor hand out anything that helps.  Every
-attempt must fail with a clear error, and leave the application's lease,
-session and leadership as they were."""
+The server refuses that role everything on the application's locks, and
+answers it about the application's session as about one that does not
+exist (1.9); the client must neither weaken that nor hand out anything that
+helps.  Every attempt must fail with a clear error (or the answer for no
+such session), and leave the application's lease, session and leadership
+as they were."""
 
 from __future__ import annotations
 
 import secrets
+import time
 import types
 import uuid
 
@@ -19,6 +22,7 @@ from psycopg.conninfo import make_conninfo
 
 import pg_fencing
 from conftest import CONNINFO
+from pg_fencing.errors import SESSION_ENDED
 
 FORGED = 10_000_000_000  # far above any token the test cluster hands out
 
@@ -27,14 +31,15 @@ FORGED = 10_000_000_000  # far above any token the test cluster hands out
 def deployment():
     """The operator's set-up, as the superuser: two LOGIN roles (app and
     mallory) with passwords of this run; three locks that exist (the
-    superuser creates them, so they are its own) and only app may use; a
-    per-row-protected table (rows) and one under the lock-wide fence of
-    jobs (fenced).  Everything is dropped at the end."""
+    superuser creates them, so they are its own) and only app may use, and
+    one only mallory may use (hers); a per-row-protected table (rows) and
+    one under the lock-wide fence of jobs (fenced).  Everything is dropped
+    at the end."""
     prefix = "py_" + uuid.uuid4().hex[:10]
     names = types.SimpleNamespace(app=prefix + "_app", mallory=prefix + "_mallory",
                                   jobs=prefix + "/jobs", part=prefix + "/part",
-                                  leader=prefix + "/leader", rows=prefix + "_rows",
-                                  fenced=prefix + "_fenced")
+                                  leader=prefix + "/leader", hers=prefix + "/hers",
+                                  rows=prefix + "_rows", fenced=prefix + "_fenced")
     admin = psycopg.connect(CONNINFO, autocommit=True)
     roles = []
     try:
@@ -48,6 +53,10 @@ def deployment():
         for lock in (names.jobs, names.part, names.leader):
             admin.execute("SELECT fencing_create_lock(%s)", (lock,))
             admin.execute("SELECT fencing_grant_lock(%s, quote_ident(%s)::regrole)", (lock, names.app))
+        # A lock mallory may use: in the application's session only the
+        # session stands between her and a lease of it.
+        admin.execute("SELECT fencing_create_lock(%s)", (names.hers,))
+        admin.execute("SELECT fencing_grant_lock(%s, quote_ident(%s)::regrole)", (names.hers, names.mallory))
         # Both roles may UPDATE both tables: only the guard stands between
         # mallory and their rows.
         for table, lock in ((names.rows, None), (names.fenced, names.jobs)):
@@ -114,8 +123,8 @@ def mallory(deployment):
 
 def refused(naming: str, attempt, *args, **kwargs) -> None:
     """attempt(...) must fail with the server's 42501 (the role may not use
-    the lock, or act in the session), never a busy lock, a timeout or a
-    success; the message names the lock or session it was refused."""
+    the lock), never a busy lock, a timeout or a success; the message names
+    the lock it was refused."""
     with pytest.raises(errors.InsufficientPrivilege) as caught:
         attempt(*args, **kwargs)
     assert caught.value.sqlstate == "42501"
@@ -162,16 +171,77 @@ def test_another_role_cannot_release_or_renew_the_applications_lease_by_its_toke
     assert_intact(names, app)
 
 
+def no_such_session(session_id: int, attempt, *args, **kwargs) -> None:
+    """attempt(...) must fail as an acquire in a session that does not exist
+    fails (55Z05, naming the session), never with a token, NULL or 42501:
+    to another role a session of the application's is no session at all."""
+    with pytest.raises(psycopg.Error) as caught:
+        attempt(*args, **kwargs)
+    assert caught.value.sqlstate == SESSION_ENDED, caught.value
+    assert caught.value.diag.message_primary == \
+        f"fencing session {session_id} does not exist or has ended", caught.value.diag.message_primary
+
+
+def session_state(admin, session_id: int):
+    """(live, seconds until its end, leases in it) of a session, as the
+    superuser sees it; None once it is gone."""
+    return admin.execute(
+        "SELECT live, extract(epoch FROM expires_at - clock_timestamp())::float8, leases "
+        "FROM fencing_sessions WHERE session_id = %s", (session_id,)).fetchone()
+
+
 def test_another_role_cannot_close_renew_or_acquire_in_the_applications_session(deployment, app, mallory):
-    names = deployment[0]
-    session = str(app.session.id)
-    refused(session, mallory.db.execute, "SELECT fencing_session_close(%s)", (app.session.id,))
-    refused(session, mallory.db.execute, "SELECT fencing_session_renew(%s, '1 hour')", (app.session.id,))
-    refused(session, mallory.db.execute, "SELECT fencing_session_acquire(%s, %s)",
-            (app.session.id, names.jobs))
+    """1.9 (issue 42): the application's session id, in mallory's hands,
+    answers exactly as a made-up one: a close closes nothing (0), a renewal
+    renews nothing (false), an acquire in it -- even of a lock she may use --
+    is refused with 55Z05.  So she cannot tell its id from one she made up,
+    nor close, prolong or join it: afterwards the session is live, ends when
+    the application's heartbeat says, and holds its lease and nothing else."""
+    names, _, admin = deployment
+    made_up = secrets.randbelow(2**62) + 2**61
+    assert session_state(admin, made_up) is None, "a made-up session id that exists"
+    live, _, leases = session_state(admin, app.session.id)
+    assert live and leases == 1
+    assert mallory.db.execute("SELECT count(*) FROM fencing_sessions WHERE session_id = %s",
+                              (app.session.id,)).fetchone()[0] == 0, "she sees the application's session"
+    for session_id in (app.session.id, made_up):
+        assert mallory.db.execute("SELECT fencing_session_close(%s)", (session_id,)).fetchone()[0] == 0
+        # A renewal that took would end the session within a millisecond, or
+        # keep it an hour: checked at once, before the heartbeat (every
+        # third of the ttl of 10 s) renews it again.
+        for ttl in ("1 millisecond", "1 hour"):
+            assert mallory.db.execute("SELECT fencing_session_renew(%s, %s::interval)",
+                                      (session_id, ttl)).fetchone()[0] is False
+            if session_id == app.session.id:
+                live, left, _ = session_state(admin, session_id)
+                assert live and 0.5 < left <= 10.5, (ttl, live, left)
+        no_such_session(session_id, mallory.db.execute, "SELECT fencing_session_acquire(%s, %s)",
+                        (session_id, names.hers))
+        no_such_session(session_id, mallory.db.execute,  # the SQL path
+                        "SELECT fencing_session_acquire(%s, %s, kind => 'shared')", (session_id, names.hers))
+        no_such_session(session_id, mallory.db.execute, "SELECT fencing_session_acquire_all(%s, %s)",
+                        (session_id, [names.hers]))
+        no_such_session(session_id, mallory.db.execute, "SELECT fencing_session_acquire_all(%s, %s, '1 s')",
+                        (session_id, [names.hers]))
+        # Refused at its first attempt, not after the wait.
+        started = time.monotonic()
+        no_such_session(session_id, mallory.db.execute,
+                        "CALL fencing_await(%s, session => %s, wait => '30 s')", (names.hers, session_id))
+        assert time.monotonic() - started < 10
     refused(names.part, mallory.db.execute, "SELECT fencing_release(%s, %s::fencing_token)",
             (names.part, app.part.token))
+    live, left, leases = session_state(admin, app.session.id)
+    assert live and 0.5 < left <= 10.5 and leases == 1, (live, left, leases)
+    assert admin.execute("SELECT count(*) FROM fencing_leases WHERE lock_name = %s",
+                         (names.hers,)).fetchone()[0] == 0, "a lease of her lock was granted"
     assert_intact(names, app)
+    # The same calls in a session of her own do what they say: what she was
+    # refused above is the application's session.
+    with mallory.client.session(ttl=5) as own:
+        assert mallory.db.execute("SELECT fencing_session_renew(%s, '5 s')", (own.id,)).fetchone()[0] is True
+        assert mallory.db.execute("SELECT fencing_session_acquire(%s, %s)::bigint",
+                                  (own.id, names.hers)).fetchone()[0] is not None
+        assert mallory.db.execute("SELECT fencing_session_close(%s)", (own.id,)).fetchone()[0] == 1
 
 
 def test_another_role_cannot_campaign_or_proclaim_over_the_election(deployment, app, mallory):
