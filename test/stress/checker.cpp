@@ -141,6 +141,15 @@ struct Freeze {
   Token tok = kNone;
   std::int64_t ms = 0;
   std::string who;
+  std::string wid;
+  // What it did first when it resumed, in the frozen transaction: "commit"
+  // (nothing) or a variant's call, "close", "open" or "reacquire".
+  std::string then = "commit";
+  std::int64_t lease_end = kNone;  // a variant's: its lease's end, wall µs (server clock)
+  bool stopped = true;             // false: it could not stop, and wrote on at once
+  std::int64_t thawed = 0;         // wall µs it resumed at; 0: not on record (killed)
+  bool called = false;             // a variant's call answered in the frozen transaction
+  std::string answer;
 };
 
 struct ServerGrant {
@@ -504,6 +513,69 @@ Fence FenceOf(const std::string &tbl) {
   return Fence::kPermit;
 }
 
+// ---- Frozen writes ------------------------------------------------------------
+
+// What became of the frozen writes of a guarded run (JudgeFrozenWrites).
+struct FrozenWrites {
+  long judged = 0;
+  long refused = 0;  // refused with 55Z04: at the COMMIT, or at a variant's call
+  long ended = 0;    // not committed otherwise: the server ended the transaction first
+  long variants = 0;
+  std::map<std::string, long> by_then;  // variants per call
+  long called = 0;                      // variants whose call answered
+  long variants_refused = 0;            // variants refused with 55Z04
+};
+
+// G: no frozen write commits.  Each one's lease had ended before its worker
+// resumed -- a plain freeze lasts TTL + 3-4 s with the heartbeat stopped, a
+// variant until just past the end it logged -- so its transaction may not
+// commit, whatever it called before its COMMIT (closing its session, opening
+// another, acquiring the lock again: each let such a COMMIT through before
+// 1.9): the server refuses it (55Z04) or has ended the transaction.  A
+// variant that resumed before its end would make the check wrong: reported.
+FrozenWrites JudgeFrozenWrites(
+    const std::vector<Freeze> &freezes, const std::vector<WriteRec> &writes,
+    const std::unordered_map<std::string, std::size_t> &write_index,
+    const std::unordered_map<std::string, const HistRec *> &history_by_wid,
+    Violations &violations) {
+  FrozenWrites report;
+  for (const Freeze &z : freezes) {
+    const auto it = write_index.find(z.wid);
+    if (!z.stopped || it == write_index.end()) continue;
+    const WriteRec &w = writes[it->second];
+    const bool variant = z.then != "commit";
+    ++report.judged;
+    std::string what = Describe(w) + " froze for " + std::to_string(z.ms) + " ms, then " + z.then;
+    if (variant) {
+      ++report.variants;
+      ++report.by_then[z.then];
+      if (z.called) {
+        ++report.called;
+        what += " (answered " + z.answer + ")";
+      }
+      if (z.thawed != 0 && z.thawed <= z.lease_end) {
+        violations.Add(
+            "freeze variant resumed before its lease ended (harness)",
+            what + ": resumed " + std::to_string(z.lease_end - z.thawed) + " µs before the end");
+      }
+    }
+    const auto committed = history_by_wid.find(z.wid);
+    if (committed != history_by_wid.end() || w.out == Outcome::kOk) {
+      violations.Add("frozen write committed after its lease ended",
+                     what + ": committed" +
+                         (committed != history_by_wid.end()
+                              ? " (seq " + std::to_string(committed->second->seq) + ")"
+                              : std::string(" (acknowledged)")));
+    } else if (w.state == "55Z04") {
+      ++report.refused;
+      if (variant) ++report.variants_refused;
+    } else {
+      ++report.ended;
+    }
+  }
+  return report;
+}
+
 }  // namespace
 
 long CheckRun(const CheckOptions &options, std::ostream &out) {
@@ -525,9 +597,14 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   std::vector<Restore> restores;
   // When the server was down (crashes; restores are added below): wall µs.
   std::vector<std::pair<std::int64_t, std::int64_t>> outages;
+  // Requests of the freeze fault's variant (then= a call, not commit).
+  long variant_requests = 0;
   for (const std::string &line : Lines(ReadFile(dir + "/faults.log"), nullptr)) {
     const Fields f = ParseFields(line);
     if (const auto ev = Get(f, "ev")) ++faults[*ev];
+    if (Get(f, "ev") == std::optional<std::string>("freeze_request") &&
+        Get(f, "then").value_or("commit") != "commit")
+      ++variant_requests;
     // The server's crashes, from the crash to its restart.
     if (Get(f, "ev") == std::optional<std::string>("crash")) {
       outages.push_back({GetInt(f, "wall"), INT64_MAX});
@@ -581,6 +658,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   std::map<std::string, long> events;
   std::set<Token> lost_tokens;
   std::vector<Freeze> freezes;
+  std::unordered_map<std::string, std::size_t> freeze_index;  // by write id
   long truncated = 0;
   long anomalies = 0;
   for (const std::string &path : LogFiles(dir + "/workers")) {
@@ -651,7 +729,30 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
         r.state = Get(f, "state").value_or("");
         r.msg = Get(f, "msg").value_or("");
       } else if (ev == "freeze") {
-        freezes.push_back({GetInt(f, "wall"), GetInt(f, "tok"), GetInt(f, "ms"), who});
+        Freeze z;
+        z.at = GetInt(f, "wall");
+        z.tok = GetInt(f, "tok");
+        z.ms = GetInt(f, "ms");
+        z.who = who;
+        z.wid = Get(f, "wid").value_or("");
+        z.then = Get(f, "then").value_or("commit");
+        z.lease_end = GetInt(f, "end");
+        freeze_index[z.wid] = freezes.size();
+        freezes.push_back(std::move(z));
+      } else if (ev == "thaw" || ev == "thaw_call") {
+        const auto it = freeze_index.find(Get(f, "wid").value_or(""));
+        if (it == freeze_index.end()) {
+          ++anomalies;
+          continue;
+        }
+        Freeze &z = freezes[it->second];
+        if (ev == "thaw") {
+          z.thawed = GetInt(f, "wall");
+          z.stopped = Get(f, "stopped") != std::optional<std::string>("0");
+        } else {
+          z.called = true;
+          z.answer = Get(f, "answer").value_or("");
+        }
       } else if (ev == "lost") {
         lost_tokens.insert(GetInt(f, "tok"));
       } else if (ev == "acq_fail") {
@@ -1479,6 +1580,13 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     }
   }
 
+  // ==== G. No frozen write commits after its lease ended (issue 42) ====
+  // Guarded runs only: an unguarded table ties no write to a lease.
+  FrozenWrites frozen;
+  if (guarded) {
+    frozen = JudgeFrozenWrites(freezes, writes, write_index, history_by_wid, violations);
+  }
+
   // ==== E. The run must have exercised something ====
   long stale_total = 0;
   for (const auto &[tbl, c] : counts) stale_total += c.stale;
@@ -1502,6 +1610,13 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
     violations.Add("vacuous run", "the freeze fault was requested " +
                                       std::to_string(faults["freeze_request"]) +
                                       " times, but no worker froze");
+  }
+  // Likewise for the variant, which freezes at the worker's next grant.
+  if (freeze_planned && guarded && !permit_mode && variant_requests >= 3 && frozen.variants == 0) {
+    violations.Add("vacuous run",
+                   "the freeze fault's variant (close, open or reacquire after the "
+                   "lease's end) was requested " +
+                       std::to_string(variant_requests) + " times, but no worker froze in one");
   }
   if (restore_planned && restores.empty()) {
     violations.Add("vacuous run", "the restore fault was on, but no restore happened");
@@ -1585,6 +1700,20 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   if (!freezes.empty()) {
     out << "frozen holders: " << freezes.size() << " froze after a write; " << freezes_judged
         << " judged against the bound on the next grant\n";
+  }
+  if (frozen.judged > 0) {
+    out << "frozen writes committed after their lease ended: "
+        << violations.Count("frozen write committed after its lease ended") << " of "
+        << frozen.judged << " (refused 55Z04 " << frozen.refused << ", ended by the server first "
+        << frozen.ended << ")";
+    if (frozen.variants + variant_requests > 0) {
+      out << "; variants resumed just after the end " << frozen.variants << " of "
+          << variant_requests << " requested (then close " << frozen.by_then["close"] << ", open "
+          << frozen.by_then["open"] << ", reacquire " << frozen.by_then["reacquire"]
+          << "; the call answered in " << frozen.called << ", refused 55Z04 "
+          << frozen.variants_refused << ")";
+    }
+    out << "\n";
   }
   if (permit_mode) {
     out << "permits: grants per permit";

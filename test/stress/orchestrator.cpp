@@ -88,7 +88,11 @@ Unix socket only.  At the end, checks the history (pg_fencing_stress_check).
   --unguarded         no fencing_protect on the tables: the checker must find violations
   --faults LIST       comma-separated from pause,kill,crash,restore,freeze, or none (all);
                       freeze: a worker stops after a write, before its COMMIT, for
-                      ttl + 3-4 s (its lease runs out; the next holder must not wait)
+                      ttl + 3-4 s (its lease runs out; the next holder must not wait);
+                      three requests in four a variant (not with --permits): the
+                      worker's next hold stops until just after its lease's end,
+                      then closes its session, opens another or acquires the lock
+                      again, and commits
   --restore-at B-R    restore fault: the base backup at B%, the restore at R% of the
                       duration, after a server crash (forced if none came) (20-60)
   --fault-interval MIN-MAX   ms between two faults (1000-4000)
@@ -579,12 +583,16 @@ class Orchestrator {
       // Longer than the bound on a takeover by far, so that a frozen holder
       // that kept the next one waiting shows in the checker.
       const int ms = static_cast<int>(o_.worker.ttl.count()) + Uniform(3000, 4000);
+      const Thaw thaw = NextThaw();
       union sigval value;
-      value.sival_int = ms;
+      value.sival_int = FreezeSignalValue(thaw == Thaw::kCommit ? ms : 0, thaw);
       sigqueue(slot.pid, SIGUSR1, value);
-      faults_.Write("ev=freeze_request " + who + " ms=" + std::to_string(ms));
-      // The worker freezes at its next write, soon; then the next grant is
-      // due within ttl + 2 s.
+      faults_.Write("ev=freeze_request " + who +
+                    (thaw == Thaw::kCommit ? " ms=" + std::to_string(ms) : std::string()) +
+                    " then=" + ThawName(thaw));
+      // The worker freezes at its next write, soon (a variant at its next
+      // grant, within a few seconds, for about a ttl); then the next grant
+      // is due within ttl + 2 s.
       freeze_window_end_ = MonoMs() + ms + 2000;
     } else if (kind == "kill") {
       kill(slot.pid, SIGKILL);
@@ -599,6 +607,18 @@ class Orchestrator {
       return;  // counted there
     }
     ++injected_[kind];
+  }
+
+  // The freeze fault's requests take turns: the plain freeze, then each of
+  // its variants (worker.hpp, Thaw), so that a short run has them all (the
+  // default guarded run makes seven requests or so; its first fault is a
+  // plain one).  Permit runs only the plain one: the variant holds the
+  // exclusive lock.
+  Thaw NextThaw() {
+    static constexpr Thaw kTurns[] = {Thaw::kCommit, Thaw::kCloseSession, Thaw::kOpenSession,
+                                      Thaw::kReacquire};
+    if (o_.worker.permits > 0) return Thaw::kCommit;
+    return kTurns[freeze_requests_++ % (sizeof kTurns / sizeof kTurns[0])];
   }
 
   void CrashServer(const std::string &why) {
@@ -788,6 +808,7 @@ class Orchestrator {
   int crashes_since_backup_ = 0;
   std::int64_t last_restart_ms_ = 0;
   std::int64_t freeze_window_end_ = 0;  // no crash before this (MonoMs)
+  std::size_t freeze_requests_ = 0;     // the freeze fault's requests so far (NextThaw)
   std::vector<Lost> lost_;
 };
 

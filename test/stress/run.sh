@@ -17,7 +17,8 @@
 #    same with permits (no fencing_protect, no read fence);
 # 3. the checker against copies of run 1's directory with one defect planted
 #    in each (a lost acknowledged write, a token granted twice, a wrong final
-#    row, a false rejection, a token that went down; across the restore: a
+#    row, a false rejection, a token that went down, the frozen write of the
+#    freeze fault's variant committed; across the restore: a
 #    token granted after it equal to one granted before it, and the writes
 #    under it, an acknowledged write from before the backup missing from the
 #    restored record), and of the permit run's (a write after its permit was
@@ -152,6 +153,10 @@ records() {
 lost_at() {
   sed -n 's/.* ev=restore n=1 .* lost_at=\([0-9]*\) .*/\1/p' "$1/faults.log" | head -n 1
 }
+# The value of KEY in an event-log LINE (common.hpp's format).
+event_field() {
+  sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"
+}
 plant() {
   local run=$1 name=$2 expect=$3
   local dir=$work/plant-$run-$name rec
@@ -197,6 +202,24 @@ plant() {
       wid=$(grep -h 'ev=w_done .* out=ok' "$dir"/workers/*.log |
         sed 's/^mono=[0-9]* wall=\([0-9]*\) .* wid=\([^ ]*\) .*/\1 \2/' | sort -n | head -n 1 | cut -d' ' -f2)
       awk -F'\t' -v w="$wid" '$6 != w' "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
+    frozen-commit)
+      # The write of a freeze variant (resumed after its lease's end, then a
+      # call and COMMIT), committed after all: its row at the end of the
+      # final record, as its COMMIT would have put it there.
+      local wid inv
+      wid=$(grep -h 'ev=freeze .* then=\(close\|open\|reacquire\)' "$dir"/workers/*.log | head -n 1 |
+        sed 's/.* wid=\([^ ]*\) .*/\1/')
+      if [[ -z $wid ]]; then
+        echo "    planted $name: NOTHING TO PLANT ON (no freeze variant froze; see $dir/faults.log)"
+        failures+=("plant-$run-$name")
+        return
+      fi
+      inv=$(grep -h "ev=w_inv wid=$wid " "$dir"/workers/*.log | head -n 1)
+      awk -F'\t' -v OFS='\t' -v tbl="$(event_field "$inv" tbl)" -v row="$(event_field "$inv" row)" \
+        -v tok="$(event_field "$inv" tok)" -v val="$(event_field "$inv" val)" -v wid="$wid" \
+        -v ts="$(event_field "$inv" wall)" \
+        '{ print; if ($1 + 0 > seq + 0) seq = $1; pm = $8 } END { print seq + 1, tbl, row, tok, val, wid, ts, pm }' \
+        "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
     final-row)  # a row ends with a token nobody wrote last
       awk -F'\t' -v OFS='\t' '!done && $3 != "\\N" { $3 = 0; done = 1 } { print }' "$dir/final.tsv" >"$dir/t" &&
         mv "$dir/t" "$dir/final.tsv" ;;
@@ -251,6 +274,7 @@ if [[ -f $work/guarded/history.tsv ]]; then
   plant guarded final-row "final state mismatch"
   plant guarded false-rejection "false rejection"
   plant guarded token-down "row token decreased"
+  plant guarded frozen-commit "frozen write committed after its lease ended"
   if [[ -f $work/guarded/lost-1/grants.tsv ]]; then
     plant guarded restore-regrant "token granted twice (server record)"
     plant guarded restore-stale-write "stale write accepted after the restore"

@@ -13,8 +13,14 @@
 //   lost tok=T src=heartbeat|held            the client library says the lease is lost
 //   release tok=T out=true|false|info        fencing_release's answer
 //   zombie tok=T                             writing on with a token let go of
-//   freeze wid=W tok=T ms=MS                 the write W is made, and the whole process
-//                                            stops for MS ms before its COMMIT
+//   freeze wid=W tok=T ms=MS then=TH [end=E] the write W is made, and the whole process
+//                                            stops for MS ms before its COMMIT; TH: what
+//                                            it does first when it resumes (commit: nothing;
+//                                            close|open|reacquire, a variant: E is its
+//                                            lease's end, wall µs on the server's clock)
+//   thaw wid=W stopped=1|0                   the process resumed (0: it could not stop)
+//   thaw_call wid=W then=TH answer=A         a variant's call answered, in the frozen
+//                                            transaction (A: what the function returned)
 //   w_inv wid=W tbl=rows|lock row=R tok=T|none lease=T val=V     before a write is sent
 //   w_done wid=W out=ok|55Z01|55Z02|err|info [state=SQLSTATE] [n=ROWS]
 //   r_inv rid=R tok=T present=keep|undo      before a read is sent (permit mode)
@@ -25,6 +31,12 @@
 // pause or a VM stop would -- after the UPDATE and before the COMMIT, and a
 // child it forked resumes it.  Its lease runs out meanwhile; the server must
 // end the transaction so that the next holder is not held up (issue 24).
+// Its variant (the request's Thaw, worker.hpp; issue 42): the worker's next
+// acquisition is a hold of its own without a heartbeat -- in a session for
+// close and open -- whose one write freezes until just after the lease's
+// end; then, in the frozen transaction, the worker closes the session, opens
+// another one or acquires the lock again, and sends COMMIT, which the server
+// must refuse (55Z04) if it has not ended the transaction already.
 //
 // out=info means the outcome is unknown (the connection broke, or COMMIT's
 // answer was lost): the write may or may not have committed.  A w_inv with
@@ -42,9 +54,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <pqxx/pqxx>
 #include <random>
 #include <stdexcept>
@@ -64,16 +78,39 @@ volatile sig_atomic_t g_stop = 0;
 
 void OnTerminate(int) { g_stop = 1; }
 
+// How many kinds of Thaw a request's value carries (FreezeSignalValue).
+constexpr int kThawKinds = 4;
+static_assert(static_cast<int>(Thaw::kReacquire) + 1 == kThawKinds,
+              "a Thaw the value cannot carry");
+
 // The freeze fault's request: how long to stay stopped (0: none pending).
 volatile sig_atomic_t g_freeze_ms = 0;
+// Its variant's: the Thaw it ends with (0: none pending).
+volatile sig_atomic_t g_thaw_pending = 0;
 
-void OnFreeze(int, siginfo_t *info, void *) { g_freeze_ms = info->si_value.sival_int; }
+void OnFreeze(int, siginfo_t *info, void *) {
+  const int value = info->si_value.sival_int;
+  const int thaw = value % kThawKinds;
+  if (thaw == static_cast<int>(Thaw::kCommit)) {
+    g_freeze_ms = value / kThawKinds;
+  } else {
+    g_thaw_pending = thaw;
+  }
+}
+
+// How long after its lease's end a variant's freeze ends: past the end by
+// the server's clock (the same host's), and well before the server
+// terminates a transaction idle past its lease (100 ms after cancelling it
+// at the end), so that the COMMIT is usually what refuses.
+constexpr int kThawMarginMinMs = 5;
+constexpr int kThawMarginMaxMs = 40;
 
 // Stops the whole process for ms: a child sleeps, then sends SIGCONT.
-void FreezeProcess(int ms) {
+// False if it could not stop.
+bool FreezeProcess(int ms) {
   const pid_t self = getpid();
   const pid_t waker = fork();
-  if (waker < 0) return;  // no freeze this time
+  if (waker < 0) return false;  // no freeze this time
   if (waker == 0) {
     struct timespec pause = {ms / 1000, static_cast<long>(ms % 1000) * 1000000L};
     while (nanosleep(&pause, &pause) != 0) {
@@ -83,9 +120,19 @@ void FreezeProcess(int ms) {
   }
   raise(SIGSTOP);
   (void)waitpid(waker, nullptr, 0);
+  return true;
 }
 
 std::string Ms(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
+
+std::string Interval(std::chrono::milliseconds ms) { return Ms(ms) + " milliseconds"; }
+
+// The lease a variant's write freezes under, and what its thaw needs.
+struct FrozenLease {
+  Thaw thaw = Thaw::kCommit;
+  std::string holder;
+  std::int64_t session = 0;  // the session it is held in (0: none)
+};
 
 class Worker {
  public:
@@ -103,8 +150,14 @@ class Worker {
         SleepMs(100);
         continue;
       }
-      std::unique_ptr<client::Lease> lease = Acquire();
-      if (lease) Hold(std::move(lease));
+      // The variant takes the exclusive lock only (the orchestrator asks
+      // for it only then).
+      if (g_thaw_pending != 0 && config_.permits == 0) {
+        FrozenHold(static_cast<Thaw>(static_cast<int>(g_thaw_pending)));
+      } else {
+        std::unique_ptr<client::Lease> lease = Acquire();
+        if (lease) Hold(std::move(lease));
+      }
       SleepMs(Uniform(0, 30));
     }
     log_.Write(prefix_ + "ev=stop");
@@ -131,10 +184,16 @@ class Worker {
     }
   }
 
+  // Unique per acquisition, not per process: a holder that thinks its
+  // lease is lost while the server still has it live would otherwise get
+  // the same token back, and a token must mean one grant.
+  std::string NextHolder() {
+    return std::to_string(config_.slot) + "." + std::to_string(config_.incarnation) + "." +
+           std::to_string(acquires_++);
+  }
+
   std::unique_ptr<client::Lease> Acquire() {
-    const std::string holder = std::to_string(config_.slot) + "." +
-                               std::to_string(config_.incarnation) + "." +
-                               std::to_string(acquires_++);
+    const std::string holder = NextHolder();
     auto token = std::make_shared<std::atomic<Token>>(0);
     client::LeaseOptions options;
     options.conninfo = config_.conninfo;
@@ -144,9 +203,6 @@ class Worker {
       options.permits = config_.permits;
       options.lock_name = kSemName;
     }
-    // Unique per acquisition, not per process: a holder that thinks its
-    // lease is lost while the server still has it live would otherwise get
-    // the same token back, and a token must mean one grant.
     options.holder = holder;
     options.ttl = config_.ttl;
     options.wait = config_.acquire_wait;
@@ -214,6 +270,127 @@ class Worker {
     }
   }
 
+  // The freeze fault's variant (see the top of this file): a hold with no
+  // heartbeat, so that nothing moves its lease's end while the worker is
+  // stopped and the end the worker reads before it freezes is the end.  In
+  // a session for close and open (open for the wait and a ttl, renewed to
+  // a ttl at the grant: the write has a whole ttl whatever the wait took),
+  // a plain lease for reacquire.  It waits longer than a hold's acquire:
+  // one wait keeps its place in the lock's queue, where a worker that
+  // waited again and again would go to its back each time, and the fault
+  // would come seconds later.  The request stays pending until a grant.
+  void FrozenHold(Thaw thaw) {
+    FrozenLease lease{thaw, NextHolder(), 0};
+    const bool in_session = thaw != Thaw::kReacquire;
+    const std::chrono::milliseconds wait = 4 * config_.acquire_wait;
+    const Stamp invoked = Now();
+    log_.Write(invoked,
+               prefix_ + "ev=acq_invoke holder=" + lease.holder + " then=" + ThawName(thaw));
+    std::optional<Token> token;
+    try {
+      pqxx::nontransaction tx(*db_);
+      if (in_session) {
+        lease.session =
+            pqxx_compat::ExecParams1(tx, "SELECT fencing_session_open($1, $2::interval)",
+                                     lease.holder, Interval(wait + config_.ttl))[0]
+                .as<std::int64_t>();
+        const pqxx::row granted = pqxx_compat::ExecParams1(
+            tx, "SELECT fencing_session_acquire($1, $2, $3::interval)::bigint", lease.session,
+            kLockName, Interval(wait));
+        if (!granted[0].is_null()) token = granted[0].as<Token>();
+      } else {
+        const pqxx::row granted = pqxx_compat::ExecParams1(
+            tx, "SELECT fencing_acquire($1, $2, $3::interval, $4::interval)::bigint", kLockName,
+            lease.holder, Interval(config_.ttl), Interval(wait));
+        if (!granted[0].is_null()) token = granted[0].as<Token>();
+      }
+      if (token) {
+        log_.Write(prefix_ + "ev=grant tok=" + std::to_string(*token) + " holder=" + lease.holder +
+                   " inv=" + std::to_string(invoked.wall_us));
+        if (in_session &&
+            !pqxx_compat::ExecParams1(tx, "SELECT fencing_session_renew($1, $2::interval)",
+                                      lease.session, Interval(config_.ttl))[0]
+                 .as<bool>()) {
+          // The wait took the session's whole ttl: nothing left to freeze in.
+          log_.Write(prefix_ + "ev=lost tok=" + std::to_string(*token) + " src=session");
+          token.reset();
+        }
+      } else {
+        log_.Write(prefix_ + "ev=acq_fail holder=" + lease.holder + " out=timeout");
+      }
+    } catch (const std::exception &error) {
+      log_.Write(prefix_ + "ev=acq_fail holder=" + lease.holder + " out=info",
+                 FirstLine(error.what()));
+      if (db_ && !db_->is_open()) db_.reset();
+    }
+    if (token) {
+      g_thaw_pending = 0;
+      Write(*token, &lease);
+    }
+    // An ended session stays until swept: close it (it answers 0).
+    if (lease.session != 0 && db_ && db_->is_open()) {
+      try {
+        pqxx::nontransaction tx(*db_);
+        pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", lease.session);
+      } catch (const std::exception &) {
+        // Swept later, by the expiry worker or the role's next open.
+      }
+    }
+  }
+
+  // Stops the process inside tx, after the write wid under token, for ms
+  // (a plain freeze), or for a variant's frozen lease until just after the
+  // lease's end; then makes the variant's call in tx.  The caller commits.
+  void FreezeInTransaction(pqxx::work &tx, const std::string &wid, Token token, int ms,
+                           const FrozenLease *variant) {
+    std::string lease_end;
+    if (variant != nullptr) {
+      // The lease's end as committed now, which nothing moves from here on;
+      // its row gone, the lock was granted again: the lease has ended.
+      const pqxx::row row = pqxx_compat::ExecParams1(
+          tx,
+          "SELECT (SELECT (extract(epoch FROM expires_at) * 1000000)::bigint FROM fencing_leases "
+          "WHERE token::bigint = $1)",
+          token);
+      const std::int64_t now_us = Now().wall_us;
+      const std::int64_t end_us = row[0].is_null() ? now_us : row[0].as<std::int64_t>();
+      ms = static_cast<int>(std::max<std::int64_t>(0, end_us - now_us) / 1000) +
+           Uniform(kThawMarginMinMs, kThawMarginMaxMs);
+      lease_end = " end=" + std::to_string(end_us);
+    }
+    const Thaw thaw = variant != nullptr ? variant->thaw : Thaw::kCommit;
+    log_.Write(prefix_ + "ev=freeze wid=" + wid + " tok=" + std::to_string(token) +
+               " ms=" + std::to_string(ms) + " then=" + ThawName(thaw) + lease_end);
+    const bool stopped = FreezeProcess(ms);
+    log_.Write(prefix_ + "ev=thaw wid=" + wid + " stopped=" + (stopped ? "1" : "0"));
+    if (variant == nullptr || !stopped) return;
+    std::string answer;
+    switch (thaw) {
+      case Thaw::kCloseSession:
+        answer =
+            pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", variant->session)[0]
+                .c_str();
+        break;
+      case Thaw::kOpenSession:
+        answer =
+            pqxx_compat::ExecParams1(tx, "SELECT fencing_session_open('unrelated', $1::interval)",
+                                     Interval(config_.ttl))[0]
+                .c_str();
+        break;
+      case Thaw::kReacquire: {
+        const pqxx::row granted =
+            pqxx_compat::ExecParams1(tx, "SELECT fencing_acquire($1, $2, $3::interval)::bigint",
+                                     kLockName, variant->holder, Interval(config_.ttl));
+        answer = granted[0].is_null() ? "null" : granted[0].c_str();
+        break;
+      }
+      case Thaw::kCommit:
+        break;
+    }
+    log_.Write(prefix_ + "ev=thaw_call wid=" + wid + " then=" + ThawName(thaw) +
+               " answer=" + answer);
+  }
+
   void Gap() { SleepMs(Uniform(0, static_cast<int>(config_.write_gap_max.count()))); }
 
   // One operation under token: a write, or in permit mode sometimes a read.
@@ -239,6 +416,13 @@ class Worker {
     } catch (const client::MissingTokenError &error) {
       *detail = FirstLine(error.what());
       return "55Z02";
+    } catch (const client::LeaseEndedError &error) {
+      // A transaction that outlived its lease, refused (at its COMMIT): not
+      // committed, unless the connection went with the answer.
+      *detail = FirstLine(error.what());
+      if (db_ && db_->is_open()) return "err state=55Z04";
+      db_.reset();
+      return "info state=55Z04";
     } catch (const pqxx::in_doubt_error &error) {
       *detail = FirstLine(error.what());
       db_.reset();
@@ -262,8 +446,9 @@ class Worker {
     }
   }
 
-  // One write, logged before it is sent and after its outcome is known.
-  void Write(Token token) {
+  // One write, logged before it is sent and after its outcome is known.  A
+  // variant's (the freeze fault's, frozen non-null) always freezes.
+  void Write(Token token, const FrozenLease *frozen = nullptr) {
     if (!EnsureDb()) {
       SleepMs(50);
       return;
@@ -283,26 +468,26 @@ class Worker {
     const std::int64_t val = static_cast<std::int64_t>(rng_() >> 2);
     // A token-less write behind the read fence would find no row rather
     // than be refused: those go to the other table only.
-    const bool missing = Chance(config_.p_missing) && !present_first;
+    const bool missing = frozen == nullptr && Chance(config_.p_missing) && !present_first;
 
     log_.Write(prefix_ + "ev=w_inv wid=" + wid + " tbl=" + tag + " row=" + std::to_string(row) +
                " tok=" + (missing ? std::string("none") : std::to_string(token)) +
                " lease=" + std::to_string(token) + " val=" + std::to_string(val));
     const std::string update =
         std::string("UPDATE ") + table + " SET token = $1, val = $2, write_id = $3 WHERE id = $4";
-    const int freeze_ms = missing || present_first ? 0 : static_cast<int>(g_freeze_ms);
+    const int freeze_ms =
+        missing || present_first || frozen != nullptr ? 0 : static_cast<int>(g_freeze_ms);
     if (freeze_ms > 0) g_freeze_ms = 0;
+    const bool freeze = freeze_ms > 0 || frozen != nullptr;
     std::string detail;
     const std::string outcome = Attempt(
         [&] {
           pqxx::result result;
-          if (freeze_ms > 0) {
+          if (freeze) {
             try {
               pqxx::work tx(*db_);
               result = pqxx_compat::ExecParams(tx, update, token, val, wid, row);
-              log_.Write(prefix_ + "ev=freeze wid=" + wid + " tok=" + std::to_string(token) +
-                         " ms=" + std::to_string(freeze_ms));
-              FreezeProcess(freeze_ms);
+              FreezeInTransaction(tx, wid, token, freeze_ms, frozen);
               tx.commit();
             } catch (const pqxx::sql_error &error) {
               client::RethrowMapped(error);
@@ -393,6 +578,22 @@ class Worker {
 };
 
 }  // namespace
+
+const char *ThawName(Thaw thaw) {
+  switch (thaw) {
+    case Thaw::kCommit:
+      return "commit";
+    case Thaw::kCloseSession:
+      return "close";
+    case Thaw::kOpenSession:
+      return "open";
+    case Thaw::kReacquire:
+      return "reacquire";
+  }
+  return "?";
+}
+
+int FreezeSignalValue(int ms, Thaw thaw) { return ms * kThawKinds + static_cast<int>(thaw); }
 
 std::vector<std::string> WorkerArguments(const WorkerConfig &c) {
   return {"--slot",        std::to_string(c.slot),

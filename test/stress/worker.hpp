@@ -44,6 +44,23 @@ struct WorkerConfig {
   std::uint64_t seed = 1;
 };
 
+// What a frozen writer does when it resumes, inside its frozen transaction,
+// before it sends COMMIT.  kCommit is the freeze fault as 1.6 made it: the
+// worker's next write freezes for TTL + 3-4 s, then commits.  The others
+// are its variant (issue 42): the worker takes the lock in a hold of its
+// own, writes once, freezes until just after its lease's end, and then
+// tries what once let such a COMMIT through (1.8): it closes the session
+// it holds the lease in, opens another session (whose sweep ends its own
+// ended one), or takes the lock again with fencing_acquire.
+enum class Thaw : int { kCommit = 0, kCloseSession = 1, kOpenSession = 2, kReacquire = 3 };
+
+// The logs' name of a thaw (then=...), which the checker reads.
+const char *ThawName(Thaw thaw);
+
+// The freeze fault's request, carried as SIGUSR1's value (sigqueue): a
+// freeze of ms then kCommit, or a variant (its length is its lease's).
+int FreezeSignalValue(int ms, Thaw thaw);
+
 std::vector<std::string> WorkerArguments(const WorkerConfig &config);
 // Parses what WorkerArguments produced (after --worker); throws on error.
 WorkerConfig ParseWorkerArguments(const std::vector<std::string> &args);
