@@ -1276,6 +1276,17 @@ CREATE FUNCTION @extschema@.fencing_check_wait(wait interval, lock_name text)
 COMMENT ON FUNCTION @extschema@.fencing_check_wait(interval, text) IS
   'the check of a wait: true, or 22023 when it is negative (counted from now on the server''s clock) or longer than 2147483.647 seconds; reads and changes nothing';
 
+-- The COMMIT check (src/backend/lease_writers.cpp) takes a lease that the
+-- transaction itself ended early, while it lived, as ended by the commit:
+-- the SQL that ends live leases (a session's close, a revoke) tells it so,
+-- token by token, as the C release does.  Not PUBLIC's: a role that could
+-- call it would declare any lease ended by its own transaction.
+CREATE FUNCTION @extschema@.fencing_note_ended_here(token @extschema@.fencing_token)
+  RETURNS void AS 'MODULE_PATHNAME', 'fencing_note_ended_here' LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION @extschema@.fencing_note_ended_here(@extschema@.fencing_token) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_note_ended_here(@extschema@.fencing_token) IS
+  'tells the COMMIT check that this transaction has just ended the live lease under token early; internal';
+
 -- One attempt to take the lock (free, expired, or the caller's already),
 -- in C (src/backend/lease_engine.cpp): fencing_acquire() without a wait
 -- makes it itself, and the waiting acquire repeats it through this
@@ -1465,6 +1476,7 @@ BEGIN
      WHERE x.lock_id = l.lock_id AND x.slot = p.slot;
     IF p.live THEN
       PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', p.holder, p.token);
+      PERFORM @extschema@.fencing_note_ended_here(p.token);
     END IF;
   END LOOP;
   new_mark := @extschema@.fencing_grant();
@@ -1478,6 +1490,7 @@ BEGIN
   -- ended no lease: nothing to announce or count.
   IF ended_token IS NOT NULL THEN
     PERFORM @extschema@.fencing_lease_event(l.lock_name, 'revoked', ended_holder, ended_token);
+    PERFORM @extschema@.fencing_note_ended_here(ended_token);
   END IF;
   RETURN new_mark;
 END $$;
@@ -2684,12 +2697,23 @@ BEGIN
   -- sees what committed before it), and nothing waited for: a session
   -- held by an acquire in it, or one whose lease rows a transaction is
   -- writing, is left for the next sweep.
+  -- The candidates, oldest end first, are read without a lock, and each is
+  -- held and locked only when its turn comes: a session skipped (held by an
+  -- acquire in flight, or locked) costs a lock-table probe and nothing
+  -- else, and does not count against the batch, so that sessions one role
+  -- keeps held cannot use up every pass and keep other roles' from being
+  -- swept.
   FOR s IN SELECT x.session_id, x.expires_at, x.hold_key FROM @extschema@.fencing_session x
-            WHERE x.expires_at <= clock_timestamp()
+            WHERE x.expires_at <= pg_catalog.clock_timestamp()
               AND (of_role IS NULL OR x.holder_role = of_role)
-            LIMIT most FOR UPDATE SKIP LOCKED LOOP
+            ORDER BY x.expires_at LOOP
+    EXIT WHEN ended >= most;
     -- An acquire in the session in flight: next time.
     CONTINUE WHEN NOT @extschema@.fencing_session_hold(s.hold_key, true, true);
+    PERFORM FROM @extschema@.fencing_session x
+     WHERE x.session_id = s.session_id AND x.expires_at <= pg_catalog.clock_timestamp()
+       FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
     PERFORM FROM @extschema@.fencing_lease e WHERE e.session_id = s.session_id
       FOR NO KEY UPDATE SKIP LOCKED;
     GET DIAGNOSTICS locked = ROW_COUNT;
@@ -2720,7 +2744,7 @@ CREATE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   checked boolean;
-  most CONSTANT integer := current_setting('pg_fencing.max_sessions_per_role')::integer;
+  most CONSTANT integer := pg_catalog.current_setting('pg_fencing.max_sessions_per_role')::integer;
   held bigint;
   id bigint;
 BEGIN
@@ -2730,7 +2754,7 @@ BEGIN
   -- each of the sweep's statements sees what committed before it.  Never
   -- another role's: this transaction is the caller's, and would hold that
   -- role's rows until it ends.
-  IF current_setting('transaction_isolation') = 'read committed' THEN
+  IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
     PERFORM @extschema@.fencing_end_expired_sessions(caller::regrole, 100);
   END IF;
   SELECT pg_catalog.count(*) INTO held
@@ -2745,7 +2769,8 @@ BEGIN
   END IF;
   id := @extschema@.fencing_grant()::bigint;
   INSERT INTO @extschema@.fencing_session
-    VALUES (id, holder, caller::regrole, ttl, clock_timestamp(), clock_timestamp() + ttl,
+    VALUES (id, holder, caller::regrole, ttl, pg_catalog.clock_timestamp(),
+            pg_catalog.clock_timestamp() + ttl,
             ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint);
   PERFORM @extschema@.fencing_commit_durably();
   RETURN id;
@@ -2810,6 +2835,7 @@ BEGIN
   LOOP
     released := released + 1;
     PERFORM @extschema@.fencing_lease_event(l.lock_name, 'released', l.holder, l.token);
+    PERFORM @extschema@.fencing_note_ended_here(l.token);
     PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
   END LOOP;
   FOR l IN UPDATE @extschema@.fencing_permit p
@@ -2819,6 +2845,7 @@ BEGIN
   LOOP
     released := released + 1;
     PERFORM @extschema@.fencing_lease_event(l.lock_name, 'released', l.holder, l.token);
+    PERFORM @extschema@.fencing_note_ended_here(l.token);
     PERFORM @extschema@.fencing_wake_waiters_at_commit(l.lock_id);
   END LOOP;
   PERFORM @extschema@.fencing_commit_durably();
@@ -2927,12 +2954,12 @@ CREATE FUNCTION @extschema@.fencing_session_acquire_all_as(
   RETURNS @extschema@.fencing_token[] LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  deadline CONSTANT timestamptz := clock_timestamp() + coalesce(wait, interval '0');
+  checked boolean := @extschema@.fencing_check_wait(wait, pg_catalog.array_to_string(lock_names, ', '));
+  deadline CONSTANT timestamptz := pg_catalog.clock_timestamp() + coalesce(wait, interval '0');
   name text;
   granted @extschema@.fencing_token;
   tokens @extschema@.fencing_token[];
 BEGIN
-  PERFORM @extschema@.fencing_check_wait(wait, pg_catalog.array_to_string(lock_names, ', '));
   PERFORM @extschema@.fencing_session_for(caller, session, 'fencing_session_acquire_all()');
   IF lock_names IS NULL OR pg_catalog.cardinality(lock_names) = 0
      OR pg_catalog.array_position(lock_names, NULL) IS NOT NULL THEN

@@ -57,6 +57,7 @@ extern "C" {
 #include "lease_tables.hpp"
 #include "lease_wait.hpp"
 #include "lease_wakeup.hpp"
+#include "lease_writers.hpp"
 #include "locks.hpp"
 #include "pg_compat.hpp"  // VARSIZE_ANY_EXHDR: varatt.h from 16 on
 #include "shared_stats.hpp"
@@ -245,6 +246,25 @@ TimestampTz EndForGrant(const Tables &t, Oid schema, HeapTuple lease, TimestampT
   return session_end;
 }
 
+// A write into a lease's row waits for a transaction that holds the row
+// (heap_update waits), and that one may end without changing it (a
+// rollback): the look before the wait said the lease lived at `end`, and
+// it may have run out meanwhile.  Such a lease is neither renewed,
+// extended nor released by this call: 40001, which undoes the write, and a
+// retry sees the lease ended.
+void RefuseIfEndedWhileWaiting(TimestampTz end, const char *lock_name) {
+  if (end > GetCurrentTimestamp()) return;
+  ereport(ERROR,
+          (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+           errmsg("the lease of fencing lock \"%s\" ended while this call waited for its row",
+                  lock_name),
+           errdetail("Another transaction held the lease's row until after the lease ran out (at "
+                     "%s).",
+                     timestamptz_to_str(end)),
+           errhint("An ended lease is neither renewed, extended nor released: acquire the lock "
+                   "again.")));
+}
+
 // ---- The lock's mark --------------------------------------------------------------
 
 // Raises the lock's mark to token (if it is lower): a grant fences out
@@ -400,6 +420,8 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     const Datum values[] = {expires_at, request.payload, Int64GetDatum(request.session)};
     const bool nulls[] = {false, request.payload_null, request.session == 0};
     if (!ReplaceRow(t.lease, lease, sessions ? 3 : 2, columns, values, nulls)) return false;
+    RefuseIfEndedWhileWaiting(look.seen.expires_at,
+                              text_to_cstring(DatumGetTextPP(request.lock_name)));
     *token = seen_token;
     RequireDurableCommit();
     CountLeaseEventAtCommit(text_to_cstring(DatumGetTextPP(request.lock_name)),
@@ -537,7 +559,7 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
       const LeaseTableIds &ids = *t.ids;
       bool is_null = false, ended_null = false;
       seen.exists = true;
-      seen.expires_at = EndForGrant(t, request.schema, lease, lease_end, now);
+      seen.expires_at = lease_end;
       const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
       // 'expired': an expiry already announced, still an expiry (it
       // starts the lock-delay); 'released' and 'revoked' end a lease early.
@@ -555,8 +577,27 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
             TimestampPlus(seen.expires_at, RowColumn(t.lock, lock, ids.lock_delay, &is_null)));
       }
     }
-    const LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
+    LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
     if (attempt == LeaseAttempt::kBusy) return false;
+    // A grant over a lease whose session has ended: the session's row held
+    // and its end read again (EndForGrant) -- only now that the look says
+    // grant, so that a refused acquire (a lock-delay, say) holds no row of
+    // the session's role.  A renewal that committed meanwhile makes the
+    // lock busy after all.
+    if (lease != nullptr) {
+      const TimestampTz end = EndForGrant(t, request.schema, lease, lease_end, now);
+      if (end != lease_end) {
+        seen.expires_at = end;
+        seen.available_at = end;
+        if (!seen.ended && end <= now) {
+          bool is_null = false;
+          seen.available_at = DatumGetTimestampTz(
+              TimestampPlus(end, RowColumn(t.lock, lock, t.ids->lock_delay, &is_null)));
+        }
+        attempt = PGF_CORE(DecideAttempt(seen, now));
+        if (attempt == LeaseAttempt::kBusy) return false;
+      }
+    }
     PreventCommandIfReadOnly("fencing_acquire()");
     if (CarryOut(t, request, look, attempt, now, token)) return true;
   }
@@ -674,6 +715,8 @@ EndMoved MovePermitEnd(const LeaseTableIds &ids, const char *lock_name, int64 lo
     const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
     const bool nulls[] = {false, ended == nullptr};
     if (ReplaceRow(permit, row, 2, columns, values, nulls)) {
+      RefuseIfEndedWhileWaiting(old_end, lock_name);
+      if (ended != nullptr) NoteLeaseEndedHere(token);
       result.moved = true;
       result.wake = PublishMovedEnd(lock_name, lock_id, announced,
                                     RowColumn(permit, row, ids.permit_holder, &is_null), token,
@@ -973,6 +1016,10 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     const Datum values[] = {new_end, ended != nullptr ? CStringGetTextDatum(ended) : Datum(0)};
     const bool nulls[] = {false, ended == nullptr};
     if (ReplaceRow(t.lease, lease, 2, columns, values, nulls)) {
+      RefuseIfEndedWhileWaiting(old_end, lock_name);
+      // Released while it lived: a transaction that wrote under it ends it
+      // with its own commit.
+      if (ended != nullptr) NoteLeaseEndedHere(token);
       moved = true;
       wake = PublishMovedEnd(lock_name, lock_id, announced,
                              RowColumn(t.lease, lease, ids.lease_holder, &is_null), token, ended,
@@ -1731,6 +1778,17 @@ Datum fencing_session_hold(PG_FUNCTION_ARGS) {
                     errmsg("fencing_session_hold() needs a hold key and both flags, got NULL")));
   }
   PG_RETURN_BOOL(HoldSession(PG_GETARG_INT64(0), PG_GETARG_BOOL(1), PG_GETARG_BOOL(2)));
+}
+
+// fencing_note_ended_here(token fencing_token) RETURNS void (1.9;
+// internal): NoteLeaseEndedHere() for the SQL that ends a live lease early
+// (a session's close, a revoke), which calls it with each token it ended.
+// PUBLIC may not call it: a role that could would declare any lease ended
+// by its own transaction, and commit writes made after the lease ran out.
+PG_FUNCTION_INFO_V1(fencing_note_ended_here);
+Datum fencing_note_ended_here(PG_FUNCTION_ARGS) {
+  if (!PG_ARGISNULL(0)) NoteLeaseEndedHere(PG_GETARG_INT64(0));
+  PG_RETURN_VOID();
 }
 
 // fencing_session_renew(session bigint, ttl interval DEFAULT NULL) RETURNS

@@ -106,7 +106,8 @@ TokenSource TokenSourceOfRow(Relation lock, HeapTuple row);
 Datum RowColumn(Relation table, HeapTuple row, AttrNumber column, bool *is_null);
 // The end of a fetched row of fencing_lease or of fencing_permit (`table`)
 // as every judge takes it: its expires_at, or, for a lease in a session
-// (1.8) that has not ended early, the session's end as snapshot sees it.
+// (1.8) that has not ended early, the session's end as committed now (the
+// statement's snapshot in parallel mode).
 // The SQL side has the same rule, fencing_lease_end() (and the view
 // fencing_permit_ends).
 TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation table, HeapTuple row, Snapshot snapshot);

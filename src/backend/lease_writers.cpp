@@ -28,6 +28,11 @@
 //
 // What is ended is judged by the lease's row alone, so a holder's live
 // lease never ends its transactions: its renewals keep the row's end ahead.
+// One exception, at COMMIT: a lease the transaction itself ended early
+// while it lived (its release, revoke or session close says so:
+// NoteLeaseEndedHere) ends with the commit.  Nothing else the transaction
+// writes into a lease's row counts, so no call can turn a lease that had
+// already ended into one the transaction ended (1.9).
 // A lease once noted stays noted for the whole transaction, even when the
 // subtransaction that wrote under it rolls back: its locks may be gone, but
 // erring towards refusing a COMMIT never lets a stale write in.
@@ -74,7 +79,7 @@ constexpr int64 kTerminateAfterUs = 100 * 1000;
 // ---- A lease's row as committed now ---------------------------------------------
 
 struct LeaseLook {
-  LeaseRowNow row;  // row.ended_here: the row was last written by this transaction
+  LeaseRowNow row;  // row.ended_here is not the row's: the caller sets it
   char *lock_name;  // palloc'd; nullptr when the row is gone
 };
 
@@ -106,8 +111,6 @@ LeaseLook LookAtLease(const LeaseTableIds &ids, LeaseRow row, Token token, Snaps
         RowColumn(table, found, exclusive ? ids.lease_ended : ids.permit_ended, &is_null);
     // 'expired' only marks a lease whose end has passed: the end says it.
     look.row.ended_early = !is_null && !TextEquals(ended, "expired");
-    look.row.ended_here =
-        TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(found->t_data));
     look.lock_name = TextDatumGetCString(RowColumn(
         table, found, exclusive ? ids.lease_lock_name : ids.permit_lock_name, &is_null));
   }
@@ -278,7 +281,8 @@ void CheckNotedLeases() {
   Snapshot snapshot = LeaseSnapshot();
   for (int i = 0; i < noted.Count(); ++i) {
     const WrittenLease &lease = noted.At(i);
-    const LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
+    LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
+    look.row.ended_here = lease.ended_here;
     const LeaseLife life = PGF_CORE(JudgeLease(look.row, now));
     if (life != LeaseLife::kLive) {
       UnregisterSnapshot(snapshot);
@@ -286,6 +290,11 @@ void CheckNotedLeases() {
     }
   }
   UnregisterSnapshot(snapshot);
+}
+
+void OnSubTransactionEvent(SubXactEvent event, SubTransactionId subxact, SubTransactionId,
+                           void *) {
+  if (event == SUBXACT_EVENT_ABORT_SUB) noted.AbortSubTransaction(subxact);
 }
 
 void OnTransactionEvent(XactEvent event, void *) {
@@ -410,11 +419,9 @@ void EndIfOverdue(int index, LocalTransactionId lxid, TimestampTz now, Timestamp
     Snapshot snapshot = LeaseSnapshot();
     const LeaseLook look = LookAtLease(ids, lease.row, lease.token, snapshot);
     UnregisterSnapshot(snapshot);
-    // ended_here is of this backend's transaction, not the slot's owner's:
-    // the owner's own release counts here as any other.
-    LeaseRowNow row = look.row;
-    row.ended_here = false;
-    const LeaseLife life = PGF_CORE(JudgeLease(row, now));
+    // The owner's own release is not committed, and not seen here: its
+    // lease is judged by what others see.
+    const LeaseLife life = PGF_CORE(JudgeLease(look.row, now));
     if (life == LeaseLife::kLive) {
       *next = EarlierEnd(*next, static_cast<TimestampTz>(look.row.expires_at));
       continue;
@@ -485,7 +492,15 @@ const KnownToken *LookUpToken(Oid schema, Token token, TimestampTz now) {
 
 }  // namespace
 
-void RegisterLeaseWriters() { RegisterXactCallback(OnTransactionEvent, nullptr); }
+void RegisterLeaseWriters() {
+  RegisterXactCallback(OnTransactionEvent, nullptr);
+  RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
+}
+
+void NoteLeaseEndedHere(Token token) {
+  const SubTransactionId subxact = GetCurrentSubTransactionId();
+  (void)PGF_CORE(noted.MarkEndedHere(token, subxact));
+}
 
 void NoteLeaseOfToken(Oid schema, Token token, const char *lock_name) {
   last_noted_token = token;

@@ -35,6 +35,13 @@ inline void NoteWriteUnderToken(Oid extension_schema, Token token, const char *l
   if (token != last_noted_token) NoteLeaseOfToken(extension_schema, token, lock_name);
 }
 
+// The current transaction has ended the lease under token early -- a
+// release, a revoke, its session's close -- at a moment the lease lived
+// (the caller has just judged it so, and written the end).  If the
+// transaction wrote under that lease, its COMMIT takes the lease as ended
+// by the commit itself; undone if the subtransaction rolls back.
+void NoteLeaseEndedHere(Token token);
+
 // Takes a fence or permit gate (a transaction-level lock) in mode.  When
 // transactions hold it that wrote under a lease that has ended, they are
 // ended first (cancelled, then terminated if they sit idle), so that the

@@ -14,6 +14,11 @@ namespace pg_fencing {
 // permit of a semaphore or a shared holder's slot (fencing_permit).
 enum class LeaseRow : std::uint8_t { kExclusive, kSlot };
 
+// A subtransaction of the current transaction (PostgreSQL's
+// SubTransactionId, which this header cannot include): they increase
+// within a transaction.
+using EndingSubxact = std::uint32_t;
+
 // A lease the transaction has written, deleted, truncated or presented
 // under.  Times are microseconds on the server's clock.
 struct WrittenLease {
@@ -23,6 +28,11 @@ struct WrittenLease {
   // end by running out (a renewal moves it later; a release or a revoke
   // ends the lease sooner, which only a look at its row shows).
   std::int64_t known_end;
+  // The transaction itself ended the lease early -- released or revoked
+  // it, or closed its session -- at a moment the lease lived (the ending
+  // functions say so only then), in subtransaction ended_in.
+  bool ended_here = false;
+  EndingSubxact ended_in = 0;
 };
 
 // The leases of one transaction: fixed capacity and no allocation, so that
@@ -45,6 +55,28 @@ class WrittenLeases {
     }
     return nullptr;
   }
+  // The transaction ended the lease under token early while it lived, in
+  // subtransaction subxact.  False when the transaction has not written
+  // under that lease (it is then no concern of its COMMIT).
+  bool MarkEndedHere(Token token, EndingSubxact subxact) noexcept {
+    for (int i = 0; i < count_; ++i) {
+      if (leases_[i].token != token) continue;
+      if (!leases_[i].ended_here) {
+        leases_[i].ended_here = true;
+        leases_[i].ended_in = subxact;
+      }
+      return true;
+    }
+    return false;
+  }
+  // Subtransaction subxact rolled back: the ends made in it, or in the
+  // subtransactions it started (later ids), are undone with it.  The leases
+  // stay noted: erring towards refusing a COMMIT never lets a stale write in.
+  void AbortSubTransaction(EndingSubxact subxact) noexcept {
+    for (int i = 0; i < count_; ++i) {
+      if (leases_[i].ended_here && leases_[i].ended_in >= subxact) leases_[i].ended_here = false;
+    }
+  }
   int Count() const noexcept { return count_; }
   const WrittenLease &At(int i) const noexcept { return leases_[i]; }
   void Clear() noexcept { count_ = 0; }
@@ -60,13 +92,11 @@ struct LeaseRowNow {
   bool found;
   bool ended_early;  // released or revoked (fencing_permit.ended; a lease row's end moves to now)
   std::int64_t expires_at;
-  // The row's last version is the current transaction's own write.  The
-  // functions that end a lease early (release, revoke, a session's close)
-  // write 'released' or 'revoked' only into a lease that is live at that
-  // moment; whatever else a transaction writes into a lease's row (the
-  // session's end by its sweep or by the close of an ended session, an
-  // 'expired' mark by a grant that passes it) records an end that had
-  // already come.
+  // Not of the row: the transaction itself ended this lease early while it
+  // lived (WrittenLease::ended_here).  Whatever else the transaction wrote
+  // into the row -- an expired session's end by its sweep or by the close
+  // of an ended session, an 'expired' mark by a grant that passes it, a
+  // rewrite of a lease another transaction released -- counts for nothing.
   bool ended_here;
 };
 
@@ -80,14 +110,15 @@ enum class LeaseLife {
 // Whether the lease still lives, now, for the COMMIT of a transaction that
 // wrote under it.  Nothing brings an ended lease back: a renewal or an own
 // acquire extends only a live one.  A lease the transaction itself ended
-// early (ended_here and ended_early: it was live when the transaction
-// released or revoked it) ends with the transaction's commit, so it lives
-// until then; any other write of the transaction's into the row is judged
-// as the row says, so no call inside the transaction turns a lease that had
-// already ended into one that ended by the transaction's own hand.
+// early while it lived ends with the transaction's commit, so it lives
+// until then -- unless its lock or slot has been granted again since (by
+// the transaction itself: nobody else can before it commits), which
+// replaces it; no other call inside the transaction turns a lease that
+// had already ended into one the transaction ended.
 constexpr LeaseLife JudgeLease(const LeaseRowNow &row, std::int64_t now) noexcept {
   if (!row.found) return LeaseLife::kReplaced;
-  if (row.ended_early) return row.ended_here ? LeaseLife::kLive : LeaseLife::kEnded;
+  if (row.ended_here) return LeaseLife::kLive;
+  if (row.ended_early) return LeaseLife::kEnded;
   return row.expires_at > now ? LeaseLife::kLive : LeaseLife::kRanOut;
 }
 

@@ -1600,16 +1600,35 @@ TEST(JudgeLeaseTest, LiveOnlyBeforeItsEndAndWhileItsRowCarriesTheToken) {
 }
 
 TEST(JudgeLeaseTest, OnlyAnEarlyEndOfTheTransactionsOwnLivesUntilItsCommit) {
-  // Released or revoked by this transaction (live then, as the ending
-  // functions require): it ends with the commit.
+  // Released, revoked or closed by this transaction while it lived: it ends
+  // with the commit -- unless the transaction granted its lock again.
   EXPECT_EQ(JudgeLease({true, true, 1000, true}, 5000), LeaseLife::kLive);
-  // The transaction wrote the row, but what it wrote is an end that had
-  // already come (an expired session's end put into its leases by a sweep
-  // or a close, a grant's 'expired' mark): judged as the row says.
-  EXPECT_EQ(JudgeLease({true, false, 1000, true}, 5000), LeaseLife::kRanOut);
-  EXPECT_EQ(JudgeLease({true, false, 1000, true}, 999), LeaseLife::kLive);
-  // Granted again, even by the transaction itself: the written-under lease is gone.
   EXPECT_EQ(JudgeLease({false, false, 0, true}, 10), LeaseLife::kReplaced);
+  // Released by another transaction, or ended by its time: judged as the
+  // row says, whoever wrote the row last.
+  EXPECT_EQ(JudgeLease({true, true, 1000, false}, 500), LeaseLife::kEnded);
+  EXPECT_EQ(JudgeLease({true, false, 1000, false}, 5000), LeaseLife::kRanOut);
+}
+
+TEST(WrittenLeasesTest, AnEndMadeHereIsUndoneWithItsSubtransaction) {
+  WrittenLeases leases;
+  ASSERT_EQ(leases.Add({10, LeaseRow::kExclusive, 0}), WrittenLeases::Added::kAdded);
+  ASSERT_EQ(leases.Add({11, LeaseRow::kSlot, 0}), WrittenLeases::Added::kAdded);
+  EXPECT_FALSE(leases.Find(10)->ended_here);
+  // A lease the transaction did not write under is no concern of its COMMIT.
+  EXPECT_FALSE(leases.MarkEndedHere(12, 3));
+  EXPECT_TRUE(leases.MarkEndedHere(10, 2));
+  EXPECT_TRUE(leases.MarkEndedHere(11, 4));
+  // Marked again later: the first end stands.
+  EXPECT_TRUE(leases.MarkEndedHere(10, 5));
+  EXPECT_EQ(leases.Find(10)->ended_in, 2u);
+  // Subtransaction 3 rolls back: the end made in 4, which it started, goes
+  // with it; the one made in 2, before it, stays.
+  leases.AbortSubTransaction(3);
+  EXPECT_TRUE(leases.Find(10)->ended_here);
+  EXPECT_FALSE(leases.Find(11)->ended_here);
+  // Both stay noted.
+  EXPECT_EQ(leases.Count(), 2);
 }
 
 TEST(NextEndingStepTest, CancelFirstThenTerminateWhenStillThere) {
