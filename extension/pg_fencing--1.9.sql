@@ -2614,6 +2614,11 @@ CREATE FUNCTION @extschema@.fencing_session_hold(hold_key bigint, exclusive bool
 REVOKE ALL ON FUNCTION @extschema@.fencing_session_hold(bigint, boolean, boolean) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_session_hold(bigint, boolean, boolean) IS
   'takes the hold of the session with hold_key until the transaction ends (exclusive or shared; false when nowait and it is held); internal';
+CREATE FUNCTION @extschema@.fencing_session_unhold(hold_key bigint)
+  RETURNS void AS 'MODULE_PATHNAME', 'fencing_session_unhold' LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_unhold(bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_unhold(bigint) IS
+  'gives back the exclusive hold of the session with hold_key that the sweep took and could not use; internal';
 
 -- The session's row, held against a close and against the sweep of
 -- expired sessions (fencing_session_hold, shared; a renew does not wait
@@ -2690,41 +2695,49 @@ CREATE FUNCTION @extschema@.fencing_end_expired_sessions(of_role regrole, most i
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   s record;
+  ended_at timestamptz;
   locked bigint;
+  all_locked boolean;
   ended integer := 0;
 BEGIN
   -- One session at a time, each in statements of their own (so that each
   -- sees what committed before it), and nothing waited for: a session
-  -- held by an acquire in it, or one whose lease rows a transaction is
-  -- writing, is left for the next sweep.
-  -- The candidates, oldest end first, are read without a lock, and each is
-  -- held and locked only when its turn comes: a session skipped (held by an
-  -- acquire in flight, or locked) costs a lock-table probe and nothing
-  -- else, and does not count against the batch, so that sessions one role
-  -- keeps held cannot use up every pass and keep other roles' from being
-  -- swept.
-  FOR s IN SELECT x.session_id, x.expires_at, x.hold_key FROM @extschema@.fencing_session x
+  -- held by an acquire in it, or one whose rows a transaction is writing,
+  -- is left for the next sweep.  The candidates are read without a lock,
+  -- and each is locked and held only when its turn comes.  A session passed over (its row or its
+  -- leases' rows locked by a transaction in flight, its hold taken by an
+  -- acquire in it) keeps no hold and does not count against the batch: a
+  -- pass holds only the sessions it ends, and sessions that one role keeps
+  -- busy can neither fill the lock table nor keep other roles' sessions
+  -- from being swept.  No ORDER BY: a pass reads only as far as it needs.
+  FOR s IN SELECT x.session_id, x.hold_key FROM @extschema@.fencing_session x
             WHERE x.expires_at <= pg_catalog.clock_timestamp()
-              AND (of_role IS NULL OR x.holder_role = of_role)
-            ORDER BY x.expires_at LOOP
+              AND (of_role IS NULL OR x.holder_role = of_role) LOOP
     EXIT WHEN ended >= most;
-    -- An acquire in the session in flight: next time.
-    CONTINUE WHEN NOT @extschema@.fencing_session_hold(s.hold_key, true, true);
-    PERFORM FROM @extschema@.fencing_session x
+    SELECT x.expires_at INTO ended_at FROM @extschema@.fencing_session x
      WHERE x.session_id = s.session_id AND x.expires_at <= pg_catalog.clock_timestamp()
        FOR UPDATE SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
+    -- An acquire in the session in flight: next time.
+    CONTINUE WHEN NOT @extschema@.fencing_session_hold(s.hold_key, true, true);
     PERFORM FROM @extschema@.fencing_lease e WHERE e.session_id = s.session_id
       FOR NO KEY UPDATE SKIP LOCKED;
     GET DIAGNOSTICS locked = ROW_COUNT;
-    CONTINUE WHEN locked <> (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease e
-                              WHERE e.session_id = s.session_id);
-    PERFORM FROM @extschema@.fencing_permit p WHERE p.session_id = s.session_id
-      FOR NO KEY UPDATE SKIP LOCKED;
-    GET DIAGNOSTICS locked = ROW_COUNT;
-    CONTINUE WHEN locked <> (SELECT pg_catalog.count(*) FROM @extschema@.fencing_permit p
-                              WHERE p.session_id = s.session_id);
-    PERFORM @extschema@.fencing_end_session_leases(s.session_id, s.expires_at);
+    IF locked = (SELECT pg_catalog.count(*) FROM @extschema@.fencing_lease e
+                  WHERE e.session_id = s.session_id) THEN
+      PERFORM FROM @extschema@.fencing_permit p WHERE p.session_id = s.session_id
+        FOR NO KEY UPDATE SKIP LOCKED;
+      GET DIAGNOSTICS locked = ROW_COUNT;
+      all_locked := locked = (SELECT pg_catalog.count(*) FROM @extschema@.fencing_permit p
+                               WHERE p.session_id = s.session_id);
+    ELSE
+      all_locked := false;
+    END IF;
+    IF NOT all_locked THEN
+      PERFORM @extschema@.fencing_session_unhold(s.hold_key);
+      CONTINUE;
+    END IF;
+    PERFORM @extschema@.fencing_end_session_leases(s.session_id, ended_at);
     DELETE FROM @extschema@.fencing_session x WHERE x.session_id = s.session_id;
     ended := ended + 1;
   END LOOP;
@@ -2737,8 +2750,10 @@ COMMENT ON FUNCTION @extschema@.fencing_end_expired_sessions(regrole, integer) I
 -- A role may have pg_fencing.max_sessions_per_role sessions at once
 -- (ended ones count until they are swept), so that no role can fill the
 -- table every role's sessions live in.  The count is read in the caller's
--- snapshot: opens that run at the same moment may each pass it, so a role
--- can go past the limit by at most the number of its connections.
+-- snapshot: transactions open at the same moment each see only what has
+-- committed, so together they can pass the limit by what they open before
+-- they commit (at worst the limit times the role's connections).  Exact
+-- counting would make a role's opens wait for each other's durable commits.
 CREATE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl interval)
   RETURNS bigint LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

@@ -453,7 +453,17 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   // raised before the lease row is written -- in this order, as in 1.2, so
   // that the lease row changes only once the transaction holds the lock's
   // mark (the stress harness reads commit order off it).
-  const bool unchanged = lease != nullptr ? LockRow(t.lease, lease) : !LeaseExistsNow(t, request);
+  // A lease whose session has ended: the session's row held and its end
+  // read again (EndForGrant), only here, where nothing but a renewal
+  // committing at this instant can still refuse the grant -- so that a
+  // refused acquire (a lock-delay, a room taken, a shared holder) holds no
+  // row of the session's role.  Renewed meanwhile: looked at again.
+  const bool unchanged =
+      lease != nullptr
+          ? EndForGrant(t, request.schema, lease, look.seen.expires_at, now) ==
+                    look.seen.expires_at &&
+                LockRow(t.lease, lease)
+          : !LeaseExistsNow(t, request);
   if (!unchanged) {
     (void)LockRelease(&room, ExclusiveLock, false);
     return false;
@@ -577,27 +587,8 @@ bool TryAcquire(const Tables &t, const AttemptRequest &request, Oid caller, Acce
             TimestampPlus(seen.expires_at, RowColumn(t.lock, lock, ids.lock_delay, &is_null)));
       }
     }
-    LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
+    const LeaseAttempt attempt = PGF_CORE(DecideAttempt(seen, now));
     if (attempt == LeaseAttempt::kBusy) return false;
-    // A grant over a lease whose session has ended: the session's row held
-    // and its end read again (EndForGrant) -- only now that the look says
-    // grant, so that a refused acquire (a lock-delay, say) holds no row of
-    // the session's role.  A renewal that committed meanwhile makes the
-    // lock busy after all.
-    if (lease != nullptr) {
-      const TimestampTz end = EndForGrant(t, request.schema, lease, lease_end, now);
-      if (end != lease_end) {
-        seen.expires_at = end;
-        seen.available_at = end;
-        if (!seen.ended && end <= now) {
-          bool is_null = false;
-          seen.available_at = DatumGetTimestampTz(
-              TimestampPlus(end, RowColumn(t.lock, lock, t.ids->lock_delay, &is_null)));
-        }
-        attempt = PGF_CORE(DecideAttempt(seen, now));
-        if (attempt == LeaseAttempt::kBusy) return false;
-      }
-    }
     PreventCommandIfReadOnly("fencing_acquire()");
     if (CarryOut(t, request, look, attempt, now, token)) return true;
   }
@@ -1195,13 +1186,14 @@ enum class SlotOutcome {
 // The caller's own live slot (a retry after a lost reply, say): the same
 // token, its end moved, counted as a renewal.
 SlotOutcome ExtendOwnSlot(Relation permit, const LeaseTableIds &ids, const SlotRequest &request,
-                          HeapTuple row, TimestampTz now, int64 *token) {
+                          HeapTuple row, TimestampTz old_end, TimestampTz now, int64 *token) {
   PreventCommandIfReadOnly(request.what);
   const Datum expires_at = TimestampPlus(now, request.lease.ttl);
   const int columns[] = {ids.permit_expires_at};
   const Datum values[] = {expires_at};
   const bool nulls[] = {false};
   if (!ReplaceRow(permit, row, 1, columns, values, nulls)) return SlotOutcome::kLookAgain;
+  RefuseIfEndedWhileWaiting(old_end, text_to_cstring(DatumGetTextPP(request.lease.lock_name)));
   bool is_null = false;
   *token = DatumGetInt64(RowColumn(permit, row, ids.permit_token_column, &is_null));
   RequireDurableCommit();
@@ -1373,17 +1365,24 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
   UnregisterSnapshot(snapshot);
 
   const int own = PGF_CORE(OwnLiveSlot(slots.seen, slots.count, now));
-  if (own >= 0) return ExtendOwnSlot(permit, ids, request, slots.rows[own], now, token);
+  if (own >= 0) {
+    return ExtendOwnSlot(permit, ids, request, slots.rows[own], slots.seen[own].expires_at, now,
+                         token);
+  }
 
   // Not beside a live exclusive lease, nor in its lock-delay.
+  // Judged on the look first: a shared acquire refused here holds no row
+  // of the lease's session (EndForGrant locks it, and reads its end again,
+  // only once the look says the lock is free).
   if (lease != nullptr) {
     bool ended_null = false;
-    const TimestampTz end = EndForGrant(t, ids.schema, lease, lease_end, now);
     const Datum ended = RowColumn(t.lease, lease, ids.lease_ended, &ended_null);
     const bool ended_early = !ended_null && !TextIs(ended, "expired");
-    const TimestampTz free_at =
-        ended_early ? end : DatumGetTimestampTz(TimestampPlus(end, lock_delay));
-    if (free_at > now) return SlotOutcome::kBusy;
+    const auto free_at = [&](TimestampTz end) {
+      return ended_early ? end : DatumGetTimestampTz(TimestampPlus(end, lock_delay));
+    };
+    if (free_at(lease_end) > now) return SlotOutcome::kBusy;
+    if (free_at(EndForGrant(t, ids.schema, lease, lease_end, now)) > now) return SlotOutcome::kBusy;
   }
   int32 slot = 0;
   int32 *free = nullptr;
@@ -1787,7 +1786,26 @@ Datum fencing_session_hold(PG_FUNCTION_ARGS) {
 // by its own transaction, and commit writes made after the lease ran out.
 PG_FUNCTION_INFO_V1(fencing_note_ended_here);
 Datum fencing_note_ended_here(PG_FUNCTION_ARGS) {
+  // Only from inside the extension's own functions, which run as the
+  // tables' owner: an EXECUTE granted by mistake still changes nothing.
+  if (GetUserId() != ExtensionTableOwner(ExtensionSchema(fcinfo))) {
+    ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                    errmsg("fencing_note_ended_here() is internal to pg_fencing")));
+  }
   if (!PG_ARGISNULL(0)) NoteLeaseEndedHere(PG_GETARG_INT64(0));
+  PG_RETURN_VOID();
+}
+
+// fencing_session_unhold(hold_key bigint) RETURNS void (1.9; internal):
+// gives back the session's exclusive hold that the sweep took and then
+// could not use (the session's lease rows are being written), so that a
+// sweep holds only the sessions it ends, whatever it passes over.
+PG_FUNCTION_INFO_V1(fencing_session_unhold);
+Datum fencing_session_unhold(PG_FUNCTION_ARGS) {
+  if (!PG_ARGISNULL(0)) {
+    LOCKTAG tag = SessionHoldTag(PG_GETARG_INT64(0));
+    (void)LockRelease(&tag, ExclusiveLock, false);
+  }
   PG_RETURN_VOID();
 }
 

@@ -511,21 +511,25 @@ TimestampTz LeaseRowEnd(const LeaseTableIds &ids, Relation table, HeapTuple row,
   if (!ended_null) return own;  // released or revoked: ended at its own end
   Relation sessions = table_open(ids.session, AccessShareLock);
   Relation key = index_open(ids.session_key, AccessShareLock);
-  // The session's end as committed now, whatever snapshot the lease's row
-  // was read in: at REPEATABLE READ the transaction's snapshot may predate
-  // a renewal that shortened the session, which ended it, and a release
-  // or an own acquire would take the lease for live (no write of the
-  // session's row would tell them: they write the lease's).  In parallel
-  // mode, the statement's snapshot, as the lease's row.
-  Snapshot now = IsInParallelMode() ? snapshot : RegisterSnapshot(GetLatestSnapshot());
+  // The session's end as committed now: at REPEATABLE READ the
+  // transaction's snapshot may predate a renewal that shortened the
+  // session, which ended it, and a release or an own acquire would take
+  // the lease for live (no write of the session's row would tell them:
+  // they write the lease's).  At READ COMMITTED (and in parallel mode) the
+  // caller's snapshot is the statement's or the latest, and is used as it
+  // is, so that the lease's row and the session's are read in one.
+  Snapshot now = !IsInParallelMode() && IsolationUsesXactSnapshot()
+                     ? RegisterSnapshot(GetLatestSnapshot())
+                     : snapshot;
   HeapTuple found = FetchRowByNumber(sessions, key, session, now);
   if (now != snapshot) UnregisterSnapshot(now);
   // No row: the session was closed or swept, which wrote the lease's end
-  // too; the row's own end stands.
+  // too (in a newer version of the lease's row than the one at hand, when
+  // the two were read in different snapshots): ended, at the latest now.
   const TimestampTz end =
       found != nullptr
           ? DatumGetTimestampTz(RowColumn(sessions, found, ids.session_expires_at, &is_null))
-          : own;
+          : Min(own, GetCurrentTimestamp());
   index_close(key, NoLock);
   table_close(sessions, NoLock);
   return end;
