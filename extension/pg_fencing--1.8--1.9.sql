@@ -4,10 +4,9 @@
 \echo Use "ALTER EXTENSION pg_fencing UPDATE TO '1.9'" to load this file. \quit
 -- The session's hold is keyed by a random hold_key (pg_locks, which every
 -- role reads, showed the id), and a role's sessions are found by role.
-ALTER TABLE @extschema@.fencing_session ADD COLUMN hold_key bigint;
-UPDATE @extschema@.fencing_session
-   SET hold_key = ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint;
-ALTER TABLE @extschema@.fencing_session ALTER COLUMN hold_key SET NOT NULL;
+-- A volatile default: every existing session gets a key of its own.
+ALTER TABLE @extschema@.fencing_session ADD COLUMN hold_key bigint NOT NULL
+  DEFAULT ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint;
 CREATE INDEX fencing_session_role ON @extschema@.fencing_session (holder_role);
 
 -- Every ttl and wait is judged as a duration from now on the server's clock.
@@ -205,6 +204,7 @@ COMMENT ON FUNCTION @extschema@.fencing_end_expired_sessions(regrole, integer) I
 -- committed, so together they can pass the limit by what they open before
 -- they commit (at worst the limit times the role's connections).  Exact
 -- counting would make a role's opens wait for each other's durable commits.
+-- The session's hold_key is its column's default, a random number.
 CREATE OR REPLACE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl interval)
   RETURNS bigint LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -234,10 +234,9 @@ BEGIN
             HINT = 'Close the sessions the role no longer uses (fencing_session_close), or have a superuser raise the limit for the role with ALTER ROLE ... SET pg_fencing.max_sessions_per_role.';
   END IF;
   id := @extschema@.fencing_grant()::bigint;
-  INSERT INTO @extschema@.fencing_session
+  INSERT INTO @extschema@.fencing_session (session_id, holder, holder_role, ttl, opened_at, expires_at)
     VALUES (id, holder, caller::regrole, ttl, pg_catalog.clock_timestamp(),
-            pg_catalog.clock_timestamp() + ttl,
-            ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint);
+            pg_catalog.clock_timestamp() + ttl);
   PERFORM @extschema@.fencing_commit_durably();
   RETURN id;
 END $$;

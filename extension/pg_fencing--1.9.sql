@@ -1231,8 +1231,10 @@ CREATE TABLE @extschema@.fencing_session (
   expires_at timestamptz NOT NULL,
   -- The key of the session's hold (fencing_session_hold): random, so that
   -- pg_locks, which every role reads, shows nothing that acts in the
-  -- session or tells its id.
+  -- session or tells its id.  A default, so that the rows of a dump made
+  -- before 1.9, which have none, load.
   hold_key bigint NOT NULL
+    DEFAULT ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint
 ) WITH (fillfactor = 20);
 -- A role's sessions, for its limit and its own sweep.  Not on expires_at:
 -- a renewal writes that, and stays a HOT update.
@@ -2754,6 +2756,7 @@ COMMENT ON FUNCTION @extschema@.fencing_end_expired_sessions(regrole, integer) I
 -- committed, so together they can pass the limit by what they open before
 -- they commit (at worst the limit times the role's connections).  Exact
 -- counting would make a role's opens wait for each other's durable commits.
+-- The session's hold_key is its column's default, a random number.
 CREATE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl interval)
   RETURNS bigint LANGUAGE plpgsql
   SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -2783,10 +2786,9 @@ BEGIN
             HINT = 'Close the sessions the role no longer uses (fencing_session_close), or have a superuser raise the limit for the role with ALTER ROLE ... SET pg_fencing.max_sessions_per_role.';
   END IF;
   id := @extschema@.fencing_grant()::bigint;
-  INSERT INTO @extschema@.fencing_session
+  INSERT INTO @extschema@.fencing_session (session_id, holder, holder_role, ttl, opened_at, expires_at)
     VALUES (id, holder, caller::regrole, ttl, pg_catalog.clock_timestamp(),
-            pg_catalog.clock_timestamp() + ttl,
-            ('x' || pg_catalog.encode(pg_catalog.substr(pg_catalog.uuid_send(pg_catalog.gen_random_uuid()), 9, 8), 'hex'))::bit(64)::bigint);
+            pg_catalog.clock_timestamp() + ttl);
   PERFORM @extschema@.fencing_commit_durably();
   RETURN id;
 END $$;

@@ -746,5 +746,34 @@ is( sql('at16',
 	'p1:released:1,p2:released:2,q1:live:1,q2:live:2',
 	'each slot granted under 1.6 keeps its lease in the history once granted again');
 
+###############################################################################
+# A dump of a database at 1.8 with an open session, restored where 1.9 is
+# installed (the dump's CREATE EXTENSION makes the current version): the
+# session's row, which has no hold_key in the dump, loads with one of its
+# own (the column's default), and the session lives on and renews.  And
+# the update gives every session of a database at 1.8 a key, each its own.
+###############################################################################
+$node->safe_psql('postgres', 'CREATE DATABASE at18');
+$node->safe_psql('at18',
+	"CREATE SCHEMA fencing; CREATE EXTENSION pg_fencing SCHEMA fencing VERSION '1.8'");
+my $session18 = sql('at18', "SELECT fencing_session_open('w18', '1 hour')");
+sql('at18', "SELECT fencing_session_open('v18', '1 hour')");
+my $dump18 = $node->basedir . '/at18.sql';
+$node->command_ok([ 'pg_dump', '-d', $node->connstr('at18'), '-f', $dump18 ],
+	'a database at 1.8 with sessions is dumped');
+$node->safe_psql('postgres', 'CREATE DATABASE from18');
+$node->command_ok(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('from18'), '-f', $dump18 ],
+	'its dump restores where 1.9 is installed');
+is( sql('from18',
+		"SELECT extversion || ':' || count(s.hold_key) FROM pg_extension, fencing.fencing_session s WHERE extname = 'pg_fencing' GROUP BY extversion"),
+	'1.9:2',
+	'the restored sessions have hold keys');
+is(sql('from18', "SELECT fencing_session_renew($session18)"), 't',
+	'a restored session renews');
+sql('at18', 'ALTER EXTENSION pg_fencing UPDATE');
+is(sql('at18', 'SELECT count(DISTINCT hold_key) FROM fencing_session'),
+	'2', 'the update gives each session a key of its own');
+
 $node->stop;
 done_testing();
