@@ -101,6 +101,24 @@ SELECT count(*) AS holds_seen,
 COMMIT;
 RESET ROLE;
 
+-- The internal functions of 1.9 are not B's: the note that tells the
+-- COMMIT check a lease was ended by the transaction itself (which would
+-- let B commit writes made after its lease ran out), the sweep, the
+-- hold's give-back.  And an EXECUTE granted by mistake still does not let
+-- B declare a lease ended by its own transaction.
+SET ROLE tn_b;
+\set VERBOSITY sqlstate
+SELECT fencing_note_ended_here('1');
+SELECT fencing_session_unhold(1);
+SELECT fencing_end_expired_sessions('tn_app', 1);
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION fencing_note_ended_here(fencing_token) TO tn_b;
+SET ROLE tn_b;
+\set VERBOSITY default
+SELECT fencing_note_ended_here('1');
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION fencing_note_ended_here(fencing_token) FROM tn_b;
+
 -- 4. Every ttl and wait is a duration from now on the server's clock:
 -- '-1 year 360 days 1 sec' is positive to the interval's own ordering
 -- (months of 30 days) but ends five days before now.  Refused with 22023
