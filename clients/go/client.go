@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgconn"
+	"github.com/jackc/pgconn/stmtcache"
 	"github.com/jackc/pgtype"
 	"github.com/jackc/pgx/v4"
 )
@@ -22,18 +24,79 @@ type Client struct {
 }
 
 // New parses connString as pgx does; "" takes everything from the PG*
-// environment variables.
+// environment variables. Unless connString chooses how pgx sends
+// statements (statement_cache_mode, statement_cache_capacity or
+// prefer_simple_protocol), the client's connections make no named prepared
+// statements, so that connString may name a transaction-pooling PgBouncer:
+// see withoutNamedStatements.
 func New(connString string) (*Client, error) {
 	config, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("pg_fencing: bad connection string: %w", err)
 	}
+	withoutNamedStatements(config)
 	return &Client{config: config}, nil
 }
 
-// NewFromConfig uses a configuration the caller parsed (TLS, dialer, ...).
+// NewFromConfig uses a configuration the caller parsed (TLS, dialer, ...),
+// as New does its own: without named prepared statements unless the
+// connection string it was parsed from (config.ConnString()) names
+// statement_cache_mode, statement_cache_capacity or prefer_simple_protocol.
+// A config with PreferSimpleProtocol set, or with no statement cache at
+// all (BuildStatementCache nil), is used as it is.
 func NewFromConfig(config *pgx.ConnConfig) *Client {
-	return &Client{config: config.Copy()}
+	config = config.Copy()
+	withoutNamedStatements(config)
+	return &Client{config: config}
+}
+
+// statementOptions are the keys of a connection string by which the user
+// chooses how pgx sends statements; naming any of them keeps pgx's choice.
+var statementOptions = []string{"statement_cache_mode", "statement_cache_capacity", "prefer_simple_protocol"}
+
+// withoutNamedStatements replaces pgx's default statement cache, which
+// prepares each statement as a named statement ("lrupsc_N_M") living as
+// long as the server's session, by its "describe" mode (512 entries, as
+// pgx's default). Behind a transaction-pooling PgBouncer a named statement
+// stays on a server connection that other clients then get: the next
+// connection there to prepare its first statement fails with 42P05
+// (prepared statement "lrupsc_1_0" already exists), and one whose next
+// transaction runs elsewhere with 26000 (does not exist).
+//
+// pgx v4 has no QueryExecModeExec (v5's): its choices are
+//   - "describe": the first run of a statement on a connection describes it
+//     as the unnamed statement (Parse, Describe, Sync), and the cache keeps
+//     the server's parameter types; every run then sends Parse, Bind,
+//     Describe, Execute and Sync of the unnamed statement together, so they
+//     reach one server connection in one go. The arguments are encoded for
+//     the parameter types the server gave, exactly as in the prepare mode:
+//     a Token as text for a fencing_token parameter (pgx has no binary form
+//     of that type), the intervals as the text "N milliseconds".
+//   - no cache (statement_cache_capacity=0): pgx prepares the unnamed
+//     statement, waits for the answer and binds it in a second exchange;
+//     outside a transaction a pooler may give the second one another server
+//     connection, with another unnamed statement or none. Not safe.
+//   - prefer_simple_protocol: pgx writes the values into the SQL text
+//     itself, without the server's types; it would work, but changes how
+//     every argument is sent, for nothing that describe mode lacks.
+//
+// So: "describe", unless the user chose.
+func withoutNamedStatements(config *pgx.ConnConfig) {
+	if config.PreferSimpleProtocol || config.BuildStatementCache == nil {
+		return // the user's choice, named or set in code; neither makes named statements
+	}
+	// pgx.ParseConfig removes the keys it reads; pgconn's keeps them among
+	// the runtime parameters, read from the string, PGSERVICE's file and all.
+	if parsed, err := pgconn.ParseConfig(config.ConnString()); err == nil {
+		for _, key := range statementOptions {
+			if _, named := parsed.RuntimeParams[key]; named {
+				return
+			}
+		}
+	}
+	config.BuildStatementCache = func(conn *pgconn.PgConn) stmtcache.Cache {
+		return stmtcache.New(conn, stmtcache.ModeDescribe, 512)
+	}
 }
 
 // connect opens a connection of the client's own, named in

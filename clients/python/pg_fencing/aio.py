@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Tuple
 import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
-from ._wire import NoAnswer, interval
+from ._wire import NoAnswer, connect, interval
 from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed, may_mend, reconnect_delay
 from .errors import (SESSION_ENDED, FencingError, GuardError, LeaseEndedError, LeaseLost, LockTimeout,
                      MissingTokenError, NeverGrantedTokenError, StaleTokenError, raise_mapped,
@@ -45,8 +45,8 @@ OnLost = Optional[Callable[[str], None]]
 
 
 async def _connect(conninfo: str, name: str) -> psycopg.AsyncConnection:
-    return await psycopg.AsyncConnection.connect(conninfo, autocommit=True,
-                                                 application_name=name[:63])
+    # _wire.connect: autocommit, and no named prepared statements (PgBouncer).
+    return await connect(psycopg.AsyncConnection, conninfo, name)
 
 
 async def _cancelled(conn: psycopg.AsyncConnection) -> None:
@@ -141,11 +141,11 @@ class _AsyncHeartbeat(LeaseClock):
                     await asyncio.sleep(min(self.due, self.deadline) - now)
                     continue
                 sent = time.monotonic()
+                allowed = max(0.0, self.deadline - time.monotonic())
                 try:
-                    renewed, error = await asyncio.wait_for(
-                        self._renew(), max(0.0, self.deadline - time.monotonic())), None
+                    renewed, error = await asyncio.wait_for(self._renew(), allowed), None
                 except asyncio.TimeoutError:
-                    renewed, error = None, NoAnswer()
+                    renewed, error = None, NoAnswer(f"the renewal of the {self.what}", allowed)
                     await self._drop()
                 except RENEWAL_ERRORS as failure:
                     renewed, error = None, failure

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 import psycopg
 
 from ._heartbeat import Heartbeat
-from ._wire import Connection, interval
+from ._wire import Connection, NoAnswer, StatementFailed, interval
 from .errors import LeaseLost, LockTimeout, raise_mapped, seconds
 
 KINDS = ("exclusive", "shared", "permit")
@@ -206,7 +206,14 @@ class Lease(_Held):
             # close to the grant.
             if self.wait is not None and time.monotonic() - sent > self._beat.margin:
                 renew_sent = time.monotonic()
-                if not self._renew(renew_sent + self.ttl):
+                try:
+                    renewed = self._renew(renew_sent + self.ttl)
+                except (NoAnswer, StatementFailed) as error:
+                    # Internal errors of _wire: what leaves acquire() (and
+                    # Election.campaign()) is the package's own.
+                    raise LeaseLost(f"{self.describe()} was granted (token {self.token}) but "
+                                    f"could not be renewed: {error}") from error
+                if not renewed:
                     raise LeaseLost(f"{self.describe()} was granted (token {self.token}) but "
                                     "ended before it could be renewed; ttl too short?")
                 self._beat.renewed(renew_sent)
@@ -273,7 +280,7 @@ class Lease(_Held):
         assert self._conn is not None
         return self._conn.value_by("SELECT fencing_renew($1, $2::fencing_token, $3::interval)",
                                    [self.lock_name, str(self.token), interval(self.ttl)],
-                                   deadline) == "t"
+                                   deadline, what=f"the renewal of {self.describe()}") == "t"
 
     def _close(self) -> None:
         if self._conn is not None:

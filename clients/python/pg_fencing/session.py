@@ -274,7 +274,8 @@ class Session:
 
     def _renew(self, deadline: float) -> bool:
         return self._beat_conn.value_by("SELECT fencing_session_renew($1::bigint, $2::interval)",
-                                        [str(self.id), interval(self.ttl)], deadline) == "t"
+                                        [str(self.id), interval(self.ttl)], deadline,
+                                        what=f"the renewal of fencing session {self.id}") == "t"
 
     def _drop_heartbeat(self) -> None:
         self._beat_conn.close()

@@ -215,3 +215,17 @@ def test_observe_raises_a_refused_login_instead_of_retrying_it(wrong_password, n
         assert time.monotonic() - started < 3, "the refusal was retried before it was raised"
 
     run(scenario())
+
+
+def test_the_packages_connections_prepare_no_named_statements(name):
+    # As in test_client.py: the renewing task runs one query every ttl/3.
+    async def scenario():
+        conn = await aio._connect(CONNINFO, "pg_fencing test")
+        try:
+            for _ in range(8):
+                await aio._read_leader(conn, name)
+            assert (await aio._row(conn, "SELECT count(*) FROM pg_prepared_statements"))[0] == 0
+        finally:
+            await conn.close()
+
+    run(scenario())

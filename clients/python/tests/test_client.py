@@ -364,3 +364,26 @@ def test_observe_never_reports_a_grant_that_rolled_back(client, name):
     finally:
         stop.set()
         thread.join(11)
+
+
+def test_the_packages_connections_prepare_no_named_statements(name):
+    # Behind a transaction-pooling PgBouncer a named prepared statement
+    # (psycopg makes _pg3_N of a query run 5 times) outlives the transaction
+    # on a server connection that others then get: observe() re-reads the
+    # leader with one query all its life.
+    conn = pg_fencing._wire.Connection(CONNINFO, "pg_fencing test")
+    try:
+        for _ in range(8):
+            pg_fencing.election.read_leader(conn, name)
+        assert conn.row("SELECT count(*) FROM pg_prepared_statements")[0] == 0
+    finally:
+        conn.close()
+
+
+def test_a_statement_without_answer_by_its_deadline_says_so():
+    conn = pg_fencing._wire.Connection(CONNINFO, "pg_fencing test")
+    started = time.monotonic()
+    with pytest.raises(pg_fencing._wire.NoAnswer,
+                       match=r"^no answer from the server within 0\.[23]\d* s to a sleep; the connection was closed$"):
+        conn.value_by("SELECT pg_sleep(5)", [], started + 0.3, what="a sleep")
+    assert time.monotonic() - started < 2 and conn.closed
