@@ -1,8 +1,8 @@
--- pg_fencing 1.9: the full install script.
+-- pg_fencing 1.10: the full install script.
 --
 -- This file is the current interface of pg_fencing in one place: every
 -- object a fresh CREATE EXTENSION pg_fencing makes, each defined once, in
--- the form it has at 1.9, grouped by what it is for:
+-- the form it has at 1.10, grouped by what it is for:
 --
 --   1. the fencing_token type and its operators
 --   2. granting tokens
@@ -15,15 +15,16 @@
 --   9. observability: events, statistics, rejections, history
 --  10. administration: the token floor, mark resets, fencing_audit()
 --  11. sessions: one keepalive for many leases, many locks at once
+--  12. the line: waits that hold no connection
 --
 -- The script pg_fencing--1.0.sql and the upgrade scripts
--- pg_fencing--1.0--1.1.sql ... pg_fencing--1.8--1.9.sql are kept for
+-- pg_fencing--1.0--1.1.sql ... pg_fencing--1.9--1.10.sql are kept for
 -- databases created at an older version: ALTER EXTENSION pg_fencing UPDATE
 -- runs them, and they also move such a database's data along.  This file
 -- does none of that: it is for a fresh install only.
 --
 -- Any change to the interface goes into this file AND into a new upgrade
--- script (pg_fencing--1.9--1.10.sql, say, with default_version moved on in
+-- script (pg_fencing--1.10--1.11.sql, say, with default_version moved on in
 -- pg_fencing.control and this file becoming the new version's full
 -- script).
 -- test/t/005_upgrade.pl builds one database with this file and one from
@@ -3026,3 +3027,69 @@ CREATE VIEW @extschema@.fencing_sessions WITH (security_barrier) AS
 GRANT SELECT ON @extschema@.fencing_sessions TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_sessions IS
   'the open sessions of the roles whose privileges the current role has (every one for pg_read_all_stats), with their ends and how many leases each holds; live is judged by the server clock now';
+
+-------------------------------------------------------------------------------
+-- 12. The line (1.10): waits that hold no connection
+-------------------------------------------------------------------------------
+-- A wait as a place in the lock's line, kept in a table, instead of a
+-- statement that runs for the whole wait (src/backend/lease_line.cpp).  A
+-- candidate joins with its session and goes away: between its short
+-- round trips it holds no server connection, no snapshot and no
+-- transaction id, and costs one row.  The first place in line whose
+-- session lives and whose wait has not run out is the only one an
+-- exclusive lease of the lock may go to, besides a waiter of the lock's
+-- waiting room (the waiting functions and fencing_await, served first):
+-- an acquire of anyone else's answers as for a busy lock.  That place's
+-- candidate takes the lease itself, in its own transaction, when it joins
+-- or polls (fencing_line_join, fencing_line_poll); every change that may
+-- free the lock NOTIFYs fencing_line with the number of the first place,
+-- so that a candidate with a connection that can LISTEN polls at once,
+-- and one without polls on a timer.  A place ends with its session (its
+-- row is deleted with the session's), when its wait runs out, or when its
+-- candidate leaves.  Written only by the line's functions, as the
+-- tables' owner.
+CREATE SEQUENCE @extschema@.fencing_line_place_seq;
+CREATE TABLE @extschema@.fencing_line (
+  -- Arrival order: a place keeps its number for the whole wait.
+  place bigint PRIMARY KEY,
+  lock_id bigint NOT NULL REFERENCES @extschema@.fencing_lock (lock_id) ON DELETE CASCADE,
+  session_id bigint NOT NULL
+    REFERENCES @extschema@.fencing_session (session_id) ON DELETE CASCADE,
+  payload jsonb,
+  joined_at timestamptz NOT NULL,
+  -- NULL: the place waits as long as its session lives.
+  wait_until timestamptz,
+  -- The lease's token once the place's candidate has taken it; NULL while
+  -- it waits.
+  token @extschema@.fencing_token,
+  -- One place per session and lock: a join repeated after a lost answer
+  -- keeps the place it had.
+  CONSTRAINT fencing_line_once UNIQUE (session_id, lock_id)
+);
+CREATE INDEX fencing_line_order ON @extschema@.fencing_line (lock_id, place);
+REVOKE ALL ON @extschema@.fencing_line FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.fencing_line_place_seq FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_line', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_line_place_seq', '');
+COMMENT ON SEQUENCE @extschema@.fencing_line_place_seq IS
+  'the numbers of places in line, in order of arrival';
+COMMENT ON TABLE @extschema@.fencing_line IS
+  'one row per place in a lock''s line: a candidate waiting, in its session, for an exclusive lease; written only through the fencing_line_ functions';
+
+CREATE FUNCTION @extschema@.fencing_line_join(
+    session bigint, lock_name text, wait interval DEFAULT NULL, payload jsonb DEFAULT NULL,
+    OUT place bigint, OUT token @extschema@.fencing_token)
+  AS 'MODULE_PATHNAME', 'fencing_line_join' LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_line_join(bigint, text, interval, jsonb) IS
+  'joins the line for an exclusive lease of the lock in the session, waiting at most wait (NULL: while the session lives), and returns the place; token is the lease''s when the place was first and took it at once; joined again, the same place';
+
+CREATE FUNCTION @extschema@.fencing_line_poll(places bigint[])
+  RETURNS TABLE (place bigint, lock_name text, state text, token @extschema@.fencing_token)
+  AS 'MODULE_PATHNAME', 'fencing_line_poll' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_line_poll(bigint[]) IS
+  'for each place, its state: waiting, granted (with the lease''s token; a place first in line takes the lease here) or gone (its wait ran out, its session ended, its lease ended, or no such place of the caller''s)';
+
+CREATE FUNCTION @extschema@.fencing_line_leave(place bigint) RETURNS boolean
+  AS 'MODULE_PATHNAME', 'fencing_line_leave' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_line_leave(bigint) IS
+  'leaves the line, giving back a lease the place had taken; false when the caller has no such place';

@@ -55,6 +55,7 @@ extern "C" {
 #include "lease_counts.hpp"  // EarlierEnd
 #include "lease_events.hpp"
 #include "lease_tables.hpp"
+#include "lease_wakeup.hpp"
 #include "lease_writers.hpp"
 
 #include <dlfcn.h>
@@ -436,8 +437,8 @@ namespace {
 // re-checks a row changed meanwhile: a lease granted again is live, and
 // left alone.
 // also: a further condition on the look (d) and the update (l).
-void MarkExpired(const char *schema, const char *table, const char *key, const char *lock_join,
-                 const char *also) {
+void MarkExpired(Oid schema_oid, const char *schema, const char *table, const char *key,
+                 const char *lock_join, const char *also) {
   const int marked = SPI_execute(
       psprintf("WITH due AS (SELECT %s FROM %s.%s d "
                "WHERE d.ended IS NULL AND d.expires_at <= pg_catalog.clock_timestamp() %s "
@@ -467,6 +468,8 @@ void MarkExpired(const char *schema, const char *table, const char *key, const c
     event.has_token = true;
     event.token = DatumGetInt64(SPI_getbinval(row, expired->tupdesc, 5, &is_null));
     PublishLeaseEvent(event, announce);
+    // The lock may be taken now: its waiters are told.
+    WakeWaitersAtCommit(schema_oid, event.lock_id);
   }
 }
 
@@ -521,10 +524,10 @@ Datum fencing_announce_expiries(PG_FUNCTION_ARGS) {
                   false, 0) != SPI_OK_SELECT) {
     elog(ERROR, "pg_fencing: ending expired sessions failed");
   }
-  MarkExpired(s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name",
+  MarkExpired(schema, s, "fencing_lease", "d.lock_name", "k.lock_name = l.lock_name",
               has_sessions ? "AND d.session_id IS NULL" : "");
   if (has_permits) {
-    MarkExpired(s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id",
+    MarkExpired(schema, s, "fencing_permit", "d.lock_id, d.slot", "k.lock_id = l.lock_id",
                 has_sessions ? "AND d.session_id IS NULL" : "");
   }
   // The earliest end of a lease not marked, past or future: one that ended

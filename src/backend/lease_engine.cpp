@@ -53,7 +53,9 @@ extern "C" {
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
 #include "slot_decision.hpp"
+#include "lease_engine.hpp"
 #include "lease_events.hpp"
+#include "lease_line.hpp"
 #include "lease_tables.hpp"
 #include "lease_wait.hpp"
 #include "lease_wakeup.hpp"
@@ -430,9 +432,16 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     return true;
   }
 
-  // Nobody takes a free lock from under the first waiter in line.
+  // Nobody takes a free lock from under the first waiter in line: the
+  // waiting room's (which this transaction may hold already, as the
+  // waiting acquires do), then the line's first place (lease_line.hpp).
   LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
-  if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) return false;
+  const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
+  if (in_room == LOCKACQUIRE_NOT_AVAIL) return false;
+  if (in_room == LOCKACQUIRE_OK && !LineLetsGrant(ids, lock_id, request.session)) {
+    (void)LockRelease(&room, ExclusiveLock, false);
+    return false;
+  }
 
   // How the lock is leased changes only in the room (1.4): as it stands now.
   if (t.ids->lock_kind != InvalidAttrNumber) {
@@ -955,14 +964,9 @@ void CheckSessionOutlived(Oid schema, int64 session, const SessionInUse &in_use,
 // to now + remaining; ended 'released' marks a release (which spares the
 // lock its lock-delay).  False for any lease that is not the caller's, and
 // for a lock that does not exist; 42501 for a lock the caller may not use.
-bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remaining,
-                  const char *ended) {
-  const Oid schema = ExtensionSchema(fcinfo);
-  const Oid caller = GetUserId();
-  const Datum name = PointerGetDatum(PG_GETARG_TEXT_PP(0));
-  const bool token_null = PG_ARGISNULL(1);
-  const int64 token = token_null ? 0 : PG_GETARG_INT64(1);
-  const Datum holder_role = SessionUserName();
+// holder_role: the login role whose lease it must be (name).
+bool MoveLeaseEndOf(Oid schema, Oid caller, Datum name, bool token_null, int64 token,
+                    Datum holder_role, const char *lock_name, Datum remaining, const char *ended) {
   const Tables t = OpenTables(schema);
   const LeaseTableIds &ids = *t.ids;
   bool lock_exists = false;
@@ -1036,8 +1040,18 @@ bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remainin
     return RenewSession(schema, caller, in_session, remaining, false);
   if (!moved) return false;
   RequireDurableCommit();
-  if (wake) WakeWaitersAtCommit(lock_id);
+  if (wake) WakeWaitersAtCommit(schema, lock_id);
   return true;
+}
+
+// MoveLeaseEndOf() for fencing_renew(lock_name, token, ...) and
+// fencing_release(lock_name, token): the caller's lease, under its login
+// role.
+bool MoveLeaseEnd(FunctionCallInfo fcinfo, const char *lock_name, Datum remaining,
+                  const char *ended) {
+  return MoveLeaseEndOf(ExtensionSchema(fcinfo), GetUserId(), PointerGetDatum(PG_GETARG_TEXT_PP(0)),
+                        PG_ARGISNULL(1), PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1),
+                        SessionUserName(), lock_name, remaining, ended);
 }
 
 // ---- Permits and shared leases (1.4; their attempt in C from 1.7) ---------------
@@ -1497,7 +1511,12 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
 SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_id,
                         bool may_convert, int64 *token) {
   LOCKTAG room = WaitingRoomTag(request.lease.schema, lock_id);
-  if (LockAcquire(&room, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL) {
+  const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
+  if (in_room == LOCKACQUIRE_NOT_AVAIL) return SlotOutcome::kBusy;
+  // A place waiting in the lock's line is for an exclusive lease, and holds
+  // off every new permit and shared lease (exclusive first).
+  if (in_room == LOCKACQUIRE_OK && !LineLetsGrant(*t.ids, lock_id, 0)) {
+    (void)LockRelease(&room, ExclusiveLock, false);
     return SlotOutcome::kBusy;
   }
   Relation permit = table_open(t.ids->permit, RowExclusiveLock);
@@ -1552,6 +1571,33 @@ Datum AcquireSlot(FunctionCallInfo fcinfo, LockKind want, int permits, int ttl_a
 }
 
 }  // namespace
+
+void RefuseUnlessSessionOfCaller(Oid schema, Oid caller, int64 session) {
+  (void)SessionOfCaller(schema, caller, session);
+}
+
+bool AcquireInSession(Oid schema, Oid caller, int64 session, bool lock_name_null, Datum lock_name,
+                      bool payload_null, Datum payload, int64 *token) {
+  // The caller first: another role's session answers as one that does not
+  // exist, before anything else is looked at.
+  const SessionInUse in_use = SessionOfCaller(schema, caller, session);
+  const char *name = CheckLockNameValue(lock_name_null, lock_name);
+  PreventCommandIfReadOnly("fencing_session_acquire()");
+  const AttemptRequest request =
+      SessionRequest(schema, session, in_use, PointerGetDatum(PG_DETOAST_DATUM_PACKED(lock_name)),
+                     payload_null, payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(payload)));
+  if (!AcquireForCaller(request, name, caller, token)) return false;
+  CheckSessionOutlived(schema, session, in_use, name);
+  return true;
+}
+
+bool GiveBackLease(Oid schema, Oid caller, Datum lock_name, int64 token, Datum holder_role) {
+  Interval *zero = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  return MoveLeaseEndOf(schema, caller, PointerGetDatum(PG_DETOAST_DATUM_PACKED(lock_name)), false,
+                        token, holder_role, TextDatumGetCString(lock_name),
+                        IntervalPGetDatum(zero), "released");
+}
+
 }  // namespace pg_fencing
 
 using namespace pg_fencing;
@@ -1626,16 +1672,12 @@ Datum fencing_session_acquire(PG_FUNCTION_ARGS) {
     if (is_null) PG_RETURN_NULL();
     return token;
   }
-  const int64 session = PG_GETARG_INT64(0);
-  const SessionInUse in_use = SessionOfCaller(schema, caller, session);
-  const char *lock_name = CheckLockName(fcinfo, 1);
-  PreventCommandIfReadOnly("fencing_session_acquire()");
-  const AttemptRequest request = SessionRequest(
-      schema, session, in_use, PointerGetDatum(PG_GETARG_TEXT_PP(1)), PG_ARGISNULL(3),
-      PG_ARGISNULL(3) ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3))));
   int64 token = 0;
-  if (!AcquireForCaller(request, lock_name, caller, &token)) PG_RETURN_NULL();
-  CheckSessionOutlived(schema, session, in_use, lock_name);
+  if (!AcquireInSession(schema, caller, PG_GETARG_INT64(0), PG_ARGISNULL(1),
+                        PG_ARGISNULL(1) ? Datum(0) : PG_GETARG_DATUM(1), PG_ARGISNULL(3), PG_ARGISNULL(3) ? Datum(0) : PG_GETARG_DATUM(3),
+                        &token)) {
+    PG_RETURN_NULL();
+  }
   PG_RETURN_INT64(token);
 }
 

@@ -285,6 +285,14 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.lease_session_id = get_attnum(ids.lease, "session_id");
   ids.permit_session_id =
       OidIsValid(ids.permit) ? get_attnum(ids.permit, "session_id") : InvalidAttrNumber;
+  ids.line = get_relname_relid("fencing_line", schema);
+  if (OidIsValid(ids.line)) {
+    ids.line_order = RelationIn(schema, "fencing_line_order");
+    ids.line_place = ColumnOf(ids.line, "place");
+    ids.line_session_id = ColumnOf(ids.line, "session_id");
+    ids.line_wait_until = ColumnOf(ids.line, "wait_until");
+    ids.line_token = ColumnOf(ids.line, "token");
+  }
   cached_ids = ids;
   ids_valid = true;
   return cached_ids;

@@ -25,6 +25,8 @@
 // pg_fencing.wait_recheck at the latest.
 #include "lease_wakeup.hpp"
 
+#include "lease_line.hpp"
+
 extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -113,7 +115,8 @@ LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id) {
   return RoomTag(PGF_CORE(WaitingRoomKey(lock_id)), own_field ? kRoomField : uint16{1});
 }
 
-void WakeWaitersAtCommit(int64 lock_id) {
+void WakeWaitersAtCommit(Oid schema, int64 lock_id) {
+  TellLineAtCommit(schema, lock_id);
   if (!PGF_CORE(pending_wakeups.Add(WaitingRoomKey(lock_id)))) {
     ereport(DEBUG1, (errmsg("pg_fencing: more than %d locks to wake in one transaction",
                             PendingWakeups::kCapacity),
@@ -177,7 +180,7 @@ extern "C" {
 // to be still busy: the waiter sleeps again).
 PG_FUNCTION_INFO_V1(fencing_wake_waiters_at_commit);
 Datum fencing_wake_waiters_at_commit(PG_FUNCTION_ARGS) {
-  WakeWaitersAtCommit(PG_GETARG_INT64(0));
+  WakeWaitersAtCommit(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
   PG_RETURN_VOID();
 }
 

@@ -26,9 +26,11 @@ namespace pg_fencing {
 void RegisterLeaseWakeup();
 
 // When the current transaction commits, wake the first waiter of the lock
-// lock_id, which then looks at the lease again.  For every transaction that
-// frees a lease or moves its end; harmless when nobody waits.
-void WakeWaitersAtCommit(int64 lock_id);
+// lock_id (of the extension in schema), which then looks at the lease
+// again, and tell the first place in the lock's line (TellLineAtCommit).
+// For every transaction that frees a lease or moves its end; harmless when
+// nobody waits.
+void WakeWaitersAtCommit(Oid schema, int64 lock_id);
 
 // The lock manager's tag of a lock's waiting room.  From 1.4 it is an
 // advisory tag in a field SQL's advisory locks cannot name (kRoomField), so

@@ -31,11 +31,15 @@ extern "C" {
 namespace pg_fencing {
 
 const char *CheckLockName(FunctionCallInfo fcinfo, int arg) {
-  if (PG_ARGISNULL(arg) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(arg)) == 0) {
+  return CheckLockNameValue(PG_ARGISNULL(arg), PG_ARGISNULL(arg) ? Datum(0) : PG_GETARG_DATUM(arg));
+}
+
+const char *CheckLockNameValue(bool is_null, Datum name) {
+  if (is_null || VARSIZE_ANY_EXHDR(DatumGetTextPP(name)) == 0) {
     ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                     errmsg("lock name must not be NULL or empty")));
   }
-  return text_to_cstring(PG_GETARG_TEXT_PP(arg));
+  return text_to_cstring(DatumGetTextPP(name));
 }
 
 int64 AuthorizeLock(Oid schema, const char *lock_name, Oid role, bool may_create, Oid for_table) {

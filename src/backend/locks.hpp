@@ -11,6 +11,8 @@ namespace pg_fencing {
 // every public function that takes one calls it (the gates for all of
 // theirs), so the SQL behind them can take the name as given.
 const char *CheckLockName(FunctionCallInfo fcinfo, int arg);
+// The same for a value (is_null: SQL NULL).
+const char *CheckLockNameValue(bool is_null, Datum name);
 
 // Checks that role may use lock_name -- creating the lock first when it
 // does not exist, may_create is true and role may create it -- and returns

@@ -1,0 +1,113 @@
+-- The line (1.10): a wait for an exclusive lease as a place kept by the
+-- database, between short calls, instead of a statement that runs for the
+-- whole wait.  Arrival order, a place that joins again, a wait that runs
+-- out, a session that ends, leaving, exclusive first, and a role that
+-- tries another's places.  Places are shown by the names of their
+-- candidates, tokens by whether there is one: their numbers depend on what
+-- ran before.
+\set SHOW_CONTEXT never
+CREATE FUNCTION pg_temp.try(query text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  EXECUTE query;
+  RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+  RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '[0-9]{6,}', 'N', 'g');
+END $$;
+CREATE ROLE ln_app;
+CREATE ROLE ln_other;
+SELECT fencing_allow_create('ln_app');
+
+SET ROLE ln_app;
+SELECT fencing_session_open('leader', '1 hour') AS s_leader \gset
+SELECT fencing_session_open('first', '1 hour') AS s_first \gset
+SELECT fencing_session_open('second', '1 hour') AS s_second \gset
+
+-- 1. The first to join a free lock takes it at once; the others wait, in
+-- the order they came.
+SELECT place AS p_leader, token IS NOT NULL AS took_it FROM fencing_line_join(:s_leader, 'ln') \gset
+SELECT :'took_it' AS leader_took_it;
+SELECT place AS p_first, token IS NULL AS waits FROM fencing_line_join(:s_first, 'ln') \gset
+SELECT place AS p_second, token IS NULL AS waits FROM fencing_line_join(:s_second, 'ln', '1 hour') \gset
+SELECT :p_leader < :p_first AND :p_first < :p_second AS in_arrival_order;
+CREATE TEMP VIEW line AS
+  SELECT CASE place WHEN :p_leader THEN 'leader' WHEN :p_first THEN 'first'
+                    WHEN :p_second THEN 'second' ELSE place::text END AS who,
+         lock_name, state, token IS NOT NULL AS has_token
+    FROM fencing_line_poll(ARRAY[:p_leader, :p_first, :p_second]);
+SELECT * FROM line;
+-- Joined again (a retry after a lost answer): the same place.
+SELECT place = :p_first AS same_place, token IS NULL AS still_waits
+  FROM fencing_line_join(:s_first, 'ln');
+SELECT place = :p_leader AS same_place, token IS NOT NULL AS still_holds
+  FROM fencing_line_join(:s_leader, 'ln');
+
+-- 2. The leader resigns: nobody but the first in line may take the lock,
+-- not a plain acquire, not the second's session, not a new session.
+SELECT fencing_release('ln', (SELECT token FROM fencing_line_poll(ARRAY[:p_leader]))) AS resigned;
+SELECT fencing_acquire('ln', 'outsider', '1 minute') IS NULL AS outsider_waits;
+SELECT fencing_session_acquire(:s_second, 'ln') IS NULL AS second_waits;
+SELECT fencing_session_open('newcomer', '1 hour') AS s_new \gset
+SELECT fencing_session_acquire(:s_new, 'ln') IS NULL AS newcomer_waits;
+-- The first takes it when it polls (or acquires in its session).
+SELECT * FROM line;
+SELECT holder, state FROM fencing_leases WHERE lock_name = 'ln';
+
+-- 3. A place granted and given back by leaving: the lease is released and
+-- the next place may take it.
+SELECT fencing_line_leave(:p_first) AS left_line;
+SELECT fencing_line_leave(:p_first) AS left_again;
+SELECT holder, state FROM fencing_leases WHERE lock_name = 'ln';
+SELECT * FROM line;
+SELECT holder, state FROM fencing_leases WHERE lock_name = 'ln';
+SELECT fencing_session_close(:s_second) AS closed_second;
+-- Closed: its place went with its session.
+SELECT * FROM line;
+
+-- 4. A wait that runs out leaves the line; a place whose session has
+-- ended is stepped over, and goes with the session.
+SELECT fencing_session_acquire(:s_new, 'ln') IS NOT NULL AS newcomer_holds;
+SELECT place AS p_short FROM fencing_line_join(:s_first, 'ln', '10 ms') \gset
+SELECT fencing_session_open('brief', '200 ms') AS s_brief \gset
+SELECT place AS p_brief FROM fencing_line_join(:s_brief, 'ln') \gset
+SELECT place AS p_last FROM fencing_line_join(:s_leader, 'ln') \gset
+SELECT pg_sleep(0.3);
+SELECT fencing_session_close(:s_new) AS newcomer_closed;
+SELECT CASE place WHEN :p_short THEN 'short wait' WHEN :p_brief THEN 'ended session'
+                  WHEN :p_last THEN 'last' END AS who, state, token IS NOT NULL AS has_token
+  FROM fencing_line_poll(ARRAY[:p_short, :p_brief, :p_last]);
+
+-- 5. Exclusive first: while a place waits, a lock's shared leases give
+-- way to it.  A semaphore has no line.
+SELECT fencing_acquire_shared('ln_sh', 'reader', '1 hour') IS NOT NULL AS reader_holds;
+SELECT place AS p_writer, token IS NULL AS writer_waits
+  FROM fencing_line_join(:s_first, 'ln_sh') \gset
+SELECT :'writer_waits' AS writer_waits;
+SELECT fencing_acquire_shared('ln_sh', 'reader2', '1 hour') IS NULL AS new_reader_waits;
+SELECT fencing_acquire_permit('ln_sem', 'p', 2, '1 minute') IS NOT NULL AS permit_taken;
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L)', :s_first, 'ln_sem'));
+
+-- 6. Bad input.
+SELECT pg_temp.try('SELECT fencing_line_join(NULL, ''ln'')');
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L)', :s_first, ''));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, %L)', :s_first, 'ln', '-1 s'));
+SELECT pg_temp.try('SELECT fencing_line_join(42, ''ln'')');
+SELECT * FROM fencing_line_poll('{}');
+SELECT count(*) FROM fencing_line_poll(ARRAY[NULL, 42]::bigint[]);
+RESET ROLE;
+
+-- 7. Another role: its own session in A's line is refused (it may not use
+-- A's lock), and A's places and sessions answer as ones that do not exist.
+SET ROLE ln_other;
+SELECT fencing_session_open('intruder', '1 hour') AS s_other \gset
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L)', :s_other, 'ln'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L)', :s_first, 'ln_other'));
+SELECT place = :p_last AS asked, lock_name, state, token
+  FROM fencing_line_poll(ARRAY[:p_last, :p_writer]);
+SELECT fencing_line_leave(:p_last) AS left_anothers_place;
+SELECT pg_temp.try('SELECT count(*) FROM fencing_line');
+SELECT pg_temp.try('SELECT nextval(''fencing_line_place_seq'')');
+RESET ROLE;
+SET ROLE ln_app;
+SELECT CASE place WHEN :p_last THEN 'last' WHEN :p_writer THEN 'writer' END AS who, state
+  FROM fencing_line_poll(ARRAY[:p_last, :p_writer]);
+RESET ROLE;

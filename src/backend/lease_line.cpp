@@ -1,0 +1,488 @@
+// See lease_line.hpp.
+//
+// A lock's line is its rows of fencing_line in place order (the index
+// fencing_line_order on (lock_id, place)).  The place that counts is the
+// first that waits: no token yet, its wait not run out, its session live.
+// Places before it whose session or wait has ended are stepped over; they
+// go with their session's row (ON DELETE CASCADE, when the session is
+// closed or swept) or when their candidate polls or leaves.
+//
+//   join    fencing_line_join(session, lock_name, wait, payload): the
+//           caller's session checked (55Z05 for anything else) and the
+//           lock's use (created as any acquire creates it, or 42501); the
+//           place inserted, or the one the session already has; then, if
+//           the place is first, the lease taken at once
+//   poll    fencing_line_poll(places): each place's state; a first place
+//           takes the lease, in the caller's transaction, through the one
+//           acquire in a session there is (AcquireInSession)
+//   leave   fencing_line_leave(place): the place deleted, and a lease it
+//           had taken given back as fencing_release() gives one back
+//
+// Nobody grants a lease to someone else: the candidate takes it in its own
+// transaction, with its own permissions, when it joins or polls.  What the
+// line adds to every exclusive grant is one check (LineLetsGrant, in the
+// engine's attempt, under the lock's waiting room): the lock goes to the
+// first waiting place's session or to nobody.  A waiter of the waiting room
+// (the waiting functions, fencing_await) already holds the room and is not
+// held back by the line: until every wait is a place in the line, the
+// room's waiter is served first.
+//
+// The changes that may free a lock (a release, a revoke, a session's close,
+// an expiry the worker marks) call WakeWaitersAtCommit, which calls
+// TellLineAtCommit: NOTIFY fencing_line with the first place's number,
+// which tells a listener nothing but a number.
+#include "lease_line.hpp"
+
+extern "C" {
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+}
+
+#include "extension_objects.hpp"
+#include "lease_arguments.hpp"
+#include "lease_engine.hpp"
+#include "locks.hpp"
+#include "pg_compat.hpp"  // IndexBeginScan
+
+namespace pg_fencing {
+namespace {
+
+constexpr const char *kChannel = "fencing_line";
+
+// The first place that waits for lock_id as committed now, and its
+// session (*session); 0 when none does.
+int64 FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id, int64 *session) {
+  *session = 0;
+  if (!OidIsValid(ids.line)) return 0;
+  Relation line = table_open(ids.line, AccessShareLock);
+  Relation order = index_open(ids.line_order, AccessShareLock);
+  Relation sessions = nullptr;
+  Relation session_key = nullptr;
+  Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
+                         Int64GetDatum(lock_id));
+  IndexScanDesc scan = compat::IndexBeginScan(line, order, snapshot, 1);
+  index_rescan(scan, &key, 1, nullptr, 0);
+  TupleTableSlot *slot = table_slot_create(line, nullptr);
+  const TimestampTz now = GetCurrentTimestamp();
+  int64 first = 0;
+  while (first == 0 && index_getnext_slot(scan, ForwardScanDirection, slot)) {
+    bool is_null = false;
+    (void)slot_getattr(slot, ids.line_token, &is_null);
+    if (!is_null) continue;  // has taken its lease: waits no more
+    const Datum until = slot_getattr(slot, ids.line_wait_until, &is_null);
+    if (!is_null && DatumGetTimestampTz(until) <= now) continue;
+    const int64 in_session = DatumGetInt64(slot_getattr(slot, ids.line_session_id, &is_null));
+    if (sessions == nullptr) {
+      sessions = table_open(ids.session, AccessShareLock);
+      session_key = index_open(ids.session_key, AccessShareLock);
+    }
+    HeapTuple row = FetchRowByNumber(sessions, session_key, in_session, snapshot);
+    if (row == nullptr ||
+        DatumGetTimestampTz(RowColumn(sessions, row, ids.session_expires_at, &is_null)) <= now) {
+      continue;
+    }
+    first = DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null));
+    *session = in_session;
+  }
+  index_endscan(scan);
+  ExecDropSingleTupleTableSlot(slot);
+  UnregisterSnapshot(snapshot);
+  if (sessions != nullptr) {
+    index_close(session_key, NoLock);
+    table_close(sessions, NoLock);
+  }
+  index_close(order, NoLock);
+  table_close(line, NoLock);
+  return first;
+}
+
+// The line's statements run as the tables' owner with search_path pinned
+// to pg_catalog (as a SECURITY DEFINER function with SET search_path
+// would), so that no object of the caller's can stand in for one they
+// name; the extension's own are qualified with its schema.
+struct AsOwner {
+  Oid saved_user;
+  int saved_context;
+  int guc_level;
+};
+
+AsOwner BecomeOwner(Oid schema) {
+  AsOwner as = {};
+  GetUserIdAndSecContext(&as.saved_user, &as.saved_context);
+  SetUserIdAndSecContext(ExtensionTableOwner(schema),
+                         as.saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  as.guc_level = NewGUCNestLevel();
+  (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                          GUC_ACTION_SAVE, true, 0, false);
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
+  return as;
+}
+
+void BecomeCaller(const AsOwner &as) {
+  SPI_finish();
+  AtEOXact_GUC(true, as.guc_level);
+  SetUserIdAndSecContext(as.saved_user, as.saved_context);
+}
+
+// Runs one statement of the line (inside BecomeOwner); rc is what it must
+// answer.
+void Run(const char *query, int count, Oid *types, Datum *values, const char *nulls, int rc) {
+  const int got = SPI_execute_with_args(query, count, types, values, nulls, false, 0);
+  if (got != rc) {
+    elog(ERROR, "pg_fencing: a statement on fencing_line failed: %s", SPI_result_code_string(got));
+  }
+}
+
+// The place as it stands, read inside BecomeOwner.
+struct Place {
+  bool found;         // exists, and is a session the caller may act in
+  int64 place;
+  int64 lock_id;
+  int64 session;
+  Datum lock_name;    // text, in the caller's memory
+  bool payload_null;
+  Datum payload;      // jsonb, in the caller's memory
+  bool has_token;
+  int64 token;
+  bool ran_out;       // its wait is over
+  bool session_live;
+  bool lease_live;    // has_token, and that lease lives in the session
+  Datum lease_holder_role;  // name: the login role of the lock's lease
+};
+
+// Reads the places of `places` (an int8[] datum), in its order.  A place
+// of a session the caller may not act in reads as none: another role's
+// place answers as one that does not exist.
+Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
+  Oid types[] = {INT8ARRAYOID};
+  Datum values[] = {places};
+  Run(psprintf("SELECT q.place, l.place IS NOT NULL, l.lock_id, l.session_id, k.lock_name, "
+               "l.payload, l.token, l.wait_until <= clock_timestamp(), x.holder_role, "
+               "x.expires_at > clock_timestamp(), "
+               "e.token OPERATOR(%s.=) l.token AND e.ended IS NULL "
+               "AND e.session_id = l.session_id, e.holder_role "
+               "FROM unnest($1) WITH ORDINALITY AS q(place, n) "
+               "LEFT JOIN %s.fencing_line l ON l.place = q.place "
+               "LEFT JOIN %s.fencing_lock k ON k.lock_id = l.lock_id "
+               "LEFT JOIN %s.fencing_session x ON x.session_id = l.session_id "
+               "LEFT JOIN %s.fencing_lease e ON e.lock_name = k.lock_name "
+               "ORDER BY q.n",
+               s, s, s, s, s),
+      1, types, values, nullptr, SPI_OK_SELECT);
+  *count = static_cast<int>(SPI_processed);
+  Place *read = static_cast<Place *>(SPI_palloc(sizeof(Place) * Max(*count, 1)));
+  for (int i = 0; i < *count; ++i) {
+    HeapTuple row = SPI_tuptable->vals[i];
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    bool is_null = false;
+    Place &p = read[i];
+    p = {};
+    p.place = DatumGetInt64(SPI_getbinval(row, desc, 1, &is_null));
+    if (is_null) continue;  // a NULL in the array: no place
+    p.found = DatumGetBool(SPI_getbinval(row, desc, 2, &is_null));
+    if (!p.found) continue;
+    const Oid role = DatumGetObjectId(SPI_getbinval(row, desc, 9, &is_null));
+    if (is_null || !has_privs_of_role(caller, role)) {
+      p.found = false;
+      continue;
+    }
+    p.lock_id = DatumGetInt64(SPI_getbinval(row, desc, 3, &is_null));
+    p.session = DatumGetInt64(SPI_getbinval(row, desc, 4, &is_null));
+    p.lock_name = SPI_datumTransfer(SPI_getbinval(row, desc, 5, &is_null), false, -1);
+    const Datum payload = SPI_getbinval(row, desc, 6, &p.payload_null);
+    p.payload = p.payload_null ? Datum(0) : SPI_datumTransfer(payload, false, -1);
+    const Datum token = SPI_getbinval(row, desc, 7, &is_null);
+    p.has_token = !is_null;
+    p.token = p.has_token ? DatumGetInt64(token) : 0;
+    const Datum ran_out = SPI_getbinval(row, desc, 8, &is_null);
+    p.ran_out = !is_null && DatumGetBool(ran_out);
+    const Datum live = SPI_getbinval(row, desc, 10, &is_null);
+    p.session_live = !is_null && DatumGetBool(live);
+    const Datum lease_live = SPI_getbinval(row, desc, 11, &is_null);
+    p.lease_live = p.has_token && !is_null && DatumGetBool(lease_live);
+    const Datum holder_role = SPI_getbinval(row, desc, 12, &is_null);
+    p.lease_holder_role = is_null ? Datum(0) : SPI_datumTransfer(holder_role, false, NAMEDATALEN);
+  }
+  return read;
+}
+
+void DeletePlace(const char *s, int64 place) {
+  Oid types[] = {INT8OID};
+  Datum values[] = {Int64GetDatum(place)};
+  Run(psprintf("DELETE FROM %s.fencing_line WHERE place = $1", s), 1, types, values, nullptr,
+      SPI_OK_DELETE);
+}
+
+void RecordToken(const char *s, Oid token_type, int64 place, int64 token) {
+  Oid types[] = {INT8OID, token_type};
+  Datum values[] = {Int64GetDatum(place), Int64GetDatum(token)};
+  Run(psprintf("UPDATE %s.fencing_line SET token = $2 WHERE place = $1", s), 2, types, values,
+      nullptr, SPI_OK_UPDATE);
+}
+
+// What a place's candidate is told.
+enum class PlaceState { kWaiting, kGranted, kGone };
+
+const char *StateName(PlaceState state) {
+  switch (state) {
+    case PlaceState::kWaiting:
+      return "waiting";
+    case PlaceState::kGranted:
+      return "granted";
+    case PlaceState::kGone:
+      return "gone";
+  }
+  return "gone";
+}
+
+// The place's state as read, with the places that are over deleted
+// (inside BecomeOwner).  kWaiting for a place that may take its lease now
+// if it is first in line (TakeIfFirst, as the caller).
+PlaceState Judge(const char *s, const Place &p) {
+  if (!p.found || !p.session_live) return PlaceState::kGone;
+  if (p.has_token) {
+    if (p.lease_live) return PlaceState::kGranted;
+    DeletePlace(s, p.place);  // its lease has ended: the place is over
+    return PlaceState::kGone;
+  }
+  if (p.ran_out) {
+    DeletePlace(s, p.place);
+    return PlaceState::kGone;
+  }
+  return PlaceState::kWaiting;
+}
+
+// A waiting place first in its lock's line takes the lease, as the caller,
+// through the one acquire in a session there is; whether it did (p.token).
+// *cached_lock and *cached_first keep the first place of the lock last
+// looked at, over one call's places.
+bool TakeIfFirst(Oid schema, Oid caller, Place &p, int64 *cached_lock, int64 *cached_first) {
+  if (*cached_lock != p.lock_id) {
+    int64 session = 0;
+    *cached_first = FirstWaitingPlace(LeaseTablesOf(schema), p.lock_id, &session);
+    *cached_lock = p.lock_id;
+  }
+  if (*cached_first != p.place) return false;
+  int64 token = 0;
+  if (!AcquireInSession(schema, caller, p.session, false, p.lock_name, p.payload_null, p.payload,
+                        &token)) {
+    return false;
+  }
+  p.has_token = true;
+  p.token = token;
+  *cached_lock = 0;  // the line has moved on
+  return true;
+}
+
+// Writes the tokens of the places that have just taken their leases.
+void RecordTokens(Oid schema, const Place *places, const PlaceState *states, int count) {
+  const AsOwner as = BecomeOwner(schema);
+  const char *s = quote_identifier(get_namespace_name(schema));
+  for (int i = 0; i < count; ++i) {
+    if (states[i] == PlaceState::kGranted && places[i].has_token && !places[i].lease_live) {
+      RecordToken(s, TokenTypeOid(schema), places[i].place, places[i].token);
+    }
+  }
+  BecomeCaller(as);
+}
+
+// Settles places as read: judged, and those first in line take their
+// leases; states[i] is what the candidate is told.
+void Settle(Oid schema, Oid caller, Place *places, PlaceState *states, int count) {
+  int64 cached_lock = 0, cached_first = 0;
+  bool taken = false;
+  for (int i = 0; i < count; ++i) {
+    if (states[i] != PlaceState::kWaiting) continue;
+    if (TakeIfFirst(schema, caller, places[i], &cached_lock, &cached_first)) {
+      states[i] = PlaceState::kGranted;
+      taken = true;
+    }
+  }
+  if (taken) RecordTokens(schema, places, states, count);
+}
+
+// The line's functions exist from 1.10 on, with their table.
+void RequireLine(Oid schema) {
+  if (!OidIsValid(LeaseTablesOf(schema).line)) {
+    elog(ERROR, "pg_fencing: no fencing_line table (before 1.10)");
+  }
+}
+
+}  // namespace
+
+bool LineLetsGrant(const LeaseTableIds &ids, int64 lock_id, int64 session) {
+  int64 first_session = 0;
+  if (FirstWaitingPlace(ids, lock_id, &first_session) == 0) return true;
+  return session != 0 && first_session == session;
+}
+
+void TellLineAtCommit(Oid schema, int64 lock_id) {
+  // Looked up first: before 1.3 LeaseTablesOf() cannot serve the schema.
+  if (!OidIsValid(get_relname_relid("fencing_line", schema))) return;
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
+  int64 session = 0;
+  const int64 first = FirstWaitingPlace(ids, lock_id, &session);
+  if (first != 0) Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(first)));
+}
+
+}  // namespace pg_fencing
+
+using namespace pg_fencing;
+
+extern "C" {
+
+// fencing_line_join(session bigint, lock_name text, wait interval DEFAULT
+// NULL, payload jsonb DEFAULT NULL, OUT place bigint, OUT token
+// fencing_token).
+PG_FUNCTION_INFO_V1(fencing_line_join);
+Datum fencing_line_join(PG_FUNCTION_ARGS) {
+  const char *lock_name = CheckLockName(fcinfo, 1);
+  if (PG_ARGISNULL(0)) {
+    ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                    errmsg("fencing_line_join() needs a session, got NULL (lock \"%s\")",
+                           lock_name),
+                    errhint("Open one with fencing_session_open(holder, ttl).")));
+  }
+  if (!PG_ARGISNULL(2)) CheckWait(PG_GETARG_DATUM(2), lock_name);
+  PreventCommandIfReadOnly("fencing_line_join()");
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  const int64 session = PG_GETARG_INT64(0);
+  RequireLine(schema);
+  // The caller's live session, or 55Z05 as for any acquire in it.
+  RefuseUnlessSessionOfCaller(schema, caller, session);
+  int64 lock_id = 0;
+  LockTraits traits;
+  if (!LockUsableBy(schema, lock_name, caller, &lock_id, &traits)) {
+    lock_id = AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
+    traits = LockTraitsOf(schema, lock_name);
+  }
+  if (traits.kind == LockKind::kSemaphore) {
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("fencing lock \"%s\" is a semaphore, not an exclusive lock", lock_name),
+                    errdetail("The line holds waits for exclusive leases."),
+                    errhint("Take one of its permits with fencing_acquire_permit().")));
+  }
+
+  const AsOwner as = BecomeOwner(schema);
+  const char *s = quote_identifier(get_namespace_name(schema));
+  Oid types[] = {INT8OID, INT8OID, JSONBOID, INTERVALOID};
+  Datum values[] = {Int64GetDatum(lock_id), Int64GetDatum(session),
+                    PG_ARGISNULL(3) ? Datum(0) : PG_GETARG_DATUM(3),
+                    PG_ARGISNULL(2) ? Datum(0) : PG_GETARG_DATUM(2)};
+  const char nulls[] = {' ', ' ', PG_ARGISNULL(3) ? 'n' : ' ', PG_ARGISNULL(2) ? 'n' : ' ', '\0'};
+  // Joined again (a retry after a lost answer): the place it has, unless
+  // that one is over, when it joins anew at the back.
+  Place p = {};
+  for (int tries = 0; tries < 2; ++tries) {
+    Run(psprintf("INSERT INTO %s.fencing_line "
+                 "(place, lock_id, session_id, payload, joined_at, wait_until) "
+                 "VALUES (nextval('%s.fencing_line_place_seq'), $1, $2, $3, clock_timestamp(), "
+                 "clock_timestamp() + $4) "
+                 "ON CONFLICT ON CONSTRAINT fencing_line_once DO NOTHING",
+                 s, s),
+        4, types, values, nulls, SPI_OK_INSERT);
+    Run(psprintf("SELECT pg_catalog.array_agg(place) FROM %s.fencing_line "
+                 "WHERE lock_id = $1 AND session_id = $2",
+                 s),
+        2, types, values, nulls, SPI_OK_SELECT);
+    bool is_null = false;
+    const Datum place_array =
+        SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null),
+                          false, -1);
+    if (is_null) elog(ERROR, "pg_fencing: the place just taken in line is not there");
+    int count = 0;
+    p = ReadPlaces(s, caller, place_array, &count)[0];
+    const bool over = p.found && ((p.has_token && !p.lease_live) || (!p.has_token && p.ran_out));
+    if (!over) break;
+    DeletePlace(s, p.place);
+  }
+  PlaceState state = Judge(s, p);
+  BecomeCaller(as);
+  Settle(schema, caller, &p, &state, 1);
+
+  TupleDesc desc;
+  if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE) {
+    elog(ERROR, "pg_fencing: fencing_line_join() must return a record");
+  }
+  desc = BlessTupleDesc(desc);
+  Datum out[] = {Int64GetDatum(p.place), Int64GetDatum(p.token)};
+  bool out_nulls[] = {false, state != PlaceState::kGranted};
+  PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, out, out_nulls)));
+}
+
+// fencing_line_poll(places bigint[]) RETURNS TABLE (place bigint,
+// lock_name text, state text, token fencing_token): one row per element,
+// in order.
+PG_FUNCTION_INFO_V1(fencing_line_poll);
+Datum fencing_line_poll(PG_FUNCTION_ARGS) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  RequireLine(schema);
+  PreventCommandIfReadOnly("fencing_line_poll()");
+  InitMaterializedSRF(fcinfo, 0);
+  ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+  const AsOwner as = BecomeOwner(schema);
+  const char *s = quote_identifier(get_namespace_name(schema));
+  int count = 0;
+  Place *places = ReadPlaces(s, caller, PG_GETARG_DATUM(0), &count);
+  // In the call's memory: SPI_finish frees what is palloc'd inside SPI.
+  PlaceState *states = static_cast<PlaceState *>(SPI_palloc(sizeof(PlaceState) * Max(count, 1)));
+  for (int i = 0; i < count; ++i) states[i] = Judge(s, places[i]);
+  BecomeCaller(as);
+  Settle(schema, caller, places, states, count);
+  for (int i = 0; i < count; ++i) {
+    const Place &p = places[i];
+    const bool shown = p.found && states[i] != PlaceState::kGone;
+    Datum out[] = {Int64GetDatum(p.place), shown ? p.lock_name : Datum(0),
+                   CStringGetTextDatum(StateName(states[i])), Int64GetDatum(p.token)};
+    bool out_nulls[] = {p.place == 0 && !p.found, !shown, false,
+                        states[i] != PlaceState::kGranted};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, out_nulls);
+  }
+  return Datum(0);
+}
+
+// fencing_line_leave(place bigint) RETURNS boolean.
+PG_FUNCTION_INFO_V1(fencing_line_leave);
+Datum fencing_line_leave(PG_FUNCTION_ARGS) {
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Oid caller = GetUserId();
+  RequireLine(schema);
+  PreventCommandIfReadOnly("fencing_line_leave()");
+  const AsOwner as = BecomeOwner(schema);
+  const char *s = quote_identifier(get_namespace_name(schema));
+  Datum one = PG_GETARG_DATUM(0);
+  ArrayType *array = construct_array(&one, 1, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE);
+  int count = 0;
+  const Place p = ReadPlaces(s, caller, PointerGetDatum(array), &count)[0];
+  if (p.found) DeletePlace(s, p.place);
+  BecomeCaller(as);
+  if (!p.found) PG_RETURN_BOOL(false);
+  // A lease the place took and its candidate never used: given back, as
+  // fencing_release() gives it back (announced, the next place told).
+  if (p.has_token && p.lease_live) (void)GiveBackLease(schema, caller, p.lock_name, p.token, p.lease_holder_role);
+  // The next place may be first now.
+  TellLineAtCommit(schema, p.lock_id);
+  PG_RETURN_BOOL(true);
+}
+
+}  // extern "C"
