@@ -295,6 +295,9 @@ CREATE TABLE @extschema@.fencing_lock (
   permits integer,
   token_source text NOT NULL DEFAULT 'granted'
     CONSTRAINT fencing_lock_token_source_check CHECK (token_source IN ('granted', 'external', 'unknown')),
+  -- A place has joined the lock's line (1.10): only then does a grant look
+  -- at the line, so that the locks nobody lines up for pay nothing for it.
+  has_line boolean NOT NULL DEFAULT false,
   CONSTRAINT fencing_lock_kind CHECK (kind IN ('exclusive', 'semaphore', 'shared')),
   CONSTRAINT fencing_lock_permits CHECK ((kind = 'semaphore') = (permits IS NOT NULL))
 );

@@ -18,6 +18,9 @@
 -- row is deleted with the session's), when its wait runs out, or when its
 -- candidate leaves.  Written only by the line's functions, as the
 -- tables' owner.
+-- A place has joined the lock's line: only then does a grant look at the
+-- line, so that the locks nobody lines up for pay nothing for it.
+ALTER TABLE @extschema@.fencing_lock ADD COLUMN has_line boolean NOT NULL DEFAULT false;
 CREATE SEQUENCE @extschema@.fencing_line_place_seq;
 CREATE TABLE @extschema@.fencing_line (
   -- Arrival order: a place keeps its number for the whole wait.

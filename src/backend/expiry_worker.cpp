@@ -469,7 +469,7 @@ void MarkExpired(Oid schema_oid, const char *schema, const char *table, const ch
     event.token = DatumGetInt64(SPI_getbinval(row, expired->tupdesc, 5, &is_null));
     PublishLeaseEvent(event, announce);
     // The lock may be taken now: its waiters are told.
-    WakeWaitersAtCommit(schema_oid, event.lock_id);
+    WakeWaitersAtCommit(schema_oid, event.lock_id, true);
   }
 }
 

@@ -148,6 +148,15 @@ void RefuseSemaphore(const char *lock_name) {
                   errhint("Take one of its permits with fencing_acquire_permit().")));
 }
 
+// Whether a place has ever joined the lock's line (1.10): only then is the
+// line looked at by a grant (LineLetsGrant).
+bool LockHasLine(const Tables &t, HeapTuple lock_row) {
+  if (t.ids->lock_has_line == InvalidAttrNumber) return false;
+  bool is_null = false;
+  const Datum has_line = RowColumn(t.lock, lock_row, t.ids->lock_has_line, &is_null);
+  return !is_null && DatumGetBool(has_line);
+}
+
 // Before an exclusive grant of a shared lock, in the waiting room: whether
 // its shared holders are all gone (fencing_end_shared_holders, which marks
 // their rows ended so that a renew racing the grant loses).  Judged as
@@ -438,7 +447,8 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
   const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
   if (in_room == LOCKACQUIRE_NOT_AVAIL) return false;
-  if (in_room == LOCKACQUIRE_OK && !LineLetsGrant(ids, lock_id, request.session)) {
+  if (in_room == LOCKACQUIRE_OK && LockHasLine(t, look.lock) &&
+      !LineLetsGrant(ids, lock_id, request.session)) {
     (void)LockRelease(&room, ExclusiveLock, false);
     return false;
   }
@@ -973,6 +983,7 @@ bool MoveLeaseEndOf(Oid schema, Oid caller, Datum name, bool token_null, int64 t
   bool may_use = true;
   bool moved = false;
   bool wake = false;
+  bool has_line = false;
   int64 lock_id = 0;
   LockKind kind = LockKind::kExclusive;
   bool announced = false;
@@ -990,6 +1001,7 @@ bool MoveLeaseEndOf(Oid schema, Oid caller, Datum name, bool token_null, int64 t
     kind = LockKindOfRow(t.lock, lock);
     lock_id = LockIdOf(t, lock);
     announced = LockIsAnnounced(t, lock);
+    has_line = LockHasLine(t, lock);
     if (!may_use || lease == nullptr || token_null) break;
     bool is_null = false;
     const bool theirs =
@@ -1040,7 +1052,7 @@ bool MoveLeaseEndOf(Oid schema, Oid caller, Datum name, bool token_null, int64 t
     return RenewSession(schema, caller, in_session, remaining, false);
   if (!moved) return false;
   RequireDurableCommit();
-  if (wake) WakeWaitersAtCommit(schema, lock_id);
+  if (wake) WakeWaitersAtCommit(schema, lock_id, has_line);
   return true;
 }
 
@@ -1509,13 +1521,13 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
 // room and the gates it took, so that a caller that stays in its
 // transaction holds up no other acquire and no writer.
 SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_id,
-                        bool may_convert, int64 *token) {
+                        bool has_line, bool may_convert, int64 *token) {
   LOCKTAG room = WaitingRoomTag(request.lease.schema, lock_id);
   const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
   if (in_room == LOCKACQUIRE_NOT_AVAIL) return SlotOutcome::kBusy;
   // A place waiting in the lock's line is for an exclusive lease, and holds
   // off every new permit and shared lease (exclusive first).
-  if (in_room == LOCKACQUIRE_OK && !LineLetsGrant(*t.ids, lock_id, 0)) {
+  if (in_room == LOCKACQUIRE_OK && has_line && !LineLetsGrant(*t.ids, lock_id, 0)) {
     (void)LockRelease(&room, ExclusiveLock, false);
     return SlotOutcome::kBusy;
   }
@@ -1561,7 +1573,9 @@ Datum AcquireSlot(FunctionCallInfo fcinfo, LockKind want, int permits, int ttl_a
                        FitOfLock(t, lock, request) == KindFit::kFits;
   int64 token = 0;
   SlotOutcome outcome = SlotOutcome::kNeedsSql;
-  if (at_once) outcome = AttemptSlot(t, request, LockIdOf(t, lock), false, &token);
+  if (at_once) {
+    outcome = AttemptSlot(t, request, LockIdOf(t, lock), LockHasLine(t, lock), false, &token);
+  }
   CloseTables(t);
   if (outcome == SlotOutcome::kNeedsSql) {
     return AcquireSlotInSql(fcinfo, permits_datum, !semaphore, ttl_arg, wait_arg);
@@ -1944,7 +1958,7 @@ Datum fencing_try_permit(PG_FUNCTION_ARGS) {
         SlotRequestOf(schema, lock_name, PointerGetDatum(PG_GETARG_TEXT_PP(1)), PG_GETARG_DATUM(3),
                       semaphore ? LockKind::kSemaphore : LockKind::kShared,
                       semaphore ? PG_GETARG_INT32(2) : 0);
-    outcome = AttemptSlot(t, request, lock_id, true, &token);
+    outcome = AttemptSlot(t, request, lock_id, LockHasLine(t, lock), true, &token);
   }
   CloseTables(t);
   if (outcome != SlotOutcome::kGranted && outcome != SlotOutcome::kExtended) PG_RETURN_NULL();

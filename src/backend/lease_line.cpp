@@ -400,6 +400,10 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
                  "ON CONFLICT ON CONSTRAINT fencing_line_once DO NOTHING",
                  s, s),
         4, types, values, nulls, SPI_OK_INSERT);
+    // The lock has a line from now on: its grants look at it.
+    Run(psprintf("UPDATE %s.fencing_lock SET has_line = true WHERE lock_id = $1 AND NOT has_line",
+                 s),
+        1, types, values, nulls, SPI_OK_UPDATE);
     Run(psprintf("SELECT pg_catalog.array_agg(place) FROM %s.fencing_line "
                  "WHERE lock_id = $1 AND session_id = $2",
                  s),

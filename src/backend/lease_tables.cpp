@@ -286,6 +286,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.permit_session_id =
       OidIsValid(ids.permit) ? get_attnum(ids.permit, "session_id") : InvalidAttrNumber;
   ids.line = get_relname_relid("fencing_line", schema);
+  ids.lock_has_line = get_attnum(ids.lock, "has_line");
   if (OidIsValid(ids.line)) {
     ids.line_order = RelationIn(schema, "fencing_line_order");
     ids.line_place = ColumnOf(ids.line, "place");

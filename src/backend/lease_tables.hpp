@@ -68,6 +68,7 @@ struct LeaseTableIds {
   // fencing_line and its index on (lock_id, place) (1.10; InvalidOid
   // before), and the columns a look at the line reads.
   Oid line, line_order;
+  AttrNumber lock_has_line;
   AttrNumber line_place, line_session_id, line_wait_until, line_token;
 };
 

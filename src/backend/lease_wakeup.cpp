@@ -115,8 +115,8 @@ LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id) {
   return RoomTag(PGF_CORE(WaitingRoomKey(lock_id)), own_field ? kRoomField : uint16{1});
 }
 
-void WakeWaitersAtCommit(Oid schema, int64 lock_id) {
-  TellLineAtCommit(schema, lock_id);
+void WakeWaitersAtCommit(Oid schema, int64 lock_id, bool has_line) {
+  if (has_line) TellLineAtCommit(schema, lock_id);
   if (!PGF_CORE(pending_wakeups.Add(WaitingRoomKey(lock_id)))) {
     ereport(DEBUG1, (errmsg("pg_fencing: more than %d locks to wake in one transaction",
                             PendingWakeups::kCapacity),
@@ -180,7 +180,9 @@ extern "C" {
 // to be still busy: the waiter sleeps again).
 PG_FUNCTION_INFO_V1(fencing_wake_waiters_at_commit);
 Datum fencing_wake_waiters_at_commit(PG_FUNCTION_ARGS) {
-  WakeWaitersAtCommit(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
+  // Called from SQL (a revoke, a session's close, a lock-delay changed),
+  // which does not know whether the lock has a line: looked at.
+  WakeWaitersAtCommit(ExtensionSchema(fcinfo), PG_GETARG_INT64(0), true);
   PG_RETURN_VOID();
 }
 

@@ -27,10 +27,11 @@ void RegisterLeaseWakeup();
 
 // When the current transaction commits, wake the first waiter of the lock
 // lock_id (of the extension in schema), which then looks at the lease
-// again, and tell the first place in the lock's line (TellLineAtCommit).
-// For every transaction that frees a lease or moves its end; harmless when
-// nobody waits.
-void WakeWaitersAtCommit(Oid schema, int64 lock_id);
+// again, and, when the lock may have a line (has_line: a place has joined
+// it, or the caller does not know), tell its first place
+// (TellLineAtCommit).  For every transaction that frees a lease or moves
+// its end; harmless when nobody waits.
+void WakeWaitersAtCommit(Oid schema, int64 lock_id, bool has_line);
 
 // The lock manager's tag of a lock's waiting room.  From 1.4 it is an
 // advisory tag in a field SQL's advisory locks cannot name (kRoomField), so
