@@ -66,3 +66,23 @@ CREATE FUNCTION @extschema@.fencing_line_leave(place bigint) RETURNS boolean
   AS 'MODULE_PATHNAME', 'fencing_line_leave' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.fencing_line_leave(bigint) IS
   'leaves the line, giving back a lease the place had taken; false when the caller has no such place';
+
+-- Who waits for what, in order: the places that wait (not those that have
+-- taken their lease), for the locks the querying role may read, as
+-- fencing_leases shows their leases (every lock for pg_read_all_stats).
+-- position: 1 for the first place that waits, among the places shown.
+CREATE VIEW @extschema@.fencing_lines WITH (security_barrier) AS
+  SELECT k.lock_name, l.place,
+         pg_catalog.row_number() OVER (PARTITION BY l.lock_id ORDER BY l.place) AS position,
+         s.holder, s.holder_role AS role, l.session_id, l.joined_at, l.wait_until,
+         s.expires_at > pg_catalog.clock_timestamp()
+           AND (l.wait_until IS NULL OR l.wait_until > pg_catalog.clock_timestamp()) AS live
+    FROM @extschema@.fencing_line l
+    JOIN @extschema@.fencing_lock k ON k.lock_id = l.lock_id
+    JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
+   WHERE l.token IS NULL
+     AND @extschema@.fencing_role_may_read((SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
+                                           k.owner, k.users);
+GRANT SELECT ON @extschema@.fencing_lines TO PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_lines IS
+  'the places waiting in the lines of the locks the current role may use (every lock for pg_read_all_stats), in order, with their candidates; live: its session lives and its wait has not run out, judged now';

@@ -111,3 +111,18 @@ SET ROLE ln_app;
 SELECT CASE place WHEN :p_last THEN 'last' WHEN :p_writer THEN 'writer' END AS who, state
   FROM fencing_line_poll(ARRAY[:p_last, :p_writer]);
 RESET ROLE;
+
+-- 8. The view: the places that wait, in order, for the locks a role may
+-- read; another role sees none of A's.
+SET ROLE ln_app;
+SELECT fencing_session_open('viewer-a', '1 hour') AS s_va \gset
+SELECT fencing_session_open('viewer-b', '1 hour') AS s_vb \gset
+SELECT token IS NOT NULL AS took_it FROM fencing_line_join(:s_va, 'ln_view');
+SELECT token IS NULL AS waits FROM fencing_line_join(:s_vb, 'ln_view', '1 hour');
+SELECT token IS NULL AS waits FROM fencing_line_join(:s_va, 'ln_view2');
+SELECT lock_name, position, holder, role, wait_until IS NOT NULL AS has_deadline, live
+  FROM fencing_lines WHERE lock_name LIKE 'ln_view%' ORDER BY lock_name, position;
+RESET ROLE;
+SET ROLE ln_other;
+SELECT count(*) AS places_seen FROM fencing_lines;
+RESET ROLE;
