@@ -21,6 +21,11 @@ const (
 // WaitForever waits until the context ends.
 const WaitForever time.Duration = math.MaxInt64
 
+// The waits here are CALL fencing_await: a lease of its own of any kind,
+// and a session's wait for a permit or a shared lease (the server's line,
+// pg_fencing 1.10, holds exclusive leases only). A session's wait for an
+// exclusive lease is a place in the lock's line instead (line.go).
+
 // waitSlice bounds one CALL fencing_await: a client that vanishes without
 // its cancel reaching the server leaves a wait of at most this long behind.
 const waitSlice = 30 * time.Second
@@ -211,8 +216,27 @@ func acquire(ctx context.Context, c *Client, conn *pgx.Conn, r request, wait tim
 func giveBack(c *Client, waited *pgx.Conn, r request, before []int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
 	defer cancel()
-	// Once pgx has sent its cancel request, the backend ends the CALL
-	// (granted or cancelled); only then is a grant it made committed and seen.
+	if err := waitForBackend(ctx, c, waited); err != nil {
+		return err
+	}
+	conn, err := c.connect(ctx, "pg_fencing give back")
+	if err != nil {
+		return err
+	}
+	defer closeQuietly(conn)
+	grants, args := r.liveGrants()
+	_, err = conn.Exec(ctx, "SELECT fencing_release(lock_name, token) FROM ("+grants+") AS g WHERE token::bigint <> ALL (coalesce($3::bigint[], '{}'))",
+		append(args, before)...)
+	return err
+}
+
+// waitForBackend returns once the backend that ran the statement whose
+// answer was lost with waited has stopped running it (granted or
+// cancelled): only then is a grant it made committed and seen. Once pgx
+// has sent its cancel request, the backend is looked for by its pid in
+// pg_stat_activity, on a connection of its own. Behind PgBouncer the pid is
+// PgBouncer's own, found nowhere: then it does not wait.
+func waitForBackend(ctx context.Context, c *Client, waited *pgx.Conn) error {
 	select {
 	case <-waited.PgConn().CleanupDone():
 	case <-ctx.Done():
@@ -230,16 +254,12 @@ func giveBack(c *Client, waited *pgx.Conn, r request, before []int64) error {
 			return err
 		}
 		if !running {
-			break
+			return nil
 		}
 		if !sleepCtx(ctx, 10*time.Millisecond) {
 			return fmt.Errorf("the waiting backend (pid %d) still ran after %v", waited.PgConn().PID(), giveBackTimeout)
 		}
 	}
-	grants, args := r.liveGrants()
-	_, err = conn.Exec(ctx, "SELECT fencing_release(lock_name, token) FROM ("+grants+") AS g WHERE token::bigint <> ALL (coalesce($3::bigint[], '{}'))",
-		append(args, before)...)
-	return err
 }
 
 func busyError(r request, wait time.Duration) error {

@@ -20,7 +20,9 @@ import (
 // own from one configuration (and so as one role, which renewals and
 // releases require).
 type Client struct {
-	config *pgx.ConnConfig
+	config   *pgx.ConnConfig
+	line     LineOptions   // how waits in line learn their turn (WithLine)
+	listener *lineListener // LISTENs on fencing_line for them; nil: they poll
 }
 
 // New parses connString as pgx does; "" takes everything from the PG*
@@ -102,7 +104,11 @@ func withoutNamedStatements(config *pgx.ConnConfig) {
 // connect opens a connection of the client's own, named in
 // pg_stat_activity.application_name.
 func (c *Client) connect(ctx context.Context, applicationName string) (*pgx.Conn, error) {
-	config := c.config.Copy()
+	return connectConfig(ctx, c.config, applicationName)
+}
+
+func connectConfig(ctx context.Context, config *pgx.ConnConfig, applicationName string) (*pgx.Conn, error) {
+	config = config.Copy()
 	if len(applicationName) > 63 {
 		applicationName = applicationName[:63]
 	}

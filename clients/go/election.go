@@ -258,8 +258,12 @@ func NewElection(s *Session, name string) *Election { return &Election{session: 
 // Campaign waits until this candidate leads, or ctx ends, and returns its
 // lease; a leader campaigning again gets its lease back (and publishes the
 // new payload). payload (JSON text, "" for none) is published in fencing_leases.
-// Each wait is CALL fencing_await: a follower waiting for hours holds no
-// snapshot.
+// The wait is a place in the lock's line (pg_fencing 1.10): a follower
+// waiting for hours is one row of fencing_line, polled in short statements
+// (every 0.5 s, or when the client's listener hears its number), holding no
+// snapshot, no transaction and, behind a transaction pooler, no server
+// connection between them; at ctx's end the place is left (a grant made
+// meanwhile given back). Candidates lead in the order they joined.
 func (e *Election) Campaign(ctx context.Context, payload string) (*SessionLease, error) {
 	// Always asked of the server, even when this candidate thinks it leads:
 	// its lease may have been revoked while the session lived on, and only
@@ -270,6 +274,7 @@ func (e *Election) Campaign(ctx context.Context, payload string) (*SessionLease,
 		return nil, err
 	}
 	e.mu.Lock()
+	keepPlace(lease, e.lease)
 	e.lease = lease
 	e.mu.Unlock()
 	return lease, nil

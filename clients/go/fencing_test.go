@@ -441,7 +441,7 @@ func TestCancellingAWaitEndsItOnTheServer(t *testing.T) {
 	if leader, err := client.Leader(ctx, name); err != nil || leader == nil || leader.Token != holder.Token() {
 		t.Fatalf("the holder lost its lock: %v, %v", leader, err)
 	}
-	// A deadline ends a mutex's wait the same way.
+	// A deadline ends a mutex's wait too.
 	session, err := client.NewSession(ctx, SessionOptions{TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -451,6 +451,10 @@ func TestCancellingAWaitEndsItOnTheServer(t *testing.T) {
 	defer cancelDeadline()
 	if _, err := NewMutex(session, name).Lock(deadlineCtx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a mutex's wait past its deadline: %v", err)
+	}
+	// Its wait was a place in line (1.10): left at the deadline.
+	if n := queryValue[int64](t, db, "SELECT count(*) FROM fencing_line WHERE session_id = $1", session.ID()); n != 0 {
+		t.Fatalf("the mutex's wait left %d places in line past its deadline", n)
 	}
 }
 

@@ -4,9 +4,12 @@ package fencing
 // committed, but its answer never reaches the client. The race is made
 // certain by a proxy between the waiter and the server that keeps the
 // server's answers back: the test sees the grant committed (from a
-// connection of its own), and only then ends the wait's context.
+// connection of its own), and only then ends the wait's context. A mutex's
+// wait is a place in line (1.10): the grant is made by a poll whose answer
+// is kept back; the others are CALL fencing_await.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,10 +45,19 @@ func TestAGrantWhoseAnswerIsLostWithTheContextIsGivenBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		session := proxiedSession(t, proxy, "waiter-"+name)
-		loseTheAnswer(t, db, proxy, "pg_fencing session waiter-"+name,
+		// The poll that takes the lock is the statement whose answer is
+		// kept back: no answer is held before one says "granted" (holding
+		// every answer from a point on could stop a poll sent before the
+		// lock was freed, whose answer is "waiting", and no other poll
+		// would follow).
+		proxy.holdFrom = []byte("granted")
+		loseTheAnswer(t, db, proxy, inLine(t, db, session),
 			func(waitCtx context.Context) error { _, err := NewMutex(session, name).Lock(waitCtx); return err },
 			func() { _, _ = blocker.Release(ctx) },
 			func() int64 { return liveGrants(name, session.ID(), "") }, 0)
+		if n := queryValue[int64](t, db, "SELECT count(*) FROM fencing_line WHERE session_id = $1", session.ID()); n != 0 {
+			t.Fatalf("the cancelled wait left %d places in line", n)
+		}
 	})
 
 	t.Run("Semaphore.Acquire in a session that holds a permit already", func(t *testing.T) {
@@ -60,7 +72,7 @@ func TestAGrantWhoseAnswerIsLostWithTheContextIsGivenBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		loseTheAnswer(t, db, proxy, "pg_fencing session waiter-"+name,
+		loseTheAnswer(t, db, proxy, awaiting(t, db, "pg_fencing session waiter-"+name),
 			func(waitCtx context.Context) error { _, err := semaphore.Acquire(waitCtx); return err },
 			func() { _, _ = blocker.Release(ctx) },
 			func() int64 { return liveGrants(name, session.ID(), "") }, 1)
@@ -76,7 +88,7 @@ func TestAGrantWhoseAnswerIsLostWithTheContextIsGivenBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		holder := "waiter-" + name
-		loseTheAnswer(t, db, proxy, "pg_fencing lease "+holder,
+		loseTheAnswer(t, db, proxy, awaiting(t, db, "pg_fencing lease "+holder),
 			func(waitCtx context.Context) error {
 				lease, err := NewFromConfig(proxy.config).Acquire(waitCtx, name, LeaseOptions{TTL: 10 * time.Second, Wait: time.Minute, Holder: holder})
 				if err == nil {
@@ -89,27 +101,39 @@ func TestAGrantWhoseAnswerIsLostWithTheContextIsGivenBack(t *testing.T) {
 	})
 }
 
-// loseTheAnswer runs wait until its CALL fencing_await sleeps on the server
-// (application_name app), holds the server's answers back, frees the lock,
-// waits for the grant to be committed (grants() = before+1), ends wait's
-// context and checks that wait returns the context's error and that
-// grants() is back to before.
-func loseTheAnswer(t *testing.T, db *pgx.Conn, proxy *answerHoldingProxy, app string,
+// awaiting: a CALL fencing_await of a connection named app sleeps on the
+// server. It runs once its backend sleeps in it (wait event Extension:
+// fencing_await on its latch). state = 'active' alone is not enough: pgx
+// first prepares the statement (Parse, Describe, Sync), and the backend
+// shows the CALL as active during that round trip too; holding its answer
+// would keep pgx from ever sending the CALL itself.
+func awaiting(t *testing.T, db *pgx.Conn, app string) func() bool {
+	return func() bool {
+		return queryValue[int64](t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "+
+			"AND query LIKE 'CALL fencing_await%' AND state = 'active' AND wait_event_type = 'Extension'", app) == 1
+	}
+}
+
+// inLine: the session has a place in line that waits. Its next poll takes
+// the lock once it is free.
+func inLine(t *testing.T, db *pgx.Conn, session *Session) func() bool {
+	return func() bool {
+		return queryValue[int64](t, db, "SELECT count(*) FROM fencing_line WHERE session_id = $1 AND token IS NULL", session.ID()) == 1
+	}
+}
+
+// loseTheAnswer runs wait until it waits on the server (onServer), holds
+// the server's answers back, frees the lock, waits for the grant to be
+// committed (grants() = before+1), ends wait's context and checks that wait
+// returns the context's error and that grants() is back to before.
+func loseTheAnswer(t *testing.T, db *pgx.Conn, proxy *answerHoldingProxy, onServer func() bool,
 	wait func(context.Context) error, free func(), grants func() int64, before int64) {
 	t.Helper()
 	waitCtx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
 	result := make(chan error, 1)
 	go func() { result <- wait(waitCtx) }()
-	// The CALL runs once its backend sleeps in it (wait event Extension:
-	// fencing_await on its latch). state = 'active' alone is not enough:
-	// pgx first prepares the statement (Parse, Describe, Sync), and the
-	// backend shows the CALL as active during that round trip too; holding
-	// its answer would keep pgx from ever sending the CALL itself.
-	if !eventually(10*time.Second, func() bool {
-		return queryValue[int64](t, db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "+
-			"AND query LIKE 'CALL fencing_await%' AND state = 'active' AND wait_event_type = 'Extension'", app) == 1
-	}) {
+	if !eventually(10*time.Second, onServer) {
 		t.Fatal("the wait is not on the server")
 	}
 	proxy.hold()
@@ -156,6 +180,9 @@ type answerHoldingProxy struct {
 	config   *pgx.ConnConfig
 	listener net.Listener
 	dial     func() (net.Conn, error)
+	// holdFrom, when set before the connections open, makes hold() keep
+	// back answers only from the first one containing these bytes on.
+	holdFrom []byte
 
 	mu    sync.Mutex
 	conns []*proxiedConn
@@ -164,6 +191,7 @@ type answerHoldingProxy struct {
 type proxiedConn struct {
 	client, server net.Conn
 	gate           chan struct{} // non-nil: answers wait until it is closed
+	armed          bool          // hold() with holdFrom: the gate closes at the first answer containing it
 }
 
 func startAnswerHoldingProxy(t *testing.T) *answerHoldingProxy {
@@ -222,6 +250,9 @@ func (p *answerHoldingProxy) answer(c *proxiedConn) {
 		n, err := c.server.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
+			if c.armed && bytes.Contains(buf[:n], p.holdFrom) {
+				c.armed, c.gate = false, make(chan struct{})
+			}
 			gate := c.gate
 			p.mu.Unlock()
 			if gate != nil {
@@ -237,12 +268,15 @@ func (p *answerHoldingProxy) answer(c *proxiedConn) {
 	}
 }
 
-// hold keeps back the answers on every connection open now.
+// hold keeps back the answers on every connection open now (with
+// holdFrom: from the first answer containing it on).
 func (p *answerHoldingProxy) hold() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
-		if c.gate == nil {
+		if p.holdFrom != nil {
+			c.armed = true
+		} else if c.gate == nil {
 			c.gate = make(chan struct{})
 		}
 	}
@@ -253,6 +287,7 @@ func (p *answerHoldingProxy) deliver() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
+		c.armed = false
 		if c.gate != nil {
 			close(c.gate)
 			c.gate = nil

@@ -43,6 +43,7 @@ func (m *Mutex) lock(ctx context.Context, wait time.Duration) (Token, error) {
 		return 0, err
 	}
 	m.mu.Lock()
+	keepPlace(lease, m.lease)
 	m.lease = lease
 	m.mu.Unlock()
 	return lease.token, nil
@@ -117,7 +118,10 @@ func NewSemaphore(s *Session, name string, permits int) *Semaphore {
 	return &Semaphore{session: s, name: name, permits: permits}
 }
 
-// Acquire waits until ctx ends for a permit; Release it when done.
+// Acquire waits until ctx ends for a permit; Release it when done. A
+// permit has no line on the server (pg_fencing 1.10 keeps places for
+// exclusive leases only): the wait is CALL fencing_await, on a connection
+// of its own for its length.
 func (sem *Semaphore) Acquire(ctx context.Context) (*SessionLease, error) {
 	return sem.session.acquire(ctx, request{lockName: sem.name, kind: Permit, permits: sem.permits}, WaitForever)
 }
@@ -125,4 +129,13 @@ func (sem *Semaphore) Acquire(ctx context.Context) (*SessionLease, error) {
 // TryAcquire takes a permit if one is free, else ErrLockTimeout.
 func (sem *Semaphore) TryAcquire(ctx context.Context) (*SessionLease, error) {
 	return sem.session.acquire(ctx, request{lockName: sem.name, kind: Permit, permits: sem.permits}, 0)
+}
+
+// keepPlace: a lease got back from the server with the token of the one
+// held before (locked or campaigned again while holding) keeps that one's
+// place in the lock's line, which its release leaves.
+func keepPlace(lease, before *SessionLease) {
+	if before != nil && lease.place == 0 && lease.token == before.token {
+		lease.place = before.place
+	}
 }

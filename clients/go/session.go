@@ -29,8 +29,12 @@ type SessionOptions struct {
 //
 // It uses two connections: the heartbeat's, so that a renewal never queues
 // behind anything, and one that short statements (a try, a release, the
-// close) take turns on. A wait gets a connection of its own for its length,
-// so that it holds up nothing else in the session.
+// close, and the join, polls and leave of a wait in line) take turns on. A
+// wait for an exclusive lease is a place in the lock's line (pg_fencing
+// 1.10, line.go): short statements on the shared connection, nothing held
+// on the server between them. A wait for a permit or a shared lease (CALL
+// fencing_await) and LockAll's wait get a connection of their own for their
+// length, so that they hold up nothing else in the session.
 type Session struct {
 	client *Client
 	id     int64
@@ -136,8 +140,8 @@ func (s *Session) Close(ctx context.Context) (int, error) {
 	return released, nil
 }
 
-// Lock takes lock name in the session, waiting until ctx ends
-// (ErrLeaseLost, without sending, once the session is lost).
+// Lock takes lock name in the session, waiting in the lock's line until
+// ctx ends (ErrLeaseLost, without sending, once the session is lost).
 func (s *Session) Lock(ctx context.Context, name string) (*SessionLease, error) {
 	return s.acquire(ctx, request{lockName: name, kind: Exclusive}, WaitForever)
 }
@@ -186,12 +190,17 @@ func (s *Session) LockAll(ctx context.Context, names []string, wait time.Duratio
 }
 
 // acquire takes a lock of any kind in the session: one attempt for a wait
-// of 0, else CALL fencing_await(..., session =>).
+// of 0; else, for an exclusive lease, a place in the lock's line
+// (waitInLine), and for a permit or a shared lease, which have no line,
+// CALL fencing_await(..., session =>) as before.
 func (s *Session) acquire(ctx context.Context, r request, wait time.Duration) (*SessionLease, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
 	r.session = s.id
+	if wait != 0 && r.kind == Exclusive {
+		return s.waitInLine(ctx, r, wait)
+	}
 	var token Token
 	err := s.onConn(ctx, wait != 0, func(conn *pgx.Conn) (err error) {
 		token, _, err = acquire(ctx, s.client, conn, r, wait)
@@ -203,8 +212,11 @@ func (s *Session) acquire(ctx context.Context, r request, wait time.Duration) (*
 	return &SessionLease{session: s, req: r, token: token}, nil
 }
 
-// release is fencing_release of one lease in the session.
-func (s *Session) release(ctx context.Context, r request, token Token) (bool, error) {
+// release is fencing_release of one lease in the session; for one taken
+// through the line (place non-zero), the place is left in the same
+// statement (the server keeps it while the lease lives), after the release
+// so that the release's answer is the lease's own.
+func (s *Session) release(ctx context.Context, r request, token Token, place int64) (bool, error) {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -213,6 +225,11 @@ func (s *Session) release(ctx context.Context, r request, token Token) (bool, er
 	}
 	var ours bool
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		if place != 0 {
+			var left bool
+			return conn.QueryRow(ctx, "SELECT fencing_release($1, $2::fencing_token), fencing_line_leave($3::bigint)",
+				r.lockName, token, place).Scan(&ours, &left)
+		}
 		return conn.QueryRow(ctx, "SELECT fencing_release($1, $2::fencing_token)", r.lockName, token).Scan(&ours)
 	})
 	if err != nil {
@@ -276,6 +293,7 @@ type SessionLease struct {
 	session *Session
 	req     request
 	token   Token
+	place   int64 // its place in the lock's line, when taken through it; else 0
 
 	mu       sync.Mutex
 	released bool
@@ -324,7 +342,7 @@ func (l *SessionLease) Release(ctx context.Context) (bool, error) {
 	}
 	l.released = true
 	l.mu.Unlock()
-	return l.session.release(ctx, l.req, l.token)
+	return l.session.release(ctx, l.req, l.token, l.place)
 }
 
 func (l *SessionLease) String() string {
