@@ -14,12 +14,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <pqxx/pqxx>
@@ -39,11 +42,25 @@ struct SessionOptions {
   // no renewal can land before the deadline any more.  Not called after
   // Close() or once destruction began.  It must not destroy the Session.
   std::function<void(const std::string &reason)> on_lost;
+  // A wait for an exclusive lease (Acquire, or Lock with a wait) is a place
+  // in the lock's line (fencing_line_join): polled (fencing_line_poll) every
+  // line_poll, in short statements outside any transaction block, with
+  // nothing running on the server in between.  Must be positive.
+  std::chrono::milliseconds line_poll{500};
+  // Also LISTEN on fencing_line on the work connection while such a wait
+  // lasts, and poll at once when the place's number is heard.  Only for a
+  // conninfo that reaches the server itself (or a session-pooling pooler):
+  // behind a transaction pooler a LISTEN is lost, so it is off by default
+  // and the timer alone serves.  While it sleeps on the socket, the wait
+  // keeps the work connection, so the session's other calls wait for it.
+  bool line_listen = false;
 };
 
-// How Session::Lock takes its lock: the kinds of LeaseOptions, with the
-// same wait (CALL fencing_await(..., session =>), no snapshot held) and
-// payload.  No holder, ttl or heartbeat: those are the session's.
+// How Session::Lock takes its lock: the kinds of LeaseOptions, with a wait
+// (exclusive: a place in the lock's line, SessionOptions::line_poll;
+// permits and shared leases: CALL fencing_await(..., session =>), no
+// snapshot held) and a payload.  No holder, ttl or heartbeat: those are the
+// session's.
 struct SessionLockOptions {
   LeaseOptions::Mode mode = LeaseOptions::Mode::kExclusive;
   int permits = 0;  // kPermit only: the semaphore's number of permits
@@ -112,17 +129,22 @@ class Session {
   std::string lost_reason() const;
 
   // Takes lock_name in the session (fencing_session_acquire), waiting up to
-  // `wait` if given (CALL fencing_await(..., session =>), which holds no
-  // snapshot while it waits): its token, or nullopt when the lock is busy.  The lease
-  // ends when the session does, unless released first.  Throws
-  // LeaseLostError unless held(), and pqxx errors (55Z05: the session has
-  // ended on the server).  Safe to call from several threads: the calls
-  // take turns on one connection of the session's.
+  // `wait` if given, as a place in the lock's line (fencing_line_join, then
+  // fencing_line_poll every line_poll; at the deadline fencing_line_leave,
+  // which gives back a grant made meanwhile): its token, or nullopt when
+  // the lock is busy.  The lease ends when the session does, unless
+  // released first.  Throws LeaseLostError unless held() (also when the
+  // session is closed during the wait), and pqxx errors (55Z05: the session
+  // has ended on the server).  Safe to call from several threads: the calls
+  // take turns on one connection of the session's, statement by statement
+  // (a wait in line lets the others in between its polls, unless
+  // line_listen).
   std::optional<Token> Acquire(const std::string &lock_name,
                                std::optional<std::chrono::milliseconds> wait = std::nullopt);
   // The Lease API over the session: takes lock_name in it, of any kind
-  // (fencing_session_acquire with kind, permits and payload, or CALL
-  // fencing_await(..., session =>) when options.wait is given), as a
+  // (fencing_session_acquire with kind, permits and payload; given
+  // options.wait, an exclusive lease waits in line as Acquire does, a
+  // permit or shared lease in CALL fencing_await(..., session =>)), as a
   // HeldLock whose held() is the session's.  Throws LeaseUnavailableError
   // when the lock stays busy, std::invalid_argument for a payload on a lease
   // that is not exclusive, and otherwise as Acquire.
@@ -134,8 +156,8 @@ class Session {
   std::optional<std::vector<Token>> AcquireAll(
       const std::vector<std::string> &lock_names,
       std::optional<std::chrono::milliseconds> wait = std::nullopt);
-  // Releases one lease of the session (fencing_release); whether it was
-  // still live.
+  // Releases one lease of the session (fencing_release), and leaves the
+  // place in line it was taken through, if any; whether it was still live.
   bool Release(const std::string &lock_name, Token token);
   // Stops the heartbeat and closes the session (fencing_session_close):
   // how many leases it released.  Idempotent: later calls return 0.
@@ -146,10 +168,19 @@ class Session {
   // One lease in the session, as options say: its token, nullopt when the
   // lock is busy (after the wait, if one was given).
   std::optional<Token> AcquireOne(const std::string &lock_name, const SessionLockOptions &options);
-  // AcquireOne's wait: CALL fencing_await on the work connection; the token
-  // as text, nullopt when the wait ran out.
+  // AcquireOne's wait for an exclusive lease: a place in the lock's line
+  // (session.cpp); the token as text, nullopt when the wait ran out.
+  std::optional<std::string> WaitInLine(const std::string &lock_name,
+                                        const SessionLockOptions &options);
+  // AcquireOne's wait for a permit or a shared lease, which have no line:
+  // CALL fencing_await on the work connection, under work_mutex_ (the
+  // caller's); the token as text, nullopt when the wait ran out.
   std::optional<std::string> AwaitInSession(const std::string &lock_name,
                                             const SessionLockOptions &options);
+  // fencing_line_leave(place) on the work connection, under work_mutex_,
+  // unless the session is closed (its places went with it); errors are
+  // swallowed: the caller is on its way out with an error of its own.
+  void LeaveLineQuietly(std::int64_t place) noexcept;
   // Runs sql($1 the session, $2 locks, $3 the wait, then `more`) on the
   // work connection at READ COMMITTED: its value as text, nullopt for NULL
   // (not granted).
@@ -169,6 +200,12 @@ class Session {
   std::mutex work_mutex_;
   std::unique_ptr<pqxx::connection> work_conn_;
   bool closed_ = false;  // under work_mutex_
+  // Wakes the waits in line that sleep between polls, when closed_ is set.
+  std::condition_variable line_wake_;
+  // The place in line each lease taken through the line came from (lock
+  // name -> token, place), left when the lease is released; under
+  // work_mutex_.
+  std::map<std::string, std::pair<Token, std::int64_t>> line_places_;
 };
 
 }  // namespace pg_fencing::client

@@ -12,6 +12,35 @@
 // renews it (a renewal must never queue behind an acquire that waits), and
 // the work connection, on which Acquire, AcquireAll, Release and Close take
 // turns under work_mutex_.
+//
+// Waiting in line (extension 1.10).  A wait for an exclusive lease is a
+// place in the lock's line, a row the database keeps, not a statement that
+// runs for the whole wait:
+//   join   SELECT place, token FROM fencing_line_join(session, lock, wait, payload)
+//   poll   SELECT state, token FROM fencing_line_poll(ARRAY[place])
+//   leave  SELECT fencing_line_leave(place)
+// each one short statement outside any transaction block (nontransaction),
+// so between them the candidate holds no transaction, no snapshot and --
+// behind a transaction-pooling PgBouncer -- no server connection.  The
+// place first in line takes the lease itself when it joins or polls, and
+// nobody else may take the lock meanwhile, so arrival order holds for the
+// whole wait.  Between polls the client sleeps (options_.line_poll), woken
+// early when options_.line_listen and the work connection hears the place's
+// number on fencing_line.  At the deadline the place leaves, which gives
+// back a lease a poll took meanwhile (its answer lost, say): a wait that
+// ran out holds nothing and leaves no row.  Permits and shared leases have
+// no line on the server (a semaphore's join is 55000): they wait in CALL
+// fencing_await as before.
+//
+// Prepared statements.  None: every statement goes through PQexecParams
+// (pqxx_compat::ExecParams*), libpq's unnamed statement, which lives for
+// one statement only and so works behind a transaction pooler.
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -74,11 +103,106 @@ const char *KindOf(LeaseOptions::Mode mode) {
   return "exclusive";
 }
 
+constexpr const char *kLineChannel = "fencing_line";
+constexpr const char *kUndefinedFunction = "42883";
+
+// LISTEN fencing_line on a connection for as long as it lives (one wait in
+// line), UNLISTEN after: a connection that LISTENs but is not read holds
+// back the server's notification queue.  A notification is a hint only
+// (any role may NOTIFY on any channel): it makes the wait poll sooner,
+// never decides anything.
+class LineListener {
+ public:
+  explicit LineListener(pqxx::connection &conn) : conn_(conn) {
+#if PG_FENCING_PQXX_HAVE_LISTEN
+    conn_.listen(kLineChannel, [this](pqxx::notification n) { Heard(std::string(n.payload)); });
+#else
+    // libpqxx 6 reports a receiver's trouble (an UNLISTEN on a broken
+    // connection) on stderr unless a handler takes it.
+    quiet_ = std::make_unique<pqxx::quiet_errorhandler>(conn_);
+    receiver_ = std::make_unique<Receiver>(conn_, *this);
+#endif
+  }
+  ~LineListener() {
+    try {
+#if PG_FENCING_PQXX_HAVE_LISTEN
+      conn_.listen(kLineChannel);  // no handler: UNLISTEN
+#else
+      receiver_.reset();
+      quiet_.reset();
+#endif
+    } catch (...) {
+      // A broken connection listens no more either.
+    }
+  }
+  LineListener(const LineListener &) = delete;
+  LineListener &operator=(const LineListener &) = delete;
+
+  // Sleeps until `until`, or until a notification names `place`.
+  void SleepUntil(std::int64_t place, Clock::time_point until) {
+    for (;;) {
+      conn_.get_notifs();  // hands what arrived to Heard()
+      const bool heard =
+          overflowed_ || std::find(heard_.begin(), heard_.end(), place) != heard_.end();
+      heard_.clear();
+      overflowed_ = false;
+      if (heard) return;
+      const Clock::time_point now = Clock::now();
+      if (now >= until) return;
+      pollfd pfd{};
+      pfd.fd = conn_.sock();
+      if (pfd.fd < 0) throw pqxx::broken_connection("the session's work connection has no socket");
+      pfd.events = POLLIN;
+      // Rounded up, so that we never spin on a sub-millisecond remainder.
+      const auto left = std::chrono::ceil<milliseconds>(until - now);
+      if (poll(&pfd, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) {
+        throw std::runtime_error(std::string("poll on the session's work connection: ") +
+                                 std::strerror(errno));
+      }
+    }
+  }
+
+ private:
+  void Heard(const std::string &payload) {
+    std::int64_t place = 0;
+    const char *end = payload.data() + payload.size();
+    const auto parsed = std::from_chars(payload.data(), end, place);
+    if (parsed.ec != std::errc() || parsed.ptr != end) return;  // not a place number
+    if (heard_.size() >= kHeardKept) {
+      overflowed_ = true;  // a burst: poll, whoever it named
+      return;
+    }
+    heard_.push_back(place);
+  }
+
+#if !PG_FENCING_PQXX_HAVE_LISTEN
+  class Receiver final : public pqxx::notification_receiver {
+   public:
+    Receiver(pqxx::connection &conn, LineListener &listener)
+        : pqxx::notification_receiver(conn, kLineChannel), listener_(listener) {}
+    void operator()(const std::string &payload, int) override { listener_.Heard(payload); }
+
+   private:
+    LineListener &listener_;
+  };
+  std::unique_ptr<pqxx::quiet_errorhandler> quiet_;
+  std::unique_ptr<Receiver> receiver_;
+#endif
+
+  static constexpr std::size_t kHeardKept = 1024;
+  pqxx::connection &conn_;
+  std::vector<std::int64_t> heard_;  // place numbers heard since the last look
+  bool overflowed_ = false;
+};
+
 }  // namespace
 
 Session::Session(SessionOptions options) : options_(std::move(options)) {
   const std::string what = "fencing session of \"" + options_.holder + "\"";
   Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, what);
+  if (options_.line_poll.count() <= 0) {
+    throw std::invalid_argument(what + ": line_poll must be positive");
+  }
   heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
   work_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
   const Clock::time_point sent = Clock::now();
@@ -176,16 +300,101 @@ std::optional<Token> Session::AcquireOne(const std::string &lock_name,
   }
   const std::string permits =
       options.mode == LeaseOptions::Mode::kPermit ? std::to_string(options.permits) : "";
-  const std::optional<std::string> token =
-      options.wait
-          ? AwaitInSession(lock_name, options)
-          : AcquireInSession(
-                "SELECT fencing_session_acquire($1, $2, $3::interval, payload => $4::jsonb, "
-                "kind => $5, permits => $6::integer)",
-                lock_name, std::nullopt, options.payload ? options.payload->c_str() : nullptr,
-                KindOf(options.mode), permits.empty() ? nullptr : permits.c_str());
+  std::optional<std::string> token;
+  if (options.wait && options.mode == LeaseOptions::Mode::kExclusive) {
+    token = WaitInLine(lock_name, options);
+  } else if (options.wait) {
+    // Permits and shared leases have no line: CALL fencing_await, as before.
+    std::lock_guard<std::mutex> lock(work_mutex_);
+    CheckHeld();
+    token = AwaitInSession(lock_name, options);
+  } else {
+    token = AcquireInSession(
+        "SELECT fencing_session_acquire($1, $2, $3::interval, payload => $4::jsonb, "
+        "kind => $5, permits => $6::integer)",
+        lock_name, std::nullopt, options.payload ? options.payload->c_str() : nullptr,
+        KindOf(options.mode), permits.empty() ? nullptr : permits.c_str());
+  }
   if (!token) return std::nullopt;
   return detail::TokenOfText(token->c_str());
+}
+
+std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
+                                               const SessionLockOptions &options) {
+  // The client's deadline is never later than the server's (its wait starts
+  // when the join runs, after this).
+  const Clock::time_point deadline = Clock::now() + *options.wait;
+  const char *payload = options.payload ? options.payload->c_str() : nullptr;
+  std::unique_lock<std::mutex> lock(work_mutex_);
+  CheckHeld();
+  // Before the join, so that a number sent between the join and the first
+  // sleep is heard.
+  std::optional<LineListener> listener;
+  if (options_.line_listen) listener.emplace(*work_conn_);
+  std::int64_t place = 0;
+  try {
+    pqxx::nontransaction tx(*work_conn_);
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx, "SELECT place, token FROM fencing_line_join($1, $2, $3::interval, $4::jsonb)", id_,
+        lock_name, IntervalText(*options.wait), payload);
+    place = row[0].as<std::int64_t>();
+    if (!row[1].is_null()) {
+      const std::string token = row[1].c_str();
+      line_places_[lock_name] = {detail::TokenOfText(token.c_str()), place};
+      return token;
+    }
+  } catch (const pqxx::sql_error &e) {
+    // A database not updated to 1.10: the wait of 1.8.
+    if (pqxx_compat::SqlState(e) != kUndefinedFunction) throw;
+    listener.reset();
+    return AwaitInSession(lock_name, options);
+  }
+  try {
+    for (;;) {
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) break;
+      const Clock::time_point until =
+          std::min<Clock::time_point>(now + options_.line_poll, deadline);
+      if (listener) {
+        listener->SleepUntil(place, until);
+      } else {
+        // Lets the session's other calls use the work connection meanwhile.
+        line_wake_.wait_until(lock, until, [this] { return closed_; });
+      }
+      CheckHeld();  // throws once Close() ran meanwhile
+      if (Clock::now() >= deadline) break;
+      pqxx::nontransaction tx(*work_conn_);
+      const pqxx::row row = pqxx_compat::ExecParams1(
+          tx, "SELECT state, token FROM fencing_line_poll(ARRAY[$1::bigint])", place);
+      const std::string state = row[0].c_str();
+      if (state == "granted") {
+        const std::string token = row[1].c_str();
+        line_places_[lock_name] = {detail::TokenOfText(token.c_str()), place};
+        return token;
+      }
+      // Gone before the deadline: the session ended (55Z05 on the next
+      // call, or LeaseLostError once the heartbeat knows), or the place was
+      // left from another connection.  Not acquired, either way.
+      if (state != "waiting") return std::nullopt;
+    }
+  } catch (...) {
+    LeaveLineQuietly(place);
+    throw;
+  }
+  // The deadline: leave, giving back a lease a poll may have taken.
+  pqxx::nontransaction tx(*work_conn_);
+  pqxx_compat::ExecParams1(tx, "SELECT fencing_line_leave($1)", place);
+  return std::nullopt;
+}
+
+void Session::LeaveLineQuietly(std::int64_t place) noexcept {
+  if (closed_) return;
+  try {
+    pqxx::nontransaction tx(*work_conn_);
+    pqxx_compat::ExecParams1(tx, "SELECT fencing_line_leave($1)", place);
+  } catch (...) {
+    // The place ends with its wait or its session on the server.
+  }
 }
 
 // CALL fencing_await(..., session =>), outside any transaction block (the
@@ -195,8 +404,6 @@ std::optional<std::string> Session::AwaitInSession(const std::string &lock_name,
                                                    const SessionLockOptions &options) {
   const std::string permits =
       options.mode == LeaseOptions::Mode::kPermit ? std::to_string(options.permits) : "";
-  std::lock_guard<std::mutex> lock(work_mutex_);
-  CheckHeld();
   pqxx::nontransaction tx(*work_conn_);
   const pqxx::row row = pqxx_compat::ExecParams1(
       tx,
@@ -239,6 +446,18 @@ std::optional<std::string> Session::AcquireInSession(const char *sql, const std:
 
 bool Session::Release(const std::string &lock_name, Token token) {
   std::lock_guard<std::mutex> lock(work_mutex_);
+  const auto taken = line_places_.find(lock_name);
+  if (taken != line_places_.end() && taken->second.first == token) {
+    const std::int64_t place = taken->second.second;
+    line_places_.erase(taken);
+    // The place a lease was taken through is kept while the lease lives;
+    // left after the release (the select list runs in order), so that it is
+    // the release's answer that counts.
+    pqxx::nontransaction tx(*work_conn_);
+    return pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2), fencing_line_leave($3)",
+                                    lock_name, token, place)[0]
+        .as<bool>();
+  }
   pqxx::nontransaction tx(*work_conn_);
   return pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock_name, token)[0]
       .as<bool>();
@@ -249,6 +468,8 @@ int Session::Close() {
   std::lock_guard<std::mutex> lock(work_mutex_);
   if (closed_) return 0;
   closed_ = true;
+  line_wake_.notify_all();  // the waits in line end (their places go with the session)
+  line_places_.clear();
   pqxx::nontransaction tx(*work_conn_);
   return pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", id_)[0].as<int>();
 }

@@ -538,10 +538,95 @@ TEST_F(ClientTest, SessionAcquireAllTakesEveryLockOrNone) {
   EXPECT_EQ((*now_both)[0], Row(b).token);
 }
 
-// A Session's Acquire given a wait waits with CALL fencing_await(...,
-// session =>): no snapshot and no xid while it sleeps, and the release of
-// the lock's holder hands it the lock in the session.
-TEST_F(ClientTest, SessionAcquireWaitsWithoutSnapshot) {
+// The sessions in a lock's line (superuser: fencing_line is the extension
+// owner's), in order of place.
+std::vector<std::int64_t> LineSessions(pqxx::connection &conn, const std::string &lock) {
+  pqxx::nontransaction tx(conn);
+  std::vector<std::int64_t> sessions;
+  for (const auto &row : pqxx_compat::ExecParams(
+           tx,
+           "SELECT l.session_id FROM fencing_line l JOIN fencing_lock k USING (lock_id) "
+           "WHERE k.lock_name = $1 ORDER BY l.place",
+           lock)) {
+    sessions.push_back(row[0].as<std::int64_t>());
+  }
+  return sessions;
+}
+
+// Waits up to 5 s for the lock's line to have `count` places.
+bool WaitForPlaces(pqxx::connection &conn, const std::string &lock, std::size_t count) {
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 5000) {
+    if (LineSessions(conn, lock).size() == count) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// A plain fencing_acquire by a third party: whether it got the lock (given
+// back at once if it did).
+bool ThirdPartyGetsIt(pqxx::connection &conn, const std::string &lock) {
+  pqxx::nontransaction tx(conn);
+  const pqxx::row row = pqxx_compat::ExecParams1(
+      tx, "SELECT fencing_acquire($1, 'third', '10 s'::interval)::text", lock);
+  if (row[0].is_null()) return false;
+  pqxx_compat::ExecParams(tx, "SELECT fencing_release($1, $2::fencing_token)", lock,
+                          row[0].as<std::string>());
+  return true;
+}
+
+// A Session::Lock with a wait on its own thread.
+class LineWaiter {
+ public:
+  LineWaiter(Session &session, const std::string &lock, milliseconds wait) {
+    thread_ = std::thread([this, &session, lock, wait] {
+      SessionLockOptions options;
+      options.wait = wait;
+      try {
+        std::unique_ptr<SessionLease> lease = session.Lock(lock, options);
+        std::lock_guard<std::mutex> guard(mutex_);
+        lease_ = std::move(lease);
+      } catch (const std::exception &e) {
+        std::lock_guard<std::mutex> guard(mutex_);
+        failure_ = e.what();
+      }
+      std::lock_guard<std::mutex> guard(mutex_);
+      done_ = true;
+      cv_.notify_all();
+    });
+  }
+  ~LineWaiter() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits up to timeout for Lock to return; true if it did.
+  bool WaitDone(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, timeout, [this] { return done_; });
+  }
+  bool done() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  // After WaitDone: the lease, or nullptr and failure().
+  SessionLease *lease() {
+    thread_.join();
+    return lease_.get();
+  }
+  const std::string &failure() const { return failure_; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::unique_ptr<SessionLease> lease_;
+  std::string failure_;
+  std::thread thread_;
+};
+
+// A Session's wait for an exclusive lease is a place in the lock's line
+// (1.10): between its polls nothing runs on the server for it (no CALL
+// fencing_await, no snapshot, no xid); the work connection is idle.
+TEST_F(ClientTest, SessionAcquireWaitsInLineWithNothingRunning) {
   const std::string a = Name("a");
   auto holder = std::make_unique<Lease>(Options(a, "holder", 20s));
   const std::string app = "ct_session_wait_" + std::to_string(getpid());
@@ -557,7 +642,29 @@ TEST_F(ClientTest, SessionAcquireWaitsWithoutSnapshot) {
       failure = e.what();
     }
   });
-  ExpectWaitingWithoutSnapshot(app);
+  int idle_looks = 0, busy_looks = 0, awaiting_looks = 0;
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 1500) {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::result r = pqxx_compat::ExecParams(
+        tx,
+        "SELECT state, query LIKE '%fencing_await%', "
+        "backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
+        "WHERE application_name = $1 AND query NOT LIKE '%fencing_session_%'",
+        app);
+    for (const auto &row : r) {
+      if (row[1].as<bool>()) ++awaiting_looks;
+      if (row[0].as<std::string>() == "idle" && !row[2].as<bool>()) {
+        ++idle_looks;
+      } else if (row[0].as<std::string>() != "active") {
+        ++busy_looks;  // idle in transaction, or holding a snapshot while idle
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(idle_looks, 20) << "the waiting connection was not seen idle between polls";
+  EXPECT_EQ(busy_looks, 0);
+  EXPECT_EQ(awaiting_looks, 0) << "the wait ran CALL fencing_await";
   EXPECT_TRUE(holder->Release());
   waiter.join();
   ASSERT_EQ(failure, "");
@@ -565,7 +672,140 @@ TEST_F(ClientTest, SessionAcquireWaitsWithoutSnapshot) {
   EXPECT_GT(*granted, holder->token());
   EXPECT_EQ(Row(a).token, *granted);
   EXPECT_EQ(Leader(a), std::optional<std::string>("waiter"));
-  EXPECT_EQ(session.Close(), 1);
+  EXPECT_TRUE(session.Release(a, *granted));
+  if (IsSuperuser()) {
+    EXPECT_TRUE(LineSessions(*conn_, a).empty()) << "the place left after release";
+  }
+  EXPECT_EQ(session.Close(), 0);
+}
+
+// Two sessions wait in line: the first to arrive gets the lock on the
+// holder's release, before the second; meanwhile a plain fencing_acquire
+// gets nothing, even in the moment the lock is free and the first place has
+// not polled yet.
+TEST_F(ClientTest, SessionWaitsInLineInArrivalOrder) {
+  if (!IsSuperuser()) GTEST_SKIP() << "reads fencing_line, which needs a superuser";
+  const std::string lock = Name("lock");
+  Session holder(SessionOf("holder", 20s));
+  std::unique_ptr<SessionLease> held = holder.Lock(lock);
+  SessionOptions first_options = SessionOf("first", 20s);
+  first_options.line_poll = 1000ms;  // a window between the release and the poll
+  SessionOptions second_options = SessionOf("second", 20s);
+  second_options.line_poll = 100ms;  // polls far more often: order is the line's, not luck
+  Session first(first_options);
+  Session second(second_options);
+
+  LineWaiter first_waits(first, lock, 20s);
+  ASSERT_TRUE(WaitForPlaces(*conn_, lock, 1));
+  LineWaiter second_waits(second, lock, 20s);
+  ASSERT_TRUE(WaitForPlaces(*conn_, lock, 2));
+  EXPECT_EQ(LineSessions(*conn_, lock), (std::vector<std::int64_t>{first.id(), second.id()}));
+  EXPECT_FALSE(ThirdPartyGetsIt(*conn_, lock)) << "held";
+
+  ASSERT_TRUE(held->Release());
+  EXPECT_FALSE(ThirdPartyGetsIt(*conn_, lock)) << "free, but the line's first place's";
+  ASSERT_TRUE(first_waits.WaitDone(5s)) << "the first place never got the lock";
+  SessionLease *first_lease = first_waits.lease();
+  ASSERT_NE(first_lease, nullptr) << first_waits.failure();
+  EXPECT_FALSE(second_waits.done()) << "the second place got the lock before the first released";
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("first"));
+  EXPECT_EQ(Row(lock).token, first_lease->token());
+  EXPECT_FALSE(ThirdPartyGetsIt(*conn_, lock));
+  std::this_thread::sleep_for(300ms);  // three of the second's polls
+  EXPECT_FALSE(second_waits.done());
+
+  EXPECT_TRUE(first_lease->Release());
+  ASSERT_TRUE(second_waits.WaitDone(5s)) << "the second place never got the lock";
+  SessionLease *second_lease = second_waits.lease();
+  ASSERT_NE(second_lease, nullptr) << second_waits.failure();
+  EXPECT_GT(second_lease->token(), first_lease->token());
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("second"));
+  EXPECT_EQ(LineSessions(*conn_, lock), (std::vector<std::int64_t>{second.id()}))
+      << "the first place left with its release; the second is kept while its lease lives";
+  EXPECT_TRUE(second_lease->Release());
+  EXPECT_TRUE(LineSessions(*conn_, lock).empty());
+}
+
+// A wait in line that runs out leaves the line and holds nothing: not even
+// a lease its place took meanwhile (here by a poll from another connection,
+// as a poll whose answer was lost would), which it gives back.
+TEST_F(ClientTest, SessionWaitInLineThatRunsOutLeavesNothing) {
+  if (!IsSuperuser()) GTEST_SKIP() << "reads fencing_line, which needs a superuser";
+  const std::string lock = Name("lock");
+  Session holder(SessionOf("holder", 20s));
+  std::unique_ptr<SessionLease> held = holder.Lock(lock);
+  SessionOptions options = SessionOf("waiter", 20s);
+  options.line_poll = 100ms;
+  Session waiter(options);
+
+  SessionLockOptions briefly;
+  briefly.wait = 400ms;
+  Clock::time_point start = Clock::now();
+  EXPECT_THROW(waiter.Lock(lock, briefly), LeaseUnavailableError);
+  EXPECT_GE(Since(start), 400);
+  EXPECT_LT(Since(start), 3000);
+  EXPECT_FALSE(waiter.Acquire(lock, 300ms));
+  EXPECT_TRUE(LineSessions(*conn_, lock).empty());
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("holder"));
+
+  // Polled on a timer longer than its wait: at the deadline it leaves
+  // without polling, and gives back what the other connection's poll took.
+  options.line_poll = 10s;
+  Session slow(options);
+  LineWaiter waits(slow, lock, 1500ms);
+  ASSERT_TRUE(WaitForPlaces(*conn_, lock, 1));
+  ASSERT_TRUE(held->Release());
+  {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::row row = pqxx_compat::Exec1(
+        tx,
+        "SELECT p.state FROM fencing_line l JOIN fencing_lock k USING (lock_id), "
+        "LATERAL fencing_line_poll(ARRAY[l.place]) p WHERE k.lock_name = " +
+            tx.quote(lock));
+    ASSERT_EQ(row[0].as<std::string>(), "granted");
+  }
+  EXPECT_TRUE(Row(lock).live) << "taken in the waiting session";
+  ASSERT_TRUE(waits.WaitDone(5s));
+  EXPECT_EQ(waits.lease(), nullptr);
+  EXPECT_NE(waits.failure().find("is held by another holder"), std::string::npos)
+      << waits.failure();
+  EXPECT_TRUE(LineSessions(*conn_, lock).empty());
+  EXPECT_FALSE(Row(lock).live) << "given back at the deadline";
+  EXPECT_EQ(slow.Close(), 0);
+  EXPECT_EQ(waiter.Close(), 0);
+  EXPECT_TRUE(ThirdPartyGetsIt(*conn_, lock));
+}
+
+// With line_listen, the wait LISTENs on fencing_line and polls as soon as
+// its place is named: on the release it gets the lock long before its
+// (here 10 s) timer.
+TEST_F(ClientTest, SessionWaitInLineWakesOnNotification) {
+  const std::string lock = Name("lock");
+  Session holder(SessionOf("holder", 20s));
+  std::unique_ptr<SessionLease> held = holder.Lock(lock);
+  SessionOptions options = SessionOf("listener", 20s);
+  options.line_poll = 10s;
+  options.line_listen = true;
+  Session session(options);
+  LineWaiter waits(session, lock, 20s);
+  std::this_thread::sleep_for(300ms);  // joined and asleep
+  ASSERT_FALSE(waits.done());
+  const Clock::time_point released = Clock::now();
+  ASSERT_TRUE(held->Release());
+  ASSERT_TRUE(waits.WaitDone(5s)) << "not woken by the notification";
+  EXPECT_LT(Since(released), 2000);
+  SessionLease *lease = waits.lease();
+  ASSERT_NE(lease, nullptr) << waits.failure();
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("listener"));
+  EXPECT_TRUE(lease->Release());
+}
+
+TEST(SessionOptionsTest, NonPositiveLinePollIsRefusedBeforeConnecting) {
+  SessionOptions options;
+  options.conninfo = "host=/nonexistent";  // never reached
+  options.holder = "h";
+  options.line_poll = 0ms;
+  EXPECT_THROW(Session session(options), std::invalid_argument);
 }
 
 TEST_F(ClientTest, SessionOnLostFiresOnceWhenClosedFromAnotherConnection) {
