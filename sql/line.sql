@@ -126,3 +126,64 @@ RESET ROLE;
 SET ROLE ln_other;
 SELECT count(*) AS places_seen FROM fencing_lines;
 RESET ROLE;
+
+-- 9. What a review found, each refused or stepped over now.
+-- A waiting function, even with a wait of 0, gives way to a place: the
+-- waiting room's waiters are behind the line.
+SET ROLE ln_app;
+SELECT fencing_session_open('holder9', '1 hour') AS s_h9 \gset
+SELECT fencing_session_open('waiter9', '1 hour') AS s_w9 \gset
+SELECT token IS NOT NULL AS holds FROM fencing_line_join(:s_h9, 'ln9');
+SELECT place AS p_w9 FROM fencing_line_join(:s_w9, 'ln9') \gset
+SELECT fencing_release('ln9', (SELECT token FROM fencing_leases WHERE lock_name = 'ln9')) AS released;
+SELECT fencing_acquire('ln9', 'jumper', '1 minute', '0 s') IS NULL AS waiting_function_gives_way;
+SELECT fencing_session_acquire_all(:s_h9, ARRAY['ln9'], '0 s') IS NULL AS acquire_all_gives_way;
+-- The first place's session taking the lock by fencing_session_acquire
+-- (not a poll): the place waits no more, and the lock is not kept for it
+-- after its release.
+SELECT fencing_session_acquire(:s_w9, 'ln9') IS NOT NULL AS first_place_acquires;
+SELECT state FROM fencing_line_poll(ARRAY[:p_w9]);
+SELECT fencing_release('ln9', (SELECT token FROM fencing_leases WHERE lock_name = 'ln9')) AS released;
+SELECT fencing_acquire('ln9', 'next', '1 minute') IS NOT NULL AS free_for_the_next;
+-- A join with a wait of 0 makes one attempt: a free lock is taken.
+SELECT token IS NOT NULL AS took_it FROM fencing_line_join(:s_w9, 'ln9b', '0 s');
+-- Only at READ COMMITTED: a snapshot would show a place and its lease as
+-- they were.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT pg_temp.try(format('SELECT * FROM fencing_line_poll(ARRAY[%s])', :p_w9));
+ROLLBACK;
+RESET ROLE;
+-- A role whose use of the lock is revoked holds no place in its line: it
+-- is stepped over, and its own poll finds its place gone.
+SELECT fencing_create_lock('ln9c', 'ln_app');
+SELECT fencing_grant_lock('ln9c', 'ln_other');
+SET ROLE ln_app;
+SELECT token IS NOT NULL AS holds FROM fencing_line_join(:s_h9, 'ln9c');
+RESET ROLE;
+SET ROLE ln_other;
+SELECT fencing_session_open('revoked', '1 hour') AS s_rv \gset
+SELECT place AS p_rv FROM fencing_line_join(:s_rv, 'ln9c') \gset
+RESET ROLE;
+SET ROLE ln_app;
+SELECT place AS p_app9 FROM fencing_line_join(:s_w9, 'ln9c') \gset
+RESET ROLE;
+SELECT fencing_revoke_lock('ln9c', 'ln_other');
+SET ROLE ln_app;
+SELECT fencing_release('ln9c', (SELECT token FROM fencing_leases WHERE lock_name = 'ln9c')) AS released;
+SELECT state FROM fencing_line_poll(ARRAY[:p_app9]);
+RESET ROLE;
+SET ROLE ln_other;
+SELECT state FROM fencing_line_poll(ARRAY[:p_rv]);
+RESET ROLE;
+-- Places whose sessions ended unswept, ahead of a live one: a poll of the
+-- lock deletes them (100 at a time), so that nobody steps over them again.
+SET ROLE ln_app;
+SELECT token IS NOT NULL AS holds FROM fencing_line_join(:s_h9, 'ln9d');
+SELECT count((fencing_line_join(fencing_session_open('gone' || n, '1 s'), 'ln9d')).place)
+  FROM generate_series(1, 120) n;
+SELECT place AS p_live FROM fencing_line_join(:s_w9, 'ln9d') \gset
+SELECT pg_sleep(1.1);
+SELECT state FROM fencing_line_poll(ARRAY[:p_live]);
+RESET ROLE;
+SELECT count(*) AS dead_places_left FROM fencing_line l JOIN fencing_lock k USING (lock_id)
+ WHERE k.lock_name = 'ln9d' AND l.place < :p_live;

@@ -149,7 +149,7 @@ void RefuseSemaphore(const char *lock_name) {
 }
 
 // Whether a place has ever joined the lock's line (1.10): only then is the
-// line looked at by a grant (LineLetsGrant).
+// line looked at by a grant (LineTurnOf).
 bool LockHasLine(const Tables &t, HeapTuple lock_row) {
   if (t.ids->lock_has_line == InvalidAttrNumber) return false;
   bool is_null = false;
@@ -442,14 +442,25 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   }
 
   // Nobody takes a free lock from under the first waiter in line: the
-  // waiting room's (which this transaction may hold already, as the
-  // waiting acquires do), then the line's first place (lease_line.hpp).
+  // line's first place (lease_line.hpp), when a place waits, and the
+  // waiting room's otherwise (which this transaction may hold already, as
+  // the waiting acquires do).  The room's waiters give way to a place, and
+  // the first place's session takes the lock even while one of them holds
+  // the room: nobody else may grant then, so none can come between.  A
+  // first grant (no lease row yet) still needs the room.
   LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
   const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
-  if (in_room == LOCKACQUIRE_NOT_AVAIL) return false;
-  if (in_room == LOCKACQUIRE_OK && LockHasLine(t, look.lock) &&
-      !LineLetsGrant(ids, lock_id, request.session)) {
-    (void)LockRelease(&room, ExclusiveLock, false);
+  const bool holds_room = in_room != LOCKACQUIRE_NOT_AVAIL;
+  const auto give_back_room = [&] {
+    if (holds_room) (void)LockRelease(&room, ExclusiveLock, false);
+  };
+  int64 line_place = 0;
+  const LineTurn turn = LockHasLine(t, look.lock)
+                            ? LineTurnOf(ids, lock_id, request.session, &line_place)
+                            : LineTurn::kFree;
+  if (turn == LineTurn::kOthers ||
+      (!holds_room && (turn != LineTurn::kYours || attempt == LeaseAttempt::kGrantFirst))) {
+    give_back_room();
     return false;
   }
 
@@ -461,7 +472,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
         lock_now != nullptr ? LockKindOfRow(t.lock, lock_now) : LockKind::kExclusive;
     if (kind == LockKind::kSemaphore) RefuseSemaphore(name);
     if (kind == LockKind::kShared && !SharedHoldersGone(t, request.schema, lock_now, name)) {
-      (void)LockRelease(&room, ExclusiveLock, false);
+      give_back_room();
       return false;  // busy: no row lock taken
     }
   }
@@ -484,7 +495,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
                 LockRow(t.lease, lease)
           : !LeaseExistsNow(t, request);
   if (!unchanged) {
-    (void)LockRelease(&room, ExclusiveLock, false);
+    give_back_room();
     return false;
   }
   const int64 granted = GrantToken(request.schema);
@@ -549,6 +560,9 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   }
   RequireDurableCommit();
   PublishGrant(t, request, look, now, granted);
+  // The first place's lease, however its session asked for it: the place
+  // waits no more.
+  if (turn == LineTurn::kYours) RecordLineGrant(request.schema, line_place, granted);
   *token = granted;
   return true;
 }
@@ -1527,7 +1541,8 @@ SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_
   if (in_room == LOCKACQUIRE_NOT_AVAIL) return SlotOutcome::kBusy;
   // A place waiting in the lock's line is for an exclusive lease, and holds
   // off every new permit and shared lease (exclusive first).
-  if (in_room == LOCKACQUIRE_OK && has_line && !LineLetsGrant(*t.ids, lock_id, 0)) {
+  int64 line_place = 0;
+  if (has_line && LineTurnOf(*t.ids, lock_id, 0, &line_place) != LineTurn::kFree) {
     (void)LockRelease(&room, ExclusiveLock, false);
     return SlotOutcome::kBusy;
   }

@@ -2,10 +2,13 @@
 //
 // A lock's line is its rows of fencing_line in place order (the index
 // fencing_line_order on (lock_id, place)).  The place that counts is the
-// first that waits: no token yet, its wait not run out, its session live.
-// Places before it whose session or wait has ended are stepped over; they
-// go with their session's row (ON DELETE CASCADE, when the session is
-// closed or swept) or when their candidate polls or leaves.
+// first that waits: no token yet, its wait not run out, its session live,
+// its session's role allowed to use the lock.  Places before it that wait
+// no more are stepped over; they go with their session's row (ON DELETE
+// CASCADE, when the session is closed or swept), when their candidate
+// polls or leaves, or when a poll of the same lock finds them in its way.
+//
+// Every call reads at READ COMMITTED (the line as committed now).
 //
 //   join    fencing_line_join(session, lock_name, wait, payload): the
 //           caller's session checked (55Z05 for anything else) and the
@@ -20,16 +23,18 @@
 //
 // Nobody grants a lease to someone else: the candidate takes it in its own
 // transaction, with its own permissions, when it joins or polls.  What the
-// line adds to every exclusive grant is one check (LineLetsGrant, in the
-// engine's attempt, under the lock's waiting room): the lock goes to the
-// first waiting place's session or to nobody.  A waiter of the waiting room
-// (the waiting functions, fencing_await) already holds the room and is not
-// held back by the line: until every wait is a place in the line, the
-// room's waiter is served first.
+// line adds to every grant of a lock that has had a line (fencing_lock.
+// has_line) is one check (LineTurnOf, in the engine's attempt): an
+// exclusive lease goes to the first waiting place's session or to nobody,
+// a permit or a shared lease to nobody while a place waits.  The waiters of
+// the lock's waiting room (the waiting functions, fencing_await) give way
+// to the line too; the first place's attempt is made even while one of
+// them holds the room, which is not needed to keep two grants apart then:
+// nobody else may grant.
 //
 // The changes that may free a lock (a release, a revoke, a session's close,
-// an expiry the worker marks) call WakeWaitersAtCommit, which calls
-// TellLineAtCommit: NOTIFY fencing_line with the first place's number,
+// an expiry the worker marks, a place's leave) call TellLineAtCommit: just
+// before the commit, NOTIFY fencing_line with the first place's number,
 // which tells a listener nothing but a number.
 #include "lease_line.hpp"
 
@@ -65,11 +70,17 @@ namespace {
 
 constexpr const char *kChannel = "fencing_line";
 
-// The first place that waits for lock_id as committed now, and its
-// session (*session); 0 when none does.
-int64 FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id, int64 *session) {
-  *session = 0;
-  if (!OidIsValid(ids.line)) return 0;
+// The first place that waits for lock_id as committed now.
+struct FirstPlace {
+  int64 place;    // 0: no place waits
+  int64 session;  // its session
+  int stepped;    // places before it that wait no more (their session or
+                  // wait ended, or their role may no longer use the lock)
+};
+
+FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
+  FirstPlace first = {0, 0, 0};
+  if (!OidIsValid(ids.line)) return first;
   Relation line = table_open(ids.line, AccessShareLock);
   Relation order = index_open(ids.line_order, AccessShareLock);
   Relation sessions = nullptr;
@@ -82,13 +93,20 @@ int64 FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id, int64 *session)
   index_rescan(scan, &key, 1, nullptr, 0);
   TupleTableSlot *slot = table_slot_create(line, nullptr);
   const TimestampTz now = GetCurrentTimestamp();
-  int64 first = 0;
-  while (first == 0 && index_getnext_slot(scan, ForwardScanDirection, slot)) {
+  // The lock's owner and users, read at the first place that is live.
+  bool lock_read = false;
+  Oid owner = InvalidOid;
+  Datum users = Datum(0);
+  bool users_null = true;
+  while (first.place == 0 && index_getnext_slot(scan, ForwardScanDirection, slot)) {
     bool is_null = false;
     (void)slot_getattr(slot, ids.line_token, &is_null);
     if (!is_null) continue;  // has taken its lease: waits no more
     const Datum until = slot_getattr(slot, ids.line_wait_until, &is_null);
-    if (!is_null && DatumGetTimestampTz(until) <= now) continue;
+    if (!is_null && DatumGetTimestampTz(until) <= now) {
+      ++first.stepped;
+      continue;
+    }
     const int64 in_session = DatumGetInt64(slot_getattr(slot, ids.line_session_id, &is_null));
     if (sessions == nullptr) {
       sessions = table_open(ids.session, AccessShareLock);
@@ -97,10 +115,30 @@ int64 FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id, int64 *session)
     HeapTuple row = FetchRowByNumber(sessions, session_key, in_session, snapshot);
     if (row == nullptr ||
         DatumGetTimestampTz(RowColumn(sessions, row, ids.session_expires_at, &is_null)) <= now) {
+      ++first.stepped;
       continue;
     }
-    first = DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null));
-    *session = in_session;
+    if (!lock_read) {
+      Relation locks = table_open(ids.lock, AccessShareLock);
+      Relation by_id = index_open(ids.lock_by_id, AccessShareLock);
+      HeapTuple lock = FetchRowByNumber(locks, by_id, lock_id, snapshot);
+      if (lock != nullptr) {
+        owner = DatumGetObjectId(RowColumn(locks, lock, ids.lock_owner, &is_null));
+        users = RowColumn(locks, lock, ids.lock_users, &users_null);
+      }
+      index_close(by_id, NoLock);
+      table_close(locks, NoLock);
+      lock_read = true;
+    }
+    // A role that may no longer use the lock (its use revoked, the lock
+    // given to another owner) holds no place in its line.
+    const Oid role = DatumGetObjectId(RowColumn(sessions, row, ids.session_holder_role, &is_null));
+    if (!OidIsValid(owner) || !RoleMayUseLock(role, owner, users, users_null)) {
+      ++first.stepped;
+      continue;
+    }
+    first.place = DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null));
+    first.session = in_session;
   }
   index_endscan(scan);
   ExecDropSingleTupleTableSlot(slot);
@@ -112,6 +150,18 @@ int64 FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id, int64 *session)
   index_close(order, NoLock);
   table_close(line, NoLock);
   return first;
+}
+
+// Whether the transaction reads what has committed now, as the line must:
+// 25000 at REPEATABLE READ or SERIALIZABLE, whose snapshot would show a
+// place's state, and a lease, as they were when it was taken.
+void RequireReadCommitted(const char *what) {
+  if (!IsolationUsesXactSnapshot()) return;
+  ereport(ERROR, (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+                  errmsg("%s needs READ COMMITTED, not %s", what,
+                         IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+                  errhint("Call it in its own transaction at READ COMMITTED (the default): the "
+                          "line is judged as committed now.")));
 }
 
 // The line's statements run as the tables' owner with search_path pinned
@@ -164,8 +214,8 @@ struct Place {
   int64 token;
   bool ran_out;       // its wait is over
   bool session_live;
+  bool may_use;       // its session's role may still use the lock
   bool lease_live;    // has_token, and that lease lives in the session
-  Datum lease_holder_role;  // name: the login role of the lock's lease
 };
 
 // Reads the places of `places` (an int8[] datum), in its order.  A place
@@ -178,14 +228,15 @@ Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
                "l.payload, l.token, l.wait_until <= clock_timestamp(), x.holder_role, "
                "x.expires_at > clock_timestamp(), "
                "e.token OPERATOR(%s.=) l.token AND e.ended IS NULL "
-               "AND e.session_id = l.session_id, e.holder_role "
+               "AND e.session_id = l.session_id, "
+               "%s.fencing_role_may_use(x.holder_role::oid, k.owner, k.users) "
                "FROM unnest($1) WITH ORDINALITY AS q(place, n) "
                "LEFT JOIN %s.fencing_line l ON l.place = q.place "
                "LEFT JOIN %s.fencing_lock k ON k.lock_id = l.lock_id "
                "LEFT JOIN %s.fencing_session x ON x.session_id = l.session_id "
                "LEFT JOIN %s.fencing_lease e ON e.lock_name = k.lock_name "
                "ORDER BY q.n",
-               s, s, s, s, s),
+               s, s, s, s, s, s),
       1, types, values, nullptr, SPI_OK_SELECT);
   *count = static_cast<int>(SPI_processed);
   Place *read = static_cast<Place *>(SPI_palloc(sizeof(Place) * Max(*count, 1)));
@@ -218,8 +269,8 @@ Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
     p.session_live = !is_null && DatumGetBool(live);
     const Datum lease_live = SPI_getbinval(row, desc, 11, &is_null);
     p.lease_live = p.has_token && !is_null && DatumGetBool(lease_live);
-    const Datum holder_role = SPI_getbinval(row, desc, 12, &is_null);
-    p.lease_holder_role = is_null ? Datum(0) : SPI_datumTransfer(holder_role, false, NAMEDATALEN);
+    const Datum may_use = SPI_getbinval(row, desc, 12, &is_null);
+    p.may_use = !is_null && DatumGetBool(may_use);
   }
   return read;
 }
@@ -231,11 +282,35 @@ void DeletePlace(const char *s, int64 place) {
       SPI_OK_DELETE);
 }
 
+// The place took the lease under token (the engine's grant records it; a
+// poll whose attempt extended the session's own lease, too).
 void RecordToken(const char *s, Oid token_type, int64 place, int64 token) {
   Oid types[] = {INT8OID, token_type};
   Datum values[] = {Int64GetDatum(place), Int64GetDatum(token)};
-  Run(psprintf("UPDATE %s.fencing_line SET token = $2 WHERE place = $1", s), 2, types, values,
-      nullptr, SPI_OK_UPDATE);
+  Run(psprintf("UPDATE %s.fencing_line SET token = $2 WHERE place = $1 "
+               "AND (token IS NULL OR NOT token OPERATOR(%s.=) $2)",
+               s, s),
+      2, types, values, nullptr, SPI_OK_UPDATE);
+}
+
+// Deletes, a batch at a time, the places of lock_id before `before` (0:
+// all) that wait no more, so that nobody steps over them again; places a
+// transaction in flight holds are left for the next time.  A place ends
+// when its session or its wait does: what is deleted is already over.
+void DeleteOverPlaces(const char *s, int64 lock_id, int64 before) {
+  Oid types[] = {INT8OID, INT8OID};
+  Datum values[] = {Int64GetDatum(lock_id), Int64GetDatum(before)};
+  Run(psprintf("DELETE FROM %s.fencing_line l WHERE l.place IN ("
+               "SELECT d.place FROM %s.fencing_line d "
+               "LEFT JOIN %s.fencing_session x ON x.session_id = d.session_id "
+               "JOIN %s.fencing_lock k ON k.lock_id = d.lock_id "
+               "WHERE d.lock_id = $1 AND ($2 = 0 OR d.place < $2) AND d.token IS NULL "
+               "AND (d.wait_until <= clock_timestamp() OR x.session_id IS NULL "
+               "OR x.expires_at <= clock_timestamp() "
+               "OR NOT %s.fencing_role_may_use(x.holder_role::oid, k.owner, k.users)) "
+               "ORDER BY d.place LIMIT 100 FOR UPDATE OF d SKIP LOCKED)",
+               s, s, s, s, s),
+      2, types, values, nullptr, SPI_OK_DELETE);
 }
 
 // What a place's candidate is told.
@@ -263,24 +338,27 @@ PlaceState Judge(const char *s, const Place &p) {
     DeletePlace(s, p.place);  // its lease has ended: the place is over
     return PlaceState::kGone;
   }
-  if (p.ran_out) {
+  if (p.ran_out || !p.may_use) {
     DeletePlace(s, p.place);
     return PlaceState::kGone;
   }
   return PlaceState::kWaiting;
 }
 
+// The first place of the lock last looked at, over one call's places.
+struct FirstOfLock {
+  int64 lock_id;  // 0: none looked at yet
+  FirstPlace first;
+};
+
 // A waiting place first in its lock's line takes the lease, as the caller,
 // through the one acquire in a session there is; whether it did (p.token).
-// *cached_lock and *cached_first keep the first place of the lock last
-// looked at, over one call's places.
-bool TakeIfFirst(Oid schema, Oid caller, Place &p, int64 *cached_lock, int64 *cached_first) {
-  if (*cached_lock != p.lock_id) {
-    int64 session = 0;
-    *cached_first = FirstWaitingPlace(LeaseTablesOf(schema), p.lock_id, &session);
-    *cached_lock = p.lock_id;
+bool TakeIfFirst(Oid schema, Oid caller, Place &p, FirstOfLock *cached) {
+  if (cached->lock_id != p.lock_id) {
+    cached->first = FirstWaitingPlace(LeaseTablesOf(schema), p.lock_id);
+    cached->lock_id = p.lock_id;
   }
-  if (*cached_first != p.place) return false;
+  if (cached->first.place != p.place) return false;
   int64 token = 0;
   if (!AcquireInSession(schema, caller, p.session, false, p.lock_name, p.payload_null, p.payload,
                         &token)) {
@@ -288,12 +366,32 @@ bool TakeIfFirst(Oid schema, Oid caller, Place &p, int64 *cached_lock, int64 *ca
   }
   p.has_token = true;
   p.token = token;
-  *cached_lock = 0;  // the line has moved on
+  cached->lock_id = 0;  // the line has moved on
   return true;
 }
 
-// Writes the tokens of the places that have just taken their leases.
-void RecordTokens(Oid schema, const Place *places, const PlaceState *states, int count) {
+// Settles places as read: those first in line take their leases
+// (states[i] is what the candidate is told), and the places in the way of
+// the callers' own, which wait no more, are deleted.
+void Settle(Oid schema, Oid caller, Place *places, PlaceState *states, int count) {
+  FirstOfLock cached = {0, {0, 0, 0}};
+  bool taken = false;
+  int64 swept_lock = 0;
+  for (int i = 0; i < count; ++i) {
+    if (states[i] != PlaceState::kWaiting) continue;
+    if (TakeIfFirst(schema, caller, places[i], &cached)) {
+      states[i] = PlaceState::kGranted;
+      taken = true;
+    } else if (cached.lock_id == places[i].lock_id && cached.first.stepped > 0 &&
+               swept_lock != places[i].lock_id) {
+      swept_lock = places[i].lock_id;  // once per lock and call
+      const AsOwner as = BecomeOwner(schema);
+      DeleteOverPlaces(quote_identifier(get_namespace_name(schema)), places[i].lock_id,
+                       cached.first.place);
+      BecomeCaller(as);
+    }
+  }
+  if (!taken) return;
   const AsOwner as = BecomeOwner(schema);
   const char *s = quote_identifier(get_namespace_name(schema));
   for (int i = 0; i < count; ++i) {
@@ -304,21 +402,6 @@ void RecordTokens(Oid schema, const Place *places, const PlaceState *states, int
   BecomeCaller(as);
 }
 
-// Settles places as read: judged, and those first in line take their
-// leases; states[i] is what the candidate is told.
-void Settle(Oid schema, Oid caller, Place *places, PlaceState *states, int count) {
-  int64 cached_lock = 0, cached_first = 0;
-  bool taken = false;
-  for (int i = 0; i < count; ++i) {
-    if (states[i] != PlaceState::kWaiting) continue;
-    if (TakeIfFirst(schema, caller, places[i], &cached_lock, &cached_first)) {
-      states[i] = PlaceState::kGranted;
-      taken = true;
-    }
-  }
-  if (taken) RecordTokens(schema, places, states, count);
-}
-
 // The line's functions exist from 1.10 on, with their table.
 void RequireLine(Oid schema) {
   if (!OidIsValid(LeaseTablesOf(schema).line)) {
@@ -326,22 +409,71 @@ void RequireLine(Oid schema) {
   }
 }
 
+// The locks whose lines are told at commit (TellLineAtCommit): a few per
+// transaction at most; beyond kMostTold, the candidates learn by polling.
+constexpr int kMostTold = 64;
+struct ToTell {
+  Oid schema;
+  int64 lock_id;
+};
+ToTell to_tell[kMostTold];
+int to_tell_count = 0;
+
+// Just before the commit (before PostgreSQL queues the transaction's
+// NOTIFYs): the first place of each lock, as committed now, told.
+void TellLines() {
+  for (int i = 0; i < to_tell_count; ++i) {
+    const FirstPlace first = FirstWaitingPlace(LeaseTablesOf(to_tell[i].schema), to_tell[i].lock_id);
+    if (first.place != 0) {
+      Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(first.place)));
+    }
+  }
+}
+
+void OnTransactionEvent(XactEvent event, void *) {
+  switch (event) {
+    case XACT_EVENT_PRE_COMMIT:
+      if (to_tell_count > 0) TellLines();
+      to_tell_count = 0;
+      break;
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_PARALLEL_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PARALLEL_ABORT:
+    case XACT_EVENT_PRE_PREPARE:
+    case XACT_EVENT_PREPARE:
+      to_tell_count = 0;
+      break;
+    default:
+      break;
+  }
+}
+
 }  // namespace
 
-bool LineLetsGrant(const LeaseTableIds &ids, int64 lock_id, int64 session) {
-  int64 first_session = 0;
-  if (FirstWaitingPlace(ids, lock_id, &first_session) == 0) return true;
-  return session != 0 && first_session == session;
+LineTurn LineTurnOf(const LeaseTableIds &ids, int64 lock_id, int64 session, int64 *place) {
+  const FirstPlace first = FirstWaitingPlace(ids, lock_id);
+  *place = first.place;
+  if (first.place == 0) return LineTurn::kFree;
+  return session != 0 && first.session == session ? LineTurn::kYours : LineTurn::kOthers;
+}
+
+void RecordLineGrant(Oid schema, int64 place, int64 token) {
+  const AsOwner as = BecomeOwner(schema);
+  RecordToken(quote_identifier(get_namespace_name(schema)), TokenTypeOid(schema), place, token);
+  BecomeCaller(as);
 }
 
 void TellLineAtCommit(Oid schema, int64 lock_id) {
   // Looked up first: before 1.3 LeaseTablesOf() cannot serve the schema.
   if (!OidIsValid(get_relname_relid("fencing_line", schema))) return;
-  const LeaseTableIds &ids = LeaseTablesOf(schema);
-  int64 session = 0;
-  const int64 first = FirstWaitingPlace(ids, lock_id, &session);
-  if (first != 0) Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(first)));
+  for (int i = 0; i < to_tell_count; ++i) {
+    if (to_tell[i].schema == schema && to_tell[i].lock_id == lock_id) return;
+  }
+  if (to_tell_count < kMostTold) to_tell[to_tell_count++] = {schema, lock_id};
 }
+
+void RegisterLineCallbacks() { RegisterXactCallback(OnTransactionEvent, nullptr); }
 
 }  // namespace pg_fencing
 
@@ -363,6 +495,7 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
   }
   if (!PG_ARGISNULL(2)) CheckWait(PG_GETARG_DATUM(2), lock_name);
   PreventCommandIfReadOnly("fencing_line_join()");
+  RequireReadCommitted("fencing_line_join()");
   const Oid schema = ExtensionSchema(fcinfo);
   const Oid caller = GetUserId();
   const int64 session = PG_GETARG_INT64(0);
@@ -382,8 +515,10 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
                     errhint("Take one of its permits with fencing_acquire_permit().")));
   }
 
-  const AsOwner as = BecomeOwner(schema);
+  // In the call's memory: what is palloc'd inside BecomeOwner goes with it.
   const char *s = quote_identifier(get_namespace_name(schema));
+  const char *sequence = quote_literal_cstr(psprintf("%s.fencing_line_place_seq", s));
+  AsOwner as = BecomeOwner(schema);
   Oid types[] = {INT8OID, INT8OID, JSONBOID, INTERVALOID};
   Datum values[] = {Int64GetDatum(lock_id), Int64GetDatum(session),
                     PG_ARGISNULL(3) ? Datum(0) : PG_GETARG_DATUM(3),
@@ -395,10 +530,9 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
   for (int tries = 0; tries < 2; ++tries) {
     Run(psprintf("INSERT INTO %s.fencing_line "
                  "(place, lock_id, session_id, payload, joined_at, wait_until) "
-                 "VALUES (nextval('%s.fencing_line_place_seq'), $1, $2, $3, clock_timestamp(), "
-                 "clock_timestamp() + $4) "
+                 "VALUES (nextval(%s), $1, $2, $3, clock_timestamp(), NULL) "
                  "ON CONFLICT ON CONSTRAINT fencing_line_once DO NOTHING",
-                 s, s),
+                 s, sequence),
         4, types, values, nulls, SPI_OK_INSERT);
     // The lock has a line from now on: its grants look at it.
     Run(psprintf("UPDATE %s.fencing_lock SET has_line = true WHERE lock_id = $1 AND NOT has_line",
@@ -415,13 +549,32 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
     if (is_null) elog(ERROR, "pg_fencing: the place just taken in line is not there");
     int count = 0;
     p = ReadPlaces(s, caller, place_array, &count)[0];
-    const bool over = p.found && ((p.has_token && !p.lease_live) || (!p.has_token && p.ran_out));
+    const bool over = p.found && p.has_token && !p.lease_live;
     if (!over) break;
     DeletePlace(s, p.place);
   }
   PlaceState state = Judge(s, p);
   BecomeCaller(as);
+  // The place's attempt, its wait not yet counted (a new place has no end
+  // yet, so that a wait of 0 makes its one attempt here); then the end of
+  // its wait, from when it joined, and a place whose wait is over leaves.
   Settle(schema, caller, &p, &state, 1);
+  if (state == PlaceState::kWaiting && !PG_ARGISNULL(2)) {
+    as = BecomeOwner(schema);
+    Oid wait_types[] = {INT8OID, INTERVALOID};
+    Datum wait_values[] = {Int64GetDatum(p.place), PG_GETARG_DATUM(2)};
+    Run(psprintf("UPDATE %s.fencing_line SET wait_until = joined_at + $2 "
+                 "WHERE place = $1 AND wait_until IS NULL AND token IS NULL "
+                 "RETURNING wait_until <= clock_timestamp()",
+                 s),
+        2, wait_types, wait_values, nullptr, SPI_OK_UPDATE_RETURNING);
+    bool is_null = true;
+    const bool over = SPI_processed == 1 && DatumGetBool(SPI_getbinval(
+                                                SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+                                                &is_null));
+    if (over) DeletePlace(s, p.place);
+    BecomeCaller(as);
+  }
 
   TupleDesc desc;
   if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE) {
@@ -442,6 +595,7 @@ Datum fencing_line_poll(PG_FUNCTION_ARGS) {
   const Oid caller = GetUserId();
   RequireLine(schema);
   PreventCommandIfReadOnly("fencing_line_poll()");
+  RequireReadCommitted("fencing_line_poll()");
   InitMaterializedSRF(fcinfo, 0);
   ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
   const AsOwner as = BecomeOwner(schema);
@@ -472,18 +626,53 @@ Datum fencing_line_leave(PG_FUNCTION_ARGS) {
   const Oid caller = GetUserId();
   RequireLine(schema);
   PreventCommandIfReadOnly("fencing_line_leave()");
+  RequireReadCommitted("fencing_line_leave()");
   const AsOwner as = BecomeOwner(schema);
   const char *s = quote_identifier(get_namespace_name(schema));
   Datum one = PG_GETARG_DATUM(0);
   ArrayType *array = construct_array(&one, 1, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE);
   int count = 0;
   const Place p = ReadPlaces(s, caller, PointerGetDatum(array), &count)[0];
-  if (p.found) DeletePlace(s, p.place);
+  bool left = false;
+  bool has_token = false;
+  int64 token = 0;
+  Datum holder_role = Datum(0);
+  if (p.found) {
+    // The token as the delete finds it: a poll that took the lease and
+    // committed while this call waited for the place's row has set it.
+    Oid types[] = {INT8OID};
+    Datum values[] = {Int64GetDatum(p.place)};
+    Run(psprintf("DELETE FROM %s.fencing_line WHERE place = $1 RETURNING token", s), 1, types,
+        values, nullptr, SPI_OK_DELETE_RETURNING);
+    left = SPI_processed == 1;
+    if (left) {
+      bool is_null = false;
+      const Datum got = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+      has_token = !is_null;
+      token = has_token ? DatumGetInt64(got) : 0;
+    }
+    // Its lease's login role, read in a new statement (which sees that
+    // commit): the release is made for it.
+    if (has_token) {
+      Oid lease_types[] = {TEXTOID, TokenTypeOid(schema)};
+      Datum lease_values[] = {p.lock_name, Int64GetDatum(token)};
+      Run(psprintf("SELECT e.holder_role FROM %s.fencing_lease e WHERE e.lock_name = $1 "
+                   "AND e.token OPERATOR(%s.=) $2 AND e.ended IS NULL",
+                   s, s),
+          2, lease_types, lease_values, nullptr, SPI_OK_SELECT);
+      bool is_null = true;
+      if (SPI_processed == 1) {
+        const Datum role = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+        if (!is_null) holder_role = SPI_datumTransfer(role, false, NAMEDATALEN);
+      }
+      has_token = !is_null;
+    }
+  }
   BecomeCaller(as);
-  if (!p.found) PG_RETURN_BOOL(false);
+  if (!left) PG_RETURN_BOOL(false);
   // A lease the place took and its candidate never used: given back, as
   // fencing_release() gives it back (announced, the next place told).
-  if (p.has_token && p.lease_live) (void)GiveBackLease(schema, caller, p.lock_name, p.token, p.lease_holder_role);
+  if (has_token) (void)GiveBackLease(schema, caller, p.lock_name, token, holder_role);
   // The next place may be first now.
   TellLineAtCommit(schema, p.lock_id);
   PG_RETURN_BOOL(true);

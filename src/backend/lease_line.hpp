@@ -9,20 +9,34 @@
 
 namespace pg_fencing {
 
-// Whether an exclusive grant of lock_id may go to `session` (0: a grant
-// outside any session) as the line stands now (the latest snapshot): when
-// no place waits for the lock, or the first place that waits (its session
-// live, its wait not run out) is the session's.  Also false for every
-// permit and shared lease while a place waits (exclusive first).  One probe
-// of an empty index when nobody waits; the places of ended sessions or
-// waits are stepped over, not written.
-bool LineLetsGrant(const LeaseTableIds &ids, int64 lock_id, int64 session);
+// Whose turn it is in lock_id's line as committed now (the latest
+// snapshot): nobody waits (kFree), or the first place that waits (its
+// session live, its wait not run out, its session's role still allowed to
+// use the lock) is `session`'s (kYours, its number in *place) or another's
+// (kOthers).  An exclusive grant goes to the first place's session only,
+// and a permit or a shared lease to nobody while a place waits (exclusive
+// first), whoever holds the lock's waiting room: its waiters give way to
+// the line too.  One probe of an empty index when nobody waits; the places
+// of ended sessions or waits are stepped over, not written.
+enum class LineTurn { kFree, kYours, kOthers };
+LineTurn LineTurnOf(const LeaseTableIds &ids, int64 lock_id, int64 session, int64 *place);
+
+// Records on the place that its session has taken the lease under token
+// (a grant to the first place's session made by fencing_session_acquire
+// rather than by a poll), so that the place waits no more.
+void RecordLineGrant(Oid schema, int64 place, int64 token);
 
 // NOTIFY fencing_line with the number of the first place that waits for
-// lock_id, if any: for every change that may free the lock (the NOTIFY is
-// sent at commit, and not at all on a rollback).  A candidate listening on
-// the channel polls its place at once.  Does nothing in a database without
-// the line (before 1.10).
+// lock_id, at the commit of the current transaction (looked up then, just
+// before the commit): for every change that may free the lock.  Nothing on
+// a rollback, and nothing for a prepared transaction (PREPARE refuses a
+// NOTIFY): its candidates learn by polling.  A candidate listening on the
+// channel polls its place at once.  Does nothing in a database without the
+// line (before 1.10).
 void TellLineAtCommit(Oid schema, int64 lock_id);
+
+// Registers the transaction callback that sends TellLineAtCommit's
+// notifications; called from _PG_init.
+void RegisterLineCallbacks();
 
 }  // namespace pg_fencing

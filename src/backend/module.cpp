@@ -8,6 +8,7 @@
 #include "expiry_worker.hpp"
 #include "fences.hpp"
 #include "grant.hpp"
+#include "lease_line.hpp"
 #include "lease_wakeup.hpp"
 #include "lease_writers.hpp"
 #include "merge_actions.hpp"
@@ -57,6 +58,7 @@ void _PG_init(void) {
   RegisterDurableCommitCallback();
   RegisterMergeTracking();
   RegisterLeaseWakeup();
+  RegisterLineCallbacks();
   RegisterSharedStats();
   RegisterExpiryWorker();
   RegisterLeaseWriters();
