@@ -51,6 +51,7 @@ class LeaseClock:
         self._valid_from = 0.0
         self._lost_reason: Optional[str] = None
         self._lost_reported = threading.Event()
+        self.renewals = 0  # renewals the server took
 
     def begin(self, sent: float) -> None:
         with self._lock:
@@ -59,6 +60,7 @@ class LeaseClock:
     def renewed(self, sent: float) -> None:
         with self._lock:
             self._valid_from = max(self._valid_from, sent)
+            self.renewals += 1
 
     def mark_stopped(self) -> bool:
         """No on_lost from now on; False if stopped already."""

@@ -10,9 +10,14 @@ task of its own on its own AsyncConnection, each renewal given up at the
 safe deadline (asyncio.wait_for; the connection is then closed); held() is
 judged on the monotonic clock as in the threaded client, so an event loop
 that was blocked (or a process that was paused) wakes up to held() False.
-Waits are CALL fencing_await, holding no snapshot while they sleep, and
-cancelling the awaiting task cancels the wait (the statement is cancelled
-with it).
+A wait in a session for an exclusive lease, and a campaign, is a place in
+the lock's line (1.10, pg_fencing._line): short statements, no server
+connection held between them; with aio.Client(listen=True) one connection
+per client LISTENs on fencing_line, read by the event loop, and wakes the
+place whose number it hears.  Cancelling the awaiting task leaves the line
+(giving back a grant made meanwhile).  The other waits are CALL
+fencing_await, holding no snapshot while they sleep, and cancelling the
+awaiting task cancels the wait (the statement is cancelled with it).
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Tuple
 import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
+from ._line import (CHANNEL as LINE_CHANNEL, JOIN, LEAVE, LISTEN_STARTUP, POLL_PLACE,
+                    RELEASE_AND_LEAVE, Board, Watch, poll_period)
 from ._wire import NoAnswer, connect, interval
-from .election import _READ_LEADER, _UNSET, CHANNEL, Leader, _changed, may_mend, reconnect_delay
+from .election import (_READ_LEADER, _UNSET, CHANNEL, Candidacy, Leader, _changed, may_mend,
+                       reconnect_delay)
 from .errors import (SESSION_ENDED, FencingError, GuardError, LeaseEndedError, LeaseLost, LockTimeout,
                      MissingTokenError, NeverGrantedTokenError, StaleTokenError, raise_mapped,
                      seconds)
 from . import client
 from .lease import (KINDS, Judged, acquire_statement, busy_message, check_lease_arguments,
                     default_holder, describe_lock)
-from .session import WORK_GRACE, InSession, ended_by_the_server
+from .session import BRIEF, WORK_GRACE, InSession, ended_by_the_server, interval_or_none
 
 __all__ = [
     "Client", "Election", "FencingError", "GuardError", "Leader", "Lease", "LeaseEndedError",
@@ -281,17 +289,142 @@ class SessionLease(InSession, _Held):
         if self._released:
             return False
         self._released = True
-        return await self.session._release(self.lock_name, self.token)
+        return await self.session._release(self.lock_name, self.token, self.place)
+
+    async def wait_lost(self, timeout: Optional[float] = None) -> bool:  # type: ignore[override]
+        return await self.session.wait_lost(timeout)
+
+
+class AsyncWatch(Watch):
+    """pg_fencing._line.Watch on the event loop."""
+
+    def __init__(self, board: Optional[Board] = None, since: int = 0):
+        super().__init__(board, since)
+        self.event = asyncio.Event()  # type: ignore[assignment]
+
+    async def wait(self, timeout: float) -> bool:  # type: ignore[override]
+        try:
+            await asyncio.wait_for(self.event.wait(), max(0.0, timeout))
+            woken = True
+        except asyncio.TimeoutError:
+            woken = False
+        self.event.clear()
+        return woken
+
+
+class Listener:
+    """pg_fencing._line.Listener on the event loop: one connection per
+    client LISTENing on fencing_line while some wait uses it, read by a
+    task when its socket is readable (loop.add_reader), no statement run."""
+
+    def __init__(self, conninfo: str):
+        self.conninfo = conninfo
+        self.board = Board()
+        self.failure: Optional[BaseException] = None
+        self._users = 0
+        self._task: Optional[asyncio.Task] = None
+        self._listening: Optional[asyncio.Event] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    @asynccontextmanager
+    async def watching(self) -> AsyncIterator[AsyncWatch]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # the client is used from a new event loop
+            self._loop, self._task, self._users = loop, None, 0
+            self._listening = asyncio.Event()
+        assert self._listening is not None
+        self._users += 1
+        if self._task is None or self._task.done():
+            self._listening.clear()
+            self._task = loop.create_task(self._run())
+        watch: Optional[AsyncWatch] = None
+        try:
+            try:
+                await asyncio.wait_for(self._listening.wait(), LISTEN_STARTUP)
+            except asyncio.TimeoutError:
+                pass  # the wait polls on its timer meanwhile
+            watch = AsyncWatch(self.board, self.board.mark())
+            yield watch
+        finally:
+            if watch is not None:
+                watch.close()
+            self._users -= 1
+            if self._users == 0 and self._task is not None:
+                self._task.cancel()  # it closes its connection
+                self._task = None
+
+    @property
+    def listening(self) -> bool:
+        return self._listening is not None and self._listening.is_set()
+
+    async def _run(self) -> None:
+        assert self._listening is not None
+        loop = asyncio.get_running_loop()
+        conn: Optional[psycopg.AsyncConnection] = None
+        failures = 0
+        readable = asyncio.Event()
+        try:
+            while True:
+                if conn is None:
+                    try:
+                        conn = await _connect(self.conninfo, "pg_fencing line")
+                        await conn.execute(f"LISTEN {LINE_CHANNEL}")
+                    except psycopg.Error as error:
+                        conn = await _dropped(conn)
+                        if not may_mend(error):
+                            self.failure = error
+                            return  # the waits poll on their timer
+                        failures += 1
+                        await asyncio.sleep(max(0.1, reconnect_delay(failures)))
+                        continue
+                    failures = 0
+                    self.failure = None
+                    self._listening.set()
+                    self.board.wake_all()
+                pg = conn.pgconn
+                fd = pg.socket
+                readable.clear()
+                loop.add_reader(fd, readable.set)
+                try:
+                    await readable.wait()
+                finally:
+                    loop.remove_reader(fd)
+                try:
+                    pg.consume_input()
+                    while True:
+                        notify = pg.notifies()
+                        if notify is None:
+                            break
+                        if notify.relname == LINE_CHANNEL.encode():
+                            self.board.heard(notify.extra.decode(errors="replace"))
+                except (psycopg.Error, OSError):
+                    self._listening.clear()
+                    conn = await _dropped(conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # nothing leaves the task silently; the waits poll on
+            self.failure = error
+        finally:
+            self._listening.clear()
+            try:
+                await _dropped(conn)
+            except Exception:
+                pass
 
 
 class Session:
     """pg_fencing.Session for asyncio; open it with `await client.session(...)`."""
 
     def __init__(self, conninfo: str, *, ttl: float = 10.0, holder: Optional[str] = None,
-                 on_lost: OnLost = None, heartbeat: Optional[float] = None):
+                 on_lost: OnLost = None, heartbeat: Optional[float] = None,
+                 listener: Optional[Listener] = None, poll: Optional[float] = None):
         self.conninfo = conninfo
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
+        self._listener = listener
+        self._poll = poll_period(poll, listener is not None)
+        self._has_line: Optional[bool] = None  # whether the server has the line (1.10)
+        self._nudges: set = set()  # the events of the waits in line, set by close()
         self._beat = _AsyncHeartbeat("session", self.ttl, heartbeat, self._renew,
                                      self._drop_heartbeat, "the session ended, or was closed",
                                      on_lost)
@@ -325,8 +458,22 @@ class Session:
 
     async def lock(self, lock_name: str, *, wait: Optional[float] = None, kind: str = "exclusive",
                    permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
+        """As the threaded Session.lock(): a wait for an exclusive lease is
+        a place in the lock's line; cancelling the task leaves it."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if payload is not None and kind != "exclusive":
+            raise ValueError("a payload needs an exclusive lease")
+        if wait is not None and wait < 0:
+            raise ValueError(f"wait must not be negative, got {wait}")
+        if kind == "exclusive" and wait is not None:
+            token, place = await self._wait_exclusive(lock_name, wait, payload)
+            if token is None:
+                raise LockTimeout(f'lock "{lock_name}" is busy (waited {seconds(wait)})')
+            return SessionLease(self, lock_name, kind, token, place)
+        # The line holds exclusive leases only: a wait for a shared lease or
+        # a permit stays one statement (CALL fencing_await) on the work
+        # connection, taking its turn there.
         async with self._on_work(wait, f'lock "{lock_name}"') as (conn, left):
             if left is None:
                 row = await _in_read_committed(
@@ -360,6 +507,129 @@ class Session:
                               + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
+    async def _wait_exclusive(self, lock_name: str, wait: Optional[float],
+                              payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
+        """As the threaded Session._wait_exclusive(): in line (1.10), or CALL
+        fencing_await in the session on an older server."""
+        if self._has_line is not False:
+            try:
+                return await self._wait_in_line(lock_name, wait, payload)
+            except psycopg.errors.UndefinedFunction as error:
+                if "fencing_line_join" not in str(error):
+                    raise
+                self._has_line = False
+        end = None if wait is None else time.monotonic() + wait
+        while True:
+            chunk = 30.0 if end is None else max(0.0, end - time.monotonic())
+            async with self._on_work(chunk, f'lock "{lock_name}"') as (conn, left):
+                try:
+                    row = await _row(conn, "CALL fencing_await(%s, session => %s, wait => %s::interval, "
+                                     "payload => %s::jsonb)", (lock_name, self.id, interval(left), payload))
+                except asyncio.CancelledError:
+                    await _cancelled(conn)
+                    raise
+            if row[0] is not None:
+                return int(row[0]), None
+            if end is not None:
+                return None, None
+
+    async def _wait_in_line(self, lock_name: str, wait: Optional[float],
+                            payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
+        """As the threaded Session._wait_in_line(): (token, place) once
+        granted, (None, None) when the wait ran out and the place was left;
+        cancelled, it leaves the place too (shielded from a second cancel)."""
+        end = None if wait is None else time.monotonic() + wait
+        async with self._watch() as watch:
+            self.check()
+            place: Optional[int] = None
+            token = None
+            try:
+                place, token = await self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait),
+                                                           payload))
+                watch.follow(place)
+                while token is None:
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    await watch.wait(self._poll if left is None else min(self._poll, left))
+                    if end is not None and time.monotonic() >= end:
+                        break  # the deadline: leave, not poll
+                    self.check()
+                    state, token = await self._line_row(POLL_PLACE, (place,))
+                    if state == "gone" and token is None:
+                        # Ended by the server: its session (the join says so),
+                        # its wait, or a grant that ended unseen.  Again, at the back.
+                        left = None if end is None else end - time.monotonic()
+                        if left is not None and left <= 0:
+                            break
+                        place, token = await self._line_row(JOIN, (self.id, lock_name,
+                                                                   interval_or_none(left), payload))
+                        watch.follow(place)
+                if token is not None:
+                    return int(token), place
+                leaving, place = place, None
+                await self._line_row(LEAVE, (leaving,), check=False)
+                return None, None
+            except BaseException:
+                if place is not None and not self._closed:
+                    await asyncio.shield(self._leave_quietly(place))
+                raise
+
+    async def _leave_quietly(self, place: int) -> None:
+        try:
+            await self._line_row(LEAVE, (place,), check=False)
+        except Exception:
+            pass  # the place ends with its wait on the server, or with the session
+
+    @asynccontextmanager
+    async def _watch(self) -> AsyncIterator[AsyncWatch]:
+        if self._listener is not None:
+            async with self._listener.watching() as watch:
+                self._nudges.add(watch.event)
+                try:
+                    yield watch
+                finally:
+                    self._nudges.discard(watch.event)
+            return
+        watch = AsyncWatch()
+        self._nudges.add(watch.event)
+        try:
+            yield watch
+        finally:
+            self._nudges.discard(watch.event)
+
+    def _nudge(self) -> None:
+        for event in list(self._nudges):
+            event.set()
+
+    async def _line_row(self, sql: str, params: tuple, check: bool = True) -> tuple:
+        """As the threaded Session._line_row(); a statement cancelled with
+        its task is cancelled on the server, and its connection closed."""
+        with ended_by_the_server(self.id, self._beat):
+            for attempt in (1, 2):
+                if check:
+                    self.check()
+                async with self._free_connection(patience=BRIEF) as conn:
+                    try:
+                        return await _row(conn, sql, params)
+                    except asyncio.CancelledError:
+                        await _cancelled(conn)
+                        raise
+                    except psycopg.OperationalError as error:
+                        if attempt == 2 or error.sqlstate is not None or not conn.closed:
+                            raise
+        raise AssertionError("not reached")
+
+    async def _reacquire(self, lock_name: str, payload: Optional[str]) -> Optional[int]:
+        """As the threaded Session._reacquire() (Election.proclaim)."""
+        with ended_by_the_server(self.id, self._beat):
+            self.check()
+            async with self._free_connection() as conn:
+                row = await _in_read_committed(
+                    conn, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb)",
+                    (self.id, lock_name, payload))
+        return None if row[0] is None else int(row[0])
+
     @asynccontextmanager
     async def _on_work(self, wait: Optional[float],
                        what: str) -> AsyncIterator[Tuple[psycopg.AsyncConnection, Optional[float]]]:
@@ -386,16 +656,26 @@ class Session:
                 await self._end_turn()
 
     @asynccontextmanager
-    async def _free_connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        """The work connection if it is free now, else one of its own."""
-        if self._work_lock.locked():
+    async def _free_connection(self, patience: float = 0.0) -> AsyncIterator[psycopg.AsyncConnection]:
+        """The work connection if it is free now (or within patience
+        seconds), else one of its own."""
+        had = False
+        if not self._work_lock.locked():
+            await self._work_lock.acquire()  # free: had at once
+            had = True
+        elif patience > 0:
+            try:
+                await asyncio.wait_for(self._work_lock.acquire(), patience)
+                had = True
+            except asyncio.TimeoutError:
+                pass
+        if not had:
             own = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
             try:
                 yield own
             finally:
                 await own.close()
             return
-        await self._work_lock.acquire()  # free: had at once
         try:
             await self._reconnect_work()
             yield self._work
@@ -421,6 +701,7 @@ class Session:
         if self._closed:
             return 0
         self._closed = True
+        self._nudge()  # a wait in line in another task sees the close at once
         try:
             if self._beat_conn.closed:  # given up after a failed renewal: a new one
                 self._beat_conn = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
@@ -451,11 +732,14 @@ class Session:
         finally:
             self._work_lock.release()
 
-    async def _release(self, lock_name: str, token: int) -> bool:
-        """Never queues behind another task's wait (_free_connection)."""
+    async def _release(self, lock_name: str, token: int, place: Optional[int] = None) -> bool:
+        """Never queues behind another task's wait (_free_connection); a
+        lease taken through the line leaves its place too."""
         if self._closed:
             return False
         async with self._free_connection() as conn:
+            if place is not None:
+                return bool((await _row(conn, RELEASE_AND_LEAVE, (lock_name, token, place)))[0])
             return bool((await _row(conn, "SELECT fencing_release(%s, %s::fencing_token)",
                                     (lock_name, token)))[0])
 
@@ -485,46 +769,95 @@ async def _read_leader(conn: psycopg.AsyncConnection, lock_name: str):
     return Leader(row[0], int(row[1]), row[2]), row[3] / 1000.0
 
 
+class ElectionLease(SessionLease):
+    """pg_fencing.election.ElectionLease for asyncio: release() gives the
+    lease back and closes the candidate's session."""
+
+    async def release(self) -> bool:
+        try:
+            released = await super().release()
+        except BaseException:
+            await _close_quietly(self.session)
+            raise
+        await self.session.close()
+        return released
+
+
+async def _close_quietly(session: Optional[Session]) -> None:
+    if session is None:
+        return
+    try:
+        await session.close()
+    except Exception:
+        pass  # the session ends at its ttl, the places and leases in it with it
+
+
 class Election:
-    """pg_fencing.Election for asyncio."""
+    """pg_fencing.Election for asyncio: a candidate waits as a place in the
+    lock's line, in a session of its own; cancelling campaign() leaves the
+    line and closes the session."""
 
     def __init__(self, conninfo: str, lock_name: str, *, holder: Optional[str] = None,
-                 ttl: float = 10.0, on_lost: OnLost = None):
+                 ttl: float = 10.0, on_lost: OnLost = None, listener: Optional[Listener] = None,
+                 poll: Optional[float] = None):
         self.conninfo, self.lock_name = conninfo, lock_name
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
         self.on_lost = on_lost
-        self.lease: Optional[Lease] = None
+        self.lease: Optional[ElectionLease] = None
+        self.session: Optional[Session] = None
+        self._listener = listener
+        self._poll = poll
 
-    async def campaign(self, payload: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
+    async def campaign(self, payload: Optional[str] = None,
+                       timeout: Optional[float] = None) -> ElectionLease:
         if self.lease is not None and self.lease.held():
             return self.lease
+        await self._end_term()
         end = None if timeout is None else time.monotonic() + timeout
+        failures = 0
         while True:
-            wait = 30.0 if end is None else max(0.0, min(30.0, end - time.monotonic()))
-            lease = Lease(self.conninfo, self.lock_name, holder=self.holder, ttl=self.ttl,
-                          wait=wait, on_lost=self.on_lost, payload=payload)
+            candidacy = Candidacy(self.on_lost)
+            session = Session(self.conninfo, ttl=self.ttl, holder=self.holder,
+                              on_lost=candidacy.session_lost, listener=self._listener, poll=self._poll)
             try:
-                self.lease = await lease.acquire()
+                await session.open()
+            except BaseException:
+                await _close_quietly(session)
+                raise
+            self.session = session
+            left = None if end is None else max(0.0, end - time.monotonic())
+            try:
+                token, place = await session._wait_exclusive(self.lock_name, left, payload)
+                granted = token is not None and candidacy.lead()
+            except LeaseLost:
+                token, granted = None, False
+            except BaseException:
+                await asyncio.shield(self._end_term())
+                raise
+            if granted:
+                self.lease = ElectionLease(session, self.lock_name, "exclusive", token, place)
                 return self.lease
-            except LockTimeout:
-                if end is not None and time.monotonic() >= end:
-                    raise
+            await self._end_term()  # closing the session gives back a grant it got
+            if token is None and end is not None and time.monotonic() >= end:
+                raise LockTimeout(busy_message(describe_lock("exclusive", self.lock_name),
+                                               "exclusive", timeout))
+            failures += 1
+            await asyncio.sleep(reconnect_delay(failures))
+
+    async def _end_term(self) -> None:
+        session, self.session, self.lease = self.session, None, None
+        await _close_quietly(session)
 
     async def proclaim(self, payload: str) -> None:
         lease = self.lease
         if lease is None or not lease.held():
             raise LeaseLost(f'not the leader of "{self.lock_name}"')
-        conn = await _connect(self.conninfo, f"pg_fencing election {self.holder}")
-        try:
-            token = (await _row(conn, "SELECT fencing_acquire(%s, %s, %s::interval, payload => %s::jsonb)",
-                                (self.lock_name, self.holder, interval(self.ttl), payload)))[0]
-            if token is not None and int(token) != lease.token:
-                await _row(conn, "SELECT fencing_release(%s, %s::fencing_token)", (self.lock_name, token))
-            if token is None or int(token) != lease.token:
-                raise LeaseLost(f'no longer the leader of "{self.lock_name}"')
-        finally:
-            await conn.close()
+        token = await lease.session._reacquire(self.lock_name, payload)
+        if token is not None and token != lease.token:
+            await lease.session._release(self.lock_name, token)
+        if token is None or token != lease.token:
+            raise LeaseLost(f'no longer the leader of "{self.lock_name}"')
 
     def is_leader(self) -> bool:
         return self.lease is not None and self.lease.held()
@@ -597,12 +930,12 @@ class Election:
         await conn.execute("SELECT 1")  # consumes what arrived; the handler sees notifications
 
     async def resign(self) -> bool:
-        if self.lease is None:
+        lease = self.lease
+        if lease is None:
+            await self._end_term()
             return False
-        try:
-            return await self.lease.release()
-        finally:
-            self.lease = None
+        self.lease = self.session = None
+        return await lease.release()
 
 
 class Client(client.Client):
@@ -612,11 +945,12 @@ class Client(client.Client):
 
     _lease_class = Lease
     _election_class = Election
+    _listener_class = Listener
 
     async def session(self, ttl: float = 10.0, holder: Optional[str] = None,  # type: ignore[override]
                       on_lost: OnLost = None, heartbeat: Optional[float] = None) -> Session:
         return await Session(self.conninfo, ttl=ttl, holder=holder, on_lost=on_lost,
-                             heartbeat=heartbeat).open()
+                             heartbeat=heartbeat, listener=self._listener, poll=self.poll).open()
 
     async def leader(self, name: str) -> Optional[Leader]:  # type: ignore[override]
         conn = await _connect(self.conninfo, "pg_fencing leader")

@@ -8,6 +8,14 @@
     for leader in client.election("scheduler").observe():   # followers
         print(leader)                                       # Leader(...) or None
 
+A candidate campaigns in a fencing session of its own (1.8), whose
+heartbeat (one connection, a renewal every ttl/3) keeps it in the lock's
+line while it waits (1.10: a place the database keeps, polled by short
+statements, no server connection held between them) and keeps its lease
+once it leads.  resign() releases the lease -- the next place in line is
+told -- and closes the session; a candidate that gives up (timeout) leaves
+the line, giving back anything granted to it meanwhile.
+
 The leader is whoever holds the lock's live exclusive lease; observe()
 reports what it reads from the view fencing_leases, never what a
 notification says: notifications (LISTEN fencing_events) only make it read
@@ -20,14 +28,17 @@ every reread seconds.
 from __future__ import annotations
 
 import select
+import threading
 import time
 
 import psycopg
 from typing import Callable, Iterator, NamedTuple, Optional
 
+from ._line import Listener
 from ._wire import Connection
 from .errors import LeaseLost, LockTimeout
-from .lease import Lease, default_holder
+from .lease import busy_message, default_holder, describe_lock
+from .session import Session, SessionLease
 
 CHANNEL = "fencing_events"
 _UNSET = object()  # observe(): nothing reported yet
@@ -55,53 +66,129 @@ def read_leader(conn: Connection, lock_name: str) -> tuple[Optional[Leader], Opt
     return Leader(row[0], int(row[1]), row[2]), row[3] / 1000.0
 
 
+class Candidacy:
+    """One campaign's session's on_lost: the election's on_lost once the
+    candidate leads, nothing before (a session lost while waiting is the
+    campaign's to mend, with a new session)."""
+
+    def __init__(self, on_lost: Optional[Callable[[str], None]]):
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._leading = False
+        self._lost: Optional[str] = None
+
+    def session_lost(self, reason: str) -> None:
+        with self._lock:
+            self._lost = reason
+            leading = self._leading
+        if leading and self._on_lost is not None:
+            self._on_lost(reason)
+
+    def lead(self) -> bool:
+        """From now on a loss is the leader's (on_lost); False if the
+        session was lost already, unreported."""
+        with self._lock:
+            if self._lost is not None:
+                return False
+            self._leading = True
+            return True
+
+
+class ElectionLease(SessionLease):
+    """The leader's lease, in its candidate's session of its own: token,
+    held(), execute(), wait_lost() as every lease's; release() gives it
+    back (the next place in line is told) and closes the session."""
+
+    def release(self) -> bool:
+        try:
+            released = super().release()
+        except BaseException:
+            close_quietly(self.session)
+            raise
+        self.session.close()
+        return released
+
+
+def close_quietly(session: Optional[Session]) -> None:
+    if session is None:
+        return
+    try:
+        session.close()
+    except Exception:
+        pass  # the session ends at its ttl, the places and leases in it with it
+
+
 class Election:
     def __init__(self, conninfo: str, lock_name: str, *, holder: Optional[str] = None,
-                 ttl: float = 10.0, on_lost: Optional[Callable[[str], None]] = None):
+                 ttl: float = 10.0, on_lost: Optional[Callable[[str], None]] = None,
+                 listener: Optional[Listener] = None, poll: Optional[float] = None):
         self.conninfo = conninfo
         self.lock_name = lock_name
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
         self.on_lost = on_lost
-        self.lease: Optional[Lease] = None
+        self.lease: Optional[ElectionLease] = None
+        # The candidate's session of its own, while it campaigns or leads.
+        self.session: Optional[Session] = None
+        self._listener = listener
+        self._poll = poll
 
-    def campaign(self, payload: Optional[str] = None, timeout: Optional[float] = None) -> Lease:
+    def campaign(self, payload: Optional[str] = None, timeout: Optional[float] = None) -> ElectionLease:
         """Blocks until this candidate leads (LockTimeout after timeout
-        seconds, if given), and returns its lease.  Each wait is CALL
-        fencing_await, so a follower waiting for hours holds no snapshot."""
+        seconds, if given, the line left), and returns its lease.  It waits
+        as a place in the lock's line, in a session of its own: no
+        connection held on the server between its polls, arrival order
+        kept.  A session lost while it waits (its renewals failed) is
+        replaced by a new one, which joins the line again at the back."""
         if self.lease is not None and self.lease.held():
             return self.lease
+        self._end_term()
         end = None if timeout is None else time.monotonic() + timeout
+        failures = 0
         while True:
-            wait = 30.0 if end is None else max(0.0, min(30.0, end - time.monotonic()))
-            lease = Lease(self.conninfo, self.lock_name, holder=self.holder, ttl=self.ttl,
-                          wait=wait, on_lost=self.on_lost, payload=payload)
+            candidacy = Candidacy(self.on_lost)
+            session = Session(self.conninfo, ttl=self.ttl, holder=self.holder,
+                              on_lost=candidacy.session_lost, listener=self._listener, poll=self._poll)
+            self.session = session
+            left = None if end is None else max(0.0, end - time.monotonic())
             try:
-                self.lease = lease.acquire()
+                token, place = session._wait_exclusive(self.lock_name, left, payload)
+                granted = token is not None and candidacy.lead()
+            except LeaseLost:
+                token, granted = None, False
+            except BaseException:
+                self._end_term()
+                raise
+            if granted:
+                self.lease = ElectionLease(session, self.lock_name, "exclusive", token, place)
                 return self.lease
-            except LockTimeout:
-                if end is not None and time.monotonic() >= end:
-                    raise
+            self._end_term()  # closing the session gives back a grant it got
+            if token is None and end is not None and time.monotonic() >= end:
+                raise LockTimeout(busy_message(describe_lock("exclusive", self.lock_name),
+                                               "exclusive", timeout))
+            # The session was lost while it waited: a new one, at the back.
+            failures += 1
+            time.sleep(reconnect_delay(failures))
+
+    def _end_term(self) -> None:
+        """Closes what is left of the candidate's session (and with it its
+        place and any lease in it)."""
+        session, self.session, self.lease = self.session, None, None
+        close_quietly(session)
 
     def proclaim(self, payload: str) -> None:
-        """Publishes a new payload as the live leader (the acquire by the
-        live holder replaces it, with the same token); LeaseLost unless this
-        candidate leads."""
+        """Publishes a new payload as the live leader (an acquire in its
+        session of the lock it holds replaces it, with the same token);
+        LeaseLost unless this candidate leads."""
         lease = self.lease
         if lease is None or not lease.held():
             raise LeaseLost(f'not the leader of "{self.lock_name}"')
-        conn = Connection(self.conninfo, f"pg_fencing election {self.holder}")
-        try:
-            token = conn.row("SELECT fencing_acquire(%s, %s, %s::interval, payload => %s::jsonb)",
-                             (self.lock_name, self.holder, f"{round(self.ttl * 1000)} milliseconds",
-                              payload))[0]
-            if token is not None and int(token) != lease.token:
-                # Ours had ended: that was a new grant, not a proclamation.
-                conn.row("SELECT fencing_release(%s, %s::fencing_token)", (self.lock_name, token))
-            if token is None or int(token) != lease.token:
-                raise LeaseLost(f'no longer the leader of "{self.lock_name}"')
-        finally:
-            conn.close()
+        token = lease.session._reacquire(self.lock_name, payload)
+        if token is not None and token != lease.token:
+            # Ours had ended: that was a new grant, not a proclamation.
+            lease.session._release(self.lock_name, token)
+        if token is None or token != lease.token:
+            raise LeaseLost(f'no longer the leader of "{self.lock_name}"')
 
     def is_leader(self) -> bool:
         return self.lease is not None and self.lease.held()
@@ -163,13 +250,14 @@ class Election:
                 pass  # a hint only: what counts is the re-read
 
     def resign(self) -> bool:
-        """Gives leadership up (fencing_release); whether it was still ours."""
-        if self.lease is None:
+        """Gives leadership up (fencing_release: the next place in line is
+        told) and closes the candidate's session; whether it was still ours."""
+        lease = self.lease
+        if lease is None:
+            self._end_term()
             return False
-        try:
-            return self.lease.release()
-        finally:
-            self.lease = None
+        self.lease = self.session = None
+        return lease.release()
 
 
 def may_mend(error: psycopg.Error) -> bool:

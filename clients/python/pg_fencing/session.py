@@ -8,10 +8,18 @@
 
 One heartbeat renews the session (fencing_session_renew), and with it every
 lease in it; its loss is every lease's, reported once.  Two connections:
-the heartbeat's (a renewal never queues behind an acquire that waits; the
+the heartbeat's (a renewal never queues behind another statement; the
 close goes there too, so that it ends a wait on another thread instead of
-queueing behind it) and the work connection the acquires that wait take
-turns on (the wait for the turn counts against theirs).  A release, or an
+queueing behind it) and the work connection.
+
+A wait for an exclusive lease (lock(name, wait=...)) is a place in the
+lock's line (1.10, pg_fencing._line): joined, then polled, each a short
+statement on the work connection, so that the wait holds no server
+connection -- through a transaction pooler, none at all between polls.
+The waits for a shared lease or a permit, which the line does not hold,
+and lock_all() are still one statement that waits (CALL fencing_await,
+fencing_session_acquire_all): they take turns on the work connection, the
+wait for the turn counting against theirs.  A release, a poll, or an
 acquire without a wait, that finds it busy uses a connection of its own.
 """
 
@@ -19,19 +27,27 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import psycopg
 
 from ._heartbeat import Heartbeat, LeaseClock
+from ._line import JOIN, LEAVE, POLL_PLACE, RELEASE_AND_LEAVE, Listener, Watch, poll_period
 from ._wire import Connection, interval
 from .errors import SESSION_ENDED, LeaseLost, LockTimeout, seconds
 
 # How long close() lets a wait on the work connection take to end once the
 # server has closed the session, before it cancels the statement.
 WORK_GRACE = 2.0
+# How long a statement of the line (join, poll, leave) waits for the work
+# connection before it takes a connection of its own.
+BRIEF = 0.25
 from .lease import KINDS, Judged, _Held, default_holder, describe_lock
+
+
+def interval_or_none(seconds: Optional[float]) -> Optional[str]:
+    return None if seconds is None else interval(seconds)
 
 
 @contextmanager
@@ -53,11 +69,13 @@ class InSession(Judged):
     """A lease in a session, threaded or asyncio: held() is the session's,
     and False once released."""
 
-    def __init__(self, session, lock_name: str, kind: str, token: int):
+    def __init__(self, session, lock_name: str, kind: str, token: int,
+                 place: Optional[int] = None):
         self.session = session
         self.lock_name = lock_name
         self.kind = kind
         self.token = token
+        self.place = place  # its place in the lock's line, if it waited there (1.10)
         self._released = False
 
     def describe(self) -> str:
@@ -70,6 +88,14 @@ class InSession(Judged):
     def lost_reason(self) -> Optional[str]:
         return "released" if self._released else self.session.lost_reason
 
+    @property
+    def holder(self) -> str:
+        return self.session.holder
+
+    def wait_lost(self, timeout: Optional[float] = None):
+        """Waits for the session's on_lost to have been called; False on timeout."""
+        return self.session.wait_lost(timeout)
+
 
 class SessionLease(InSession, _Held):
     def release(self) -> bool:
@@ -77,16 +103,22 @@ class SessionLease(InSession, _Held):
         if self._released:
             return False
         self._released = True
-        return self.session._release(self.lock_name, self.token)
+        return self.session._release(self.lock_name, self.token, self.place)
 
 
 class Session:
     def __init__(self, conninfo: str, *, ttl: float = 10.0, holder: Optional[str] = None,
                  on_lost: Optional[Callable[[str], None]] = None,
-                 heartbeat: Optional[float] = None):
+                 heartbeat: Optional[float] = None, listener: Optional[Listener] = None,
+                 poll: Optional[float] = None):
         self.conninfo = conninfo
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
+        self._listener = listener
+        self._poll = poll_period(poll, listener is not None)
+        self._has_line: Optional[bool] = None  # whether the server has the line (1.10)
+        self._nudges: set = set()  # the Watch events of the waits in line, set by close()
+        self._nudge_lock = threading.Lock()
         self._beat = Heartbeat("session", self.ttl, heartbeat, renew=self._renew,
                                drop=self._drop_heartbeat,
                                refused="the session ended, or was closed", on_lost=on_lost)
@@ -122,12 +154,26 @@ class Session:
     def lock(self, lock_name: str, *, wait: Optional[float] = None, kind: str = "exclusive",
              permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
         """Takes lock_name in the session, of any kind; LockTimeout when it
-        stays busy.  A wait is CALL fencing_await(..., session =>): no
-        snapshot held while it sleeps."""
+        stays busy.  A wait for an exclusive lease is a place in the lock's
+        line (1.10): short statements, no server connection held between
+        them, arrival order kept; at its end the place is left, giving back
+        a grant made meanwhile.  A wait for a shared lease or a permit is
+        CALL fencing_await(..., session =>): no snapshot held while it
+        sleeps, but a connection held for the whole wait."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if payload is not None and kind != "exclusive":
             raise ValueError("a payload needs an exclusive lease")
+        if wait is not None and wait < 0:
+            raise ValueError(f"wait must not be negative, got {wait}")
+        if kind == "exclusive" and wait is not None:
+            token, place = self._wait_exclusive(lock_name, wait, payload)
+            if token is None:
+                raise LockTimeout(f'lock "{lock_name}" is busy (waited {seconds(wait)})')
+            return SessionLease(self, lock_name, kind, token, place)
+        # The line holds exclusive leases only: a wait for a shared lease or
+        # a permit stays one statement (CALL fencing_await) on the work
+        # connection, taking its turn there.
         with self._on_work(wait, f'lock "{lock_name}"') as (conn, left):
             if left is None:
                 conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
@@ -171,6 +217,148 @@ class Session:
                               + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
+    def _wait_exclusive(self, lock_name: str, wait: Optional[float],
+                        payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
+        """(token, place) of an exclusive lease waited for in line (1.10),
+        (None, None) when the wait ran out; on a server before 1.10 (no
+        fencing_line_join) CALL fencing_await in the session, as before:
+        (token, None)."""
+        if self._has_line is not False:
+            try:
+                return self._wait_in_line(lock_name, wait, payload)
+            except psycopg.errors.UndefinedFunction as error:
+                if "fencing_line_join" not in str(error):
+                    raise
+                self._has_line = False
+        end = None if wait is None else time.monotonic() + wait
+        while True:
+            # In turns of 30 s at most when it waits as long as the session lives.
+            chunk = 30.0 if end is None else max(0.0, end - time.monotonic())
+            with self._on_work(chunk, f'lock "{lock_name}"') as (conn, left):
+                token = conn.row("CALL fencing_await(%s, session => %s, wait => %s::interval, "
+                                 "payload => %s::jsonb)",
+                                 (lock_name, self.id, interval(left), payload))[0]
+            if token is not None:
+                return int(token), None
+            if end is not None:
+                return None, None
+
+    def _wait_in_line(self, lock_name: str, wait: Optional[float],
+                      payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
+        """Waits for an exclusive lease of lock_name as a place in its line,
+        wait seconds at most (None: as long as the session lives): (token,
+        place) once granted; (None, None) when the wait ran out, the place
+        left (a grant made meanwhile given back).  Joined, then polled every
+        self._poll seconds, and at once when the listener hears the place's
+        number; each statement short and in autocommit.  Whatever ends it
+        otherwise (LeaseLost, an error, KeyboardInterrupt) leaves the place
+        too, unless the session is closed (its places went with it)."""
+        end = None if wait is None else time.monotonic() + wait
+        with self._watch() as watch:
+            self.check()
+            place: Optional[int] = None
+            token = None
+            try:
+                place, token = self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait), payload))
+                watch.follow(place)
+                while token is None:
+                    left = None if end is None else end - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    watch.wait(self._poll if left is None else min(self._poll, left))
+                    if end is not None and time.monotonic() >= end:
+                        break  # the deadline: leave, not poll
+                    self.check()
+                    state, token = self._line_row(POLL_PLACE, (place,))
+                    if state == "gone" and token is None:
+                        # The server ended the place: its session (the join
+                        # says so, 55Z05 -> LeaseLost), its wait (at the
+                        # deadline, which the loop sees), or a grant that
+                        # ended before it was seen.  Joined again, at the back.
+                        left = None if end is None else end - time.monotonic()
+                        if left is not None and left <= 0:
+                            break
+                        place, token = self._line_row(JOIN, (self.id, lock_name,
+                                                             interval_or_none(left), payload))
+                        watch.follow(place)
+                if token is not None:
+                    return int(token), place
+                # The deadline: leave, which gives back a lease granted to the
+                # place meanwhile (by a poll whose answer was lost, say).
+                leaving, place = place, None
+                self._line_row(LEAVE, (leaving,), check=False)
+                return None, None
+            except BaseException:
+                if place is not None and not self._closed:
+                    self._leave_quietly(place)
+                raise
+
+    def _leave_quietly(self, place: int) -> None:
+        try:
+            self._line_row(LEAVE, (place,), check=False)
+        except Exception:
+            pass  # the place ends with its wait on the server, or with the session
+
+    @contextmanager
+    def _watch(self) -> Iterator[Watch]:
+        """The wake-up of one wait in line: the listener's (LISTEN in effect
+        before the join) or a plain one; close() sets it."""
+        if self._listener is not None:
+            watching = self._listener.watching()
+        else:
+            watching = nullcontext(Watch())
+        with watching as watch:
+            with self._nudge_lock:
+                self._nudges.add(watch.event)
+            try:
+                yield watch
+            finally:
+                with self._nudge_lock:
+                    self._nudges.discard(watch.event)
+
+    def _nudge(self) -> None:
+        with self._nudge_lock:
+            nudges = list(self._nudges)
+        for event in nudges:
+            event.set()
+
+    def _line_row(self, sql: str, params: tuple, check: bool = True) -> tuple:
+        """One statement of the line, short, in autocommit, on the work
+        connection (or one of its own when another thread's wait holds it);
+        once more on a new connection if the first broke (join, poll and
+        leave may be repeated: a join again gives the same place).  check:
+        LeaseLost first if the session is known lost (not for a leave,
+        which gives back what a lost session may still hold)."""
+        with ended_by_the_server(self.id, self._beat):
+            for attempt in (1, 2):
+                if check:
+                    self.check()
+                with self._free_connection(patience=BRIEF) as conn:
+                    try:
+                        return conn.row(sql, params)
+                    except psycopg.OperationalError as error:
+                        if attempt == 2 or error.sqlstate is not None or not conn.closed:
+                            raise
+        raise AssertionError("not reached")
+
+    def _reacquire(self, lock_name: str, payload: Optional[str]) -> Optional[int]:
+        """fencing_session_acquire of a lock the session holds, with a new
+        payload (Election.proclaim): its token, the same while the lease
+        lives."""
+        with ended_by_the_server(self.id, self._beat):
+            self.check()
+            with self._free_connection() as conn:
+                conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+                try:
+                    token = conn.row("SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb)",
+                                     (self.id, lock_name, payload))[0]
+                    conn.row("COMMIT")
+                except BaseException:
+                    if not conn.closed:
+                        conn.row("ROLLBACK")
+                    raise
+        return None if token is None else int(token)
+
     @contextmanager
     def _on_work(self, wait: Optional[float], what: str) -> Iterator[Tuple[Connection, Optional[float]]]:
         """A connection for an acquire, once the session is known held, and
@@ -197,11 +385,14 @@ class Session:
                 self._end_turn()
 
     @contextmanager
-    def _free_connection(self) -> Iterator[Connection]:
-        """The work connection if it is free now, else one of its own (for
-        one statement that does not wait: a release, an acquire without a
+    def _free_connection(self, patience: float = 0.0) -> Iterator[Connection]:
+        """The work connection if it is free now (or within patience
+        seconds), else one of its own (for one statement that does not
+        wait: a release, a statement of the line, an acquire without a
         wait)."""
-        if not self._work_lock.acquire(blocking=False):
+        had = (self._work_lock.acquire(timeout=patience) if patience > 0
+               else self._work_lock.acquire(blocking=False))
+        if not had:
             own = Connection(self.conninfo, f"pg_fencing session {self.holder}")
             try:
                 yield own
@@ -237,6 +428,7 @@ class Session:
             if self._closed:
                 return 0
             self._closed = True
+        self._nudge()  # a wait in line on another thread sees the close at once
         try:
             return self._close_on_the_server()
         finally:
@@ -265,11 +457,15 @@ class Session:
         else:
             self._work.cancel()
 
-    def _release(self, lock_name: str, token: int) -> bool:
-        """Never queues behind another thread's wait (_free_connection)."""
+    def _release(self, lock_name: str, token: int, place: Optional[int] = None) -> bool:
+        """Never queues behind another thread's wait (_free_connection).  A
+        lease taken through the line leaves its place too (the server keeps
+        it while the lease lives)."""
         if self._closed:
             return False
         with self._free_connection() as conn:
+            if place is not None:
+                return bool(conn.row(RELEASE_AND_LEAVE, (lock_name, token, place))[0])
             return bool(conn.row("SELECT fencing_release(%s, %s::fencing_token)", (lock_name, token))[0])
 
     def _renew(self, deadline: float) -> bool:

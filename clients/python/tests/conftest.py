@@ -5,8 +5,11 @@ the extension and revoke leases (the cluster's superuser)."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -84,9 +87,99 @@ def await_waits_on_the_server(db, application_name: str, expected: int, timeout:
     return waits_on_the_server(db, application_name)
 
 
+def places_of(db, session_id: int) -> list:
+    """The places in line (1.10) of a session: [(place, lock_name, has_token)], in order."""
+    return [tuple(r) for r in db.execute(
+        "SELECT l.place, k.lock_name, l.token IS NOT NULL FROM fencing_line l "
+        "JOIN fencing_lock k USING (lock_id) WHERE l.session_id = %s ORDER BY l.place",
+        (session_id,)).fetchall()]
+
+
+def await_place(db, session_id: int, timeout: float = 5) -> int:
+    """Polls places_of() until the session has one (timeout s at most): its number."""
+    deadline = time.monotonic() + timeout
+    while True:
+        places = places_of(db, session_id)
+        if places or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    assert len(places) == 1, f"session {session_id} has no place in line (or more than one): {places}"
+    return places[0][0]
+
+
 def start_script(name: str, *args: str) -> subprocess.Popen:
     """Runs tests/<name>.py in a process of its own, the package importable,
     lines on stdin and stdout."""
     env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, os.path.join(HERE, f"{name}.py"), CONNINFO, *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+PGBOUNCER = "/usr/sbin/pgbouncer"
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def pgbouncer():
+    """A real PgBouncer (Debian 12's) in front of the test cluster, as
+    test/t/003_pgbouncer.pl starts one: transaction pooling, five server
+    connections for everyone (default_pool_size = 5), on a free loopback
+    port.  Its conninfo; stopped at the end of the module."""
+    if not os.access(PGBOUNCER, os.X_OK):
+        pytest.skip(f"PgBouncer is not installed ({PGBOUNCER})")
+    with psycopg.connect(CONNINFO) as conn:
+        info = conn.info
+        server = make_conninfo(host=info.host, port=info.port, dbname=info.dbname, user=info.user,
+                               password=info.password or None)
+        user = info.user
+    directory = tempfile.mkdtemp(prefix="pg_fencing-pgbouncer.")
+    port = free_loopback_port()
+    with open(os.path.join(directory, "pgbouncer.ini"), "w") as ini:
+        ini.write(f"""[databases]
+fencing = {server}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {port}
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = 5
+max_client_conn = 400
+server_check_delay = 0
+logfile = {directory}/pgbouncer.log
+pidfile = {directory}/pgbouncer.pid
+""")
+    command = [PGBOUNCER]
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        shutil.chown(directory, "postgres")
+        os.chmod(os.path.join(directory, "pgbouncer.ini"), 0o644)
+        command += ["-u", "postgres"]
+    bouncer = subprocess.Popen(command + [os.path.join(directory, "pgbouncer.ini")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pooled = make_conninfo(host="127.0.0.1", port=port, dbname="fencing", user=user)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with psycopg.connect(pooled, autocommit=True, prepare_threshold=None) as conn:
+                    conn.execute("SELECT 1")
+                break
+            except psycopg.OperationalError:
+                if bouncer.poll() is not None or time.monotonic() >= deadline:
+                    raise RuntimeError(f"PgBouncer did not start: {bouncer.stderr.read() if bouncer.poll() is not None else ''}")
+                time.sleep(0.1)
+        yield pooled
+    finally:
+        bouncer.terminate()
+        try:
+            bouncer.wait(10)
+        except subprocess.TimeoutExpired:
+            bouncer.kill()
+            bouncer.wait()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from pg_fencing import aio
-from conftest import CONNINFO, protected_table, waits_on_the_server
+from conftest import CONNINFO, places_of, protected_table, waits_on_the_server
 
 
 def run(coroutine):
@@ -72,15 +72,22 @@ def test_cancelling_a_wait_ends_it_on_the_server(db, name):
     run(scenario())
 
 
-async def until_waits_on_the_server(db, application_name: str, expected: int) -> int:
-    """waits_on_the_server(), polled without blocking the event loop for 5 s at most."""
+async def until_on_the_server(db, kind: str, session, application_name: str) -> bool:
+    """The wait is on the server, polled without blocking the event loop for
+    5 s at most: an exclusive lease's as a place in line (1.10), a shared
+    one's as a CALL fencing_await running."""
     deadline = time.monotonic() + 5
-    while waits_on_the_server(db, application_name) != expected and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    return waits_on_the_server(db, application_name)
+    while time.monotonic() < deadline:
+        if kind == "exclusive" and places_of(db, session.id):
+            return True
+        if kind != "exclusive" and waits_on_the_server(db, application_name) == 1:
+            return True
+        await asyncio.sleep(0.02)
+    return False
 
 
-def test_closing_a_session_ends_its_wait_in_another_task(db, name):
+@pytest.mark.parametrize("kind", ["exclusive", "shared"])
+def test_closing_a_session_ends_its_wait_in_another_task(db, name, kind):
     async def scenario():
         client = aio.Client(CONNINFO)
         async with await client.session(ttl=5) as holder:
@@ -88,25 +95,31 @@ def test_closing_a_session_ends_its_wait_in_another_task(db, name):
             # A ttl far beyond the bounds below: the session must not just run out meanwhile.
             waiter = await client.session(ttl=60, holder="closed-" + name)
             application = "pg_fencing session closed-" + name
-            waiting = asyncio.create_task(waiter.lock(name, wait=20))
-            assert await until_waits_on_the_server(db, application, 1) == 1, "the wait is on the server"
+            waiting = asyncio.create_task(waiter.lock(name, wait=20, kind=kind))
+            assert await until_on_the_server(db, kind, waiter, application), "the wait is on the server"
             closing = asyncio.create_task(waiter.close())
             done, _ = await asyncio.wait({closing}, timeout=5)
             closed_in_time = closing in done
+            done, _ = await asyncio.wait({waiting}, timeout=5)
+            ended_in_time = waiting in done
         # holder's close let a close stuck behind the wait finish (the waiter got the lock)
         await asyncio.wait({closing, waiting}, timeout=5)
         assert closed_in_time, "close() waited for the session's wait in another task"
+        assert ended_in_time, "the wait went on after the close"
         assert isinstance(waiting.exception(), aio.LeaseLost), waiting
-        assert waiting.exception().__cause__.sqlstate == "55Z05"
+        if kind != "exclusive":
+            assert waiting.exception().__cause__.sqlstate == "55Z05"
         assert closing.result() == 0, "the session held no lease"
         assert waits_on_the_server(db, application) == 0
+        assert places_of(db, waiter.id) == []
         with pytest.raises(aio.LeaseLost):
             await waiter.lock(name)
 
     run(scenario())
 
 
-def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, name):
+@pytest.mark.parametrize("kind", ["exclusive", "shared"])
+def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, name, kind):
     async def scenario():
         client = aio.Client(CONNINFO)
         # The holder's session is closed first, so that without the fix the wait ends (granted).
@@ -114,8 +127,8 @@ def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, n
                 await client.session(ttl=5) as holder:
             await holder.lock(name + "_busy")
             mine = await session.lock(name + "_mine")
-            waiting = asyncio.create_task(session.lock(name + "_busy", wait=20))
-            assert await until_waits_on_the_server(db, "pg_fencing session busy-" + name, 1) == 1
+            waiting = asyncio.create_task(session.lock(name + "_busy", wait=20, kind=kind))
+            assert await until_on_the_server(db, kind, session, "pg_fencing session busy-" + name)
             released = asyncio.create_task(mine.release())
             done, _ = await asyncio.wait({released}, timeout=5)
             assert released in done and released.result() is True, "the release waited behind the wait"
@@ -123,17 +136,23 @@ def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, n
             done, _ = await asyncio.wait({at_once}, timeout=5)
             assert at_once in done and isinstance(at_once.result(), aio.SessionLease), \
                 "a lock without a wait queued behind the wait"
-            timed = asyncio.create_task(session.lock(name + "_other", wait=0.3))
+            timed = asyncio.create_task(session.lock(name + "_other", wait=0.3, kind=kind))
             done, _ = await asyncio.wait({timed}, timeout=5)
-            assert timed in done and isinstance(timed.exception(), aio.LockTimeout) \
-                and "busy with another task's wait" in str(timed.exception()), \
-                "lock(wait=0.3) waited past its time for the session's turn"
+            assert timed in done
+            if kind == "exclusive":
+                # A wait in line holds the work connection only for its polls.
+                assert isinstance(timed.result(), aio.SessionLease), timed
+            else:
+                assert isinstance(timed.exception(), aio.LockTimeout) \
+                    and "busy with another task's wait" in str(timed.exception()), \
+                    "lock(wait=0.3) waited past its time for the session's turn"
             states = dict(db.execute("SELECT lock_name, state FROM fencing_leases WHERE lock_name = ANY(%s)",
                                      ([name + "_mine", name + "_free"],)).fetchall())
             assert states == {name + "_mine": "released", name + "_free": "live"}, states
             assert not waiting.done(), "the wait goes on"
         await asyncio.wait({waiting, released, at_once, timed}, timeout=5)
         assert waiting.done()
+        waiting.exception()  # retrieved: the close ended it
 
     run(scenario())
 
@@ -227,5 +246,103 @@ def test_the_packages_connections_prepare_no_named_statements(name):
             assert (await aio._row(conn, "SELECT count(*) FROM pg_prepared_statements"))[0] == 0
         finally:
             await conn.close()
+
+    run(scenario())
+
+
+async def until_place(db, session, timeout: float = 5) -> int:
+    """The session's one place in line, polled without blocking the event loop."""
+    deadline = time.monotonic() + timeout
+    while not places_of(db, session.id) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    places = places_of(db, session.id)
+    assert len(places) == 1, f"session {session.id} has no place in line: {places}"
+    return places[0][0]
+
+
+def test_cancelling_a_wait_in_line_leaves_it_and_gives_back_a_grant(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO, poll=10.0)  # no poll of its own while the test works
+        async with await client.session(ttl=30) as holder, \
+                await client.session(ttl=30, holder="cancelled-" + name) as waiter:
+            held = await holder.lock(name)
+            waiting = asyncio.create_task(waiter.lock(name, wait=60))
+            place = await until_place(db, waiter)
+            assert await held.release()
+            # Granted behind its back (the test's poll, as a superuser may,
+            # standing for one of its own whose answer was lost) ...
+            state, token = db.execute("SELECT state, token::bigint FROM fencing_line_poll(ARRAY[%s]::bigint[])",
+                                      (place,)).fetchone()
+            assert state == "granted"
+            waiting.cancel()  # ... then cancelled: it leaves, and gives the grant back
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert db.execute("SELECT state FROM fencing_leases WHERE token = %s::fencing_token",
+                              (token,)).fetchone()[0] == "released"
+            assert places_of(db, waiter.id) == [] and waiter.held(), "the session goes on"
+            assert (await waiter.lock(name)).token > token, "the lock is free"
+
+    run(scenario())
+
+
+def test_a_listening_client_hears_its_turn_instead_of_polling(db, name):
+    async def scenario():
+        client = aio.Client(CONNINFO, listen=True, poll=30.0)
+        async with await client.session(ttl=30) as holder, await client.session(ttl=10) as waiter:
+            held = await holder.lock(name)
+            waiting = asyncio.create_task(waiter.lock(name, wait=20))
+            await until_place(db, waiter)
+            released = time.monotonic()
+            assert await held.release()
+            lease = await asyncio.wait_for(waiting, 5)
+            assert time.monotonic() - released < 1.0, "heard, not polled after 30 s"
+            assert lease.token > held.token
+
+    run(scenario())
+
+
+def test_candidates_wait_in_line_through_a_transaction_pooler(db, name, pgbouncer):
+    """The asyncio twin of test_line.py's fleet, smaller: a leader and ten
+    candidates (tasks) through PgBouncer's five server connections; the
+    leader keeps its lease, the first in line succeeds it, and the others,
+    cancelled, leave the line."""
+    async def scenario():
+        client = aio.Client(pgbouncer)
+        lost = []
+        leader = client.election(name, holder="leader", ttl=2, on_lost=lost.append)
+        lease = await leader.campaign(timeout=5)
+        candidates = [client.election(name, holder=f"candidate-{i}", ttl=2) for i in range(10)]
+        campaigns = [asyncio.create_task(c.campaign()) for c in candidates]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and db.execute(
+                "SELECT count(*) FROM fencing_line l JOIN fencing_lock k USING (lock_id) "
+                "WHERE k.lock_name = %s AND l.token IS NULL", (name,)).fetchone()[0] < 10:
+            await asyncio.sleep(0.05)
+        assert lost == [] and lease.held(), lost
+        first = db.execute("SELECT s.holder FROM fencing_line l JOIN fencing_lock k USING (lock_id) "
+                           "JOIN fencing_sessions s USING (session_id) WHERE k.lock_name = %s "
+                           "AND l.token IS NULL ORDER BY l.place LIMIT 1", (name,)).fetchone()[0]
+        await asyncio.sleep(4)  # six ttls
+        assert lost == [] and lease.held() and not any(t.done() for t in campaigns)
+        assert leader.session._beat.renewals >= 4
+        resigned = time.monotonic()
+        assert await leader.resign()
+        done, _ = await asyncio.wait(campaigns, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1, done
+        winner = candidates[campaigns.index(done.pop())]
+        assert winner.holder == first and time.monotonic() - resigned < 2.0
+        for task in campaigns:
+            if not task.done():
+                task.cancel()
+        await asyncio.wait(campaigns, timeout=10)
+        assert all(t.cancelled() for c, t in zip(candidates, campaigns) if c is not winner)
+        assert [r[0] for r in db.execute(
+            "SELECT s.holder FROM fencing_line l JOIN fencing_lock k USING (lock_id) "
+            "JOIN fencing_sessions s USING (session_id) WHERE k.lock_name = %s", (name,))] == [first]
+        assert await winner.resign()
+        assert db.execute("SELECT count(*) FROM fencing_line l JOIN fencing_lock k USING (lock_id) "
+                          "WHERE k.lock_name = %s", (name,)).fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM fencing_sessions WHERE holder = ANY(%s) AND live",
+                          ([c.holder for c in candidates],)).fetchone()[0] == 0
 
     run(scenario())

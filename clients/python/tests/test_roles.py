@@ -140,7 +140,8 @@ def assert_intact(names, app) -> None:
         "WHERE lock_name = ANY(%s) AND state = 'live'", ([names.jobs, names.part, names.leader],))))
     assert live == {names.jobs: ("app", app.lease.token, None),
                     names.part: ("app", app.part.token, app.session.id),
-                    names.leader: ("app", app.leading.token, None)}, live
+                    # The leader's lease lives in its candidate's session of its own.
+                    names.leader: ("app", app.leading.token, app.election.session.id)}, live
     for table in (names.rows, names.fenced):
         assert app.lease.execute(app.db, update(table), (app.lease.token, "app again")) == 1
         assert app.db.execute(sql.SQL("SELECT token::bigint, v FROM {} WHERE id = 1").format(
@@ -223,6 +224,9 @@ def test_another_role_cannot_close_renew_or_acquire_in_the_applications_session(
                         (session_id, [names.hers]))
         no_such_session(session_id, mallory.db.execute, "SELECT fencing_session_acquire_all(%s, %s, '1 s')",
                         (session_id, [names.hers]))
+        # Nor may she wait in the lock's line in it (1.10).
+        no_such_session(session_id, mallory.db.execute, "SELECT * FROM fencing_line_join(%s, %s)",
+                        (session_id, names.hers))
         # Refused at its first attempt, not after the wait.
         started = time.monotonic()
         no_such_session(session_id, mallory.db.execute,
@@ -250,10 +254,14 @@ def test_another_role_cannot_campaign_or_proclaim_over_the_election(deployment, 
     refused(names.leader, rival.campaign, payload='{"addr": "mallory"}', timeout=3)
     with pytest.raises(pg_fencing.LeaseLost, match="not the leader"):
         rival.proclaim('{"addr": "mallory"}')
-    # What proclaim() would send, as the holder app: refused by the server.
+    # A plain acquire as the holder app: refused by the server.
     refused(names.leader, mallory.db.execute,
             "SELECT fencing_acquire(%s, 'app', '10 s', payload => %s::jsonb)",
             (names.leader, '{"addr": "mallory"}'))
+    # What proclaim() sends, in the leader's session: no such session, to her.
+    no_such_session(app.election.session.id, mallory.db.execute,
+                    "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb)",
+                    (app.election.session.id, names.leader, '{"addr": "mallory"}'))
     assert rival.leader() is None, "the views show her no lock she may not use"
     assert_intact(names, app)
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pg_fencing
-from conftest import await_waits_on_the_server, start_script, waits_on_the_server
+from conftest import await_place, places_of, start_script, waits_on_the_server
 
 
 def leases_of(db, locks):
@@ -112,9 +112,34 @@ def test_a_wait_in_a_session_holds_no_snapshot_and_gets_the_lock_once_released(c
     with client.session(ttl=30) as other, client.session(ttl=1.0) as session:
         held = other.lock(name)
         got = {}
+        # An exclusive lease: a place in the lock's line (1.10), polled; no
+        # statement runs between the polls.
         waiter = threading.Thread(target=lambda: got.update(lease=session.lock(name, wait=10)))
         waiter.start()
+        place = await_place(db, session.id)
         app = f"pg_fencing session {session.holder}"[:63]
+        states = []
+        for _ in range(10):
+            states += [r for r in db.execute(
+                "SELECT state, backend_xmin IS NULL AND backend_xid IS NULL FROM pg_stat_activity "
+                "WHERE application_name = %s", (app,)).fetchall()]
+            time.sleep(0.1)
+        assert waiter.is_alive(), "it stopped waiting while the lock was held"
+        assert places_of(db, session.id) == [(place, name, False)], "it kept its place"
+        assert all(snapshotless for _, snapshotless in states), states
+        assert not any(state.startswith("idle in transaction") for state, _ in states), states
+        assert [state for state, _ in states].count("active") <= 2, \
+            f"between its polls its connections sit idle: {states}"
+        assert held.release()
+        waiter.join(5)
+        assert got["lease"].token > held.token and got["lease"].held()
+        assert got["lease"].place == place
+
+        # A shared lease, which the line does not hold: CALL fencing_await,
+        # asleep on the server without snapshot and xid.
+        waiter = threading.Thread(target=lambda: got.update(shared=other.lock(name, wait=10, kind="shared")))
+        waiter.start()
+        app = f"pg_fencing session {other.holder}"[:63]
         seen = []
         deadline = time.monotonic() + 5
         while len(seen) < 5 and time.monotonic() < deadline:
@@ -125,13 +150,28 @@ def test_a_wait_in_a_session_holds_no_snapshot_and_gets_the_lock_once_released(c
                 seen.append(row[0])
             time.sleep(0.1)
         assert waiter.is_alive(), "it stopped waiting while the lock was held"
-        assert held.release()
+        assert got["lease"].release()
+        assert places_of(db, session.id) == [], "the release left the place"
         waiter.join(5)
         assert seen == [True] * 5, f"asleep in its wait, without snapshot and xid: {seen}"
-        assert got["lease"].token > held.token and got["lease"].held()
+        assert got["shared"].token > got["lease"].token and got["shared"].held()
 
 
-def test_closing_a_session_ends_its_wait_on_another_thread(client, db, name):
+def wait_is_on_the_server(db, kind: str, session, application: str) -> bool:
+    """An exclusive lease's wait is a place in line (1.10); a shared one's a
+    CALL fencing_await running."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if kind == "exclusive" and places_of(db, session.id):
+            return True
+        if kind != "exclusive" and waits_on_the_server(db, application) == 1:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("kind", ["exclusive", "shared"])
+def test_closing_a_session_ends_its_wait_on_another_thread(client, db, name, kind):
     with client.session(ttl=5) as holder:
         holder.lock(name)
         # A ttl far beyond the bounds below: the session must not just run out meanwhile.
@@ -141,30 +181,36 @@ def test_closing_a_session_ends_its_wait_on_another_thread(client, db, name):
 
         def wait_for_the_lock():
             try:
-                outcome["granted"] = waiter.lock(name, wait=20)
+                outcome["granted"] = waiter.lock(name, wait=20, kind=kind)
             except Exception as error:
                 outcome["error"] = error
 
         waiting = threading.Thread(target=wait_for_the_lock, daemon=True)
         waiting.start()
-        assert await_waits_on_the_server(db, application, 1) == 1, "the wait is on the server"
+        assert wait_is_on_the_server(db, kind, waiter, application), "the wait is on the server"
         closing = threading.Thread(target=lambda: outcome.update(closed=waiter.close()), daemon=True)
         closing.start()
         closing.join(5)
         closed_in_time = not closing.is_alive()
+        waiting.join(5)
+        ended_in_time = not waiting.is_alive()
     # holder's close let a close stuck behind the wait finish (the waiter got the lock)
     closing.join(5)
     waiting.join(5)
     assert closed_in_time, "close() waited for the session's wait on another thread"
+    assert ended_in_time, "the wait went on after the close"
     assert isinstance(outcome.get("error"), pg_fencing.LeaseLost), outcome
-    assert outcome["error"].__cause__.sqlstate == "55Z05"
+    if kind != "exclusive":
+        assert outcome["error"].__cause__.sqlstate == "55Z05"
     assert outcome["closed"] == 0, "the session held no lease"
     assert waits_on_the_server(db, application) == 0
+    assert places_of(db, waiter.id) == []
     with pytest.raises(pg_fencing.LeaseLost):
         waiter.lock(name)
 
 
-def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(client, db, name):
+@pytest.mark.parametrize("kind", ["exclusive", "shared"])
+def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(client, db, name, kind):
     # The holder's session is closed first, so that without the fix the wait ends (granted).
     with client.session(ttl=5, holder="busy-" + name) as session, client.session(ttl=5) as holder:
         holder.lock(name + "_busy")
@@ -172,20 +218,20 @@ def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(cli
 
         def wait_for_the_busy_lock():
             try:
-                session.lock(name + "_busy", wait=20)
+                session.lock(name + "_busy", wait=20, kind=kind)
             except pg_fencing.FencingError:
                 pass  # the session's close ends it, as wanted
 
         waiting = threading.Thread(target=wait_for_the_busy_lock, daemon=True)
         waiting.start()
-        assert await_waits_on_the_server(db, "pg_fencing session busy-" + name, 1) == 1
+        assert wait_is_on_the_server(db, kind, session, "pg_fencing session busy-" + name)
         outcome = {}
 
         def release_then_lock():
             outcome["released"] = mine.release()
             outcome["at_once"] = session.lock(name + "_free")
             try:
-                outcome["timed"] = session.lock(name + "_other", wait=0.3)
+                outcome["timed"] = session.lock(name + "_other", wait=0.3, kind=kind)
             except Exception as error:
                 outcome["timed"] = error
 
@@ -195,9 +241,14 @@ def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(cli
         assert outcome.get("released") is True, "the release waited behind the wait"
         assert isinstance(outcome.get("at_once"), pg_fencing.SessionLease), \
             f"a lock without a wait queued behind the wait: {outcome}"
-        assert isinstance(outcome.get("timed"), pg_fencing.LockTimeout) \
-            and "busy with another thread's wait" in str(outcome["timed"]), \
-            f"lock(wait=0.3) waited past its time for the session's turn: {outcome}"
+        if kind == "exclusive":
+            # A wait in line holds the work connection only for its polls:
+            # another thread's wait takes its turn at once.
+            assert isinstance(outcome.get("timed"), pg_fencing.SessionLease), outcome
+        else:
+            assert isinstance(outcome.get("timed"), pg_fencing.LockTimeout) \
+                and "busy with another thread's wait" in str(outcome["timed"]), \
+                f"lock(wait=0.3) waited past its time for the session's turn: {outcome}"
         assert leases_of(db, [name + "_mine", name + "_free"]) == {
             name + "_mine": ("released", mine.token, None),
             name + "_free": ("live", outcome["at_once"].token, session.id)}

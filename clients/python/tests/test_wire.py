@@ -8,7 +8,7 @@ import time
 import pytest
 
 import pg_fencing
-from pg_fencing import _wire, lease as lease_module
+from pg_fencing import _line, _wire, lease as lease_module
 from pg_fencing._wire import NoAnswer
 
 
@@ -70,16 +70,42 @@ class _Unanswered:
         self.closed = True
 
 
-def test_a_renewal_without_answer_leaves_campaign_and_acquire_as_lease_lost(monkeypatch):
+def test_a_renewal_without_answer_leaves_acquire_as_lease_lost(monkeypatch):
+    # (A campaign waits in a session of its own since 1.10: its heartbeat
+    # renews the session, and the lease in it, all along.)
     monkeypatch.setattr(lease_module, "Connection", _Unanswered)
     client = pg_fencing.Client("")
-    for call in (lambda: client.lock("jobs", ttl=2, wait=5).acquire(),
-                 lambda: client.election("jobs", ttl=2).campaign()):
-        with pytest.raises(pg_fencing.LeaseLost) as raised:
-            call()
-        assert not isinstance(raised.value, NoAnswer)
-        assert isinstance(raised.value.__cause__, NoAnswer)
-        message = str(raised.value)
-        assert 'lock "jobs" was granted (token 42)' in message, message
-        assert "no answer from the server within" in message and " s to the renewal of" in message
-    assert len(_Unanswered.released) == 2  # the grant was given back both times
+    with pytest.raises(pg_fencing.LeaseLost) as raised:
+        client.lock("jobs", ttl=2, wait=5).acquire()
+    assert not isinstance(raised.value, NoAnswer)
+    assert isinstance(raised.value.__cause__, NoAnswer)
+    message = str(raised.value)
+    assert 'lock "jobs" was granted (token 42)' in message, message
+    assert "no answer from the server within" in message and " s to the renewal of" in message
+    assert len(_Unanswered.released) == 1  # the grant was given back
+
+
+def test_the_poll_period_of_a_wait_in_line():
+    assert _line.poll_period(None, listening=False) == 0.5, "a hand-over seen within a second"
+    assert _line.poll_period(None, listening=True) == 2.0
+    assert _line.poll_period(0.1, listening=True) == 0.1
+    with pytest.raises(ValueError, match="poll"):
+        pg_fencing.Client("", poll=0)
+    client = pg_fencing.Client("")
+    assert client.listen is False and client._listener is None, "no LISTEN unless asked for"
+
+
+def test_a_number_heard_before_its_place_is_followed_still_wakes_it():
+    board = _line.Board()
+    since = board.mark()
+    board.heard("41")
+    board.heard("not a number")  # anyone may NOTIFY on any channel
+    woken = []
+    board.follow(41, since, lambda: woken.append(41))
+    board.follow(42, since, lambda: woken.append(42))
+    assert woken == [41]
+    stop = board.follow(7, board.mark(), lambda: woken.append(7))
+    board.heard("7")
+    stop()
+    board.heard("7")
+    assert woken == [41, 7]
