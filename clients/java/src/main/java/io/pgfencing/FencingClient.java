@@ -5,6 +5,8 @@ import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
+import java.time.Duration;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
@@ -18,16 +20,72 @@ import java.util.Properties;
  * FencingClient client = new FencingClient("jdbc:postgresql://db/app", props);
  * FencedLock lock = client.lock("nightly-report", LeaseOptions.ofTtl(Duration.ofSeconds(10)));
  * }</pre>
+ *
+ * <p>Its connections never use named server-side prepared statements: pgjdbc's
+ * {@code prepareThreshold} is 0 on them unless the URL or the properties set it, so that they
+ * work through a transaction-pooling PgBouncer. A connection the application passes in (to
+ * {@link Fenced#executeUpdate}, {@link Lease#executeUpdate}) is the application's to configure
+ * the same way.
+ *
+ * <p>A wait in a session for an exclusive lease, and a campaign, is a place in the lock's line
+ * (1.10), polled every 0.5 s ({@link #withPoll(Duration)}). {@link #withListen(boolean)}
+ * {@code true} also keeps one connection LISTENing on {@code fencing_line} while any wait of the
+ * client is in line, and a place polls at once when its number is announced (and at the latest
+ * every 2 s by default). Leave it off through a transaction-pooling PgBouncer, where LISTEN cannot
+ * be relied on; turn it on when the URL names the server (or a session pool).
  */
 public final class FencingClient {
     private final String url;
     private final Properties properties;
+    private final boolean listen;
+    private final Duration poll;
+    /** LISTENs on fencing_line for the waits in line; null: they poll on their timer alone. */
+    private final Line.Listener listener;
 
     /** @param properties the driver's (user, password, ...); copied */
     public FencingClient(String jdbcUrl, Properties properties) {
+        this(jdbcUrl, properties, false, null);
+    }
+
+    private FencingClient(String jdbcUrl, Properties properties, boolean listen, Duration poll) {
         this.url = jdbcUrl;
         this.properties = new Properties();
         this.properties.putAll(properties);
+        this.listen = listen;
+        Line.pollNanos(poll, listen); // IllegalArgumentException now, not at the first wait
+        this.poll = poll;
+        this.listener = listen ? new Line.Listener(this) : null;
+    }
+
+    /**
+     * A client like this one whose waits in line also LISTEN on {@code fencing_line} (one
+     * connection for all of them, open while one waits), to learn of a hand-over at once rather
+     * than at the next poll. Only for a URL that names the server or a session pool: through a
+     * transaction pooler LISTEN cannot be relied on (the waits still poll on their timer).
+     */
+    public FencingClient withListen(boolean value) {
+        return new FencingClient(url, properties, value, poll);
+    }
+
+    /** A client like this one whose waits in line poll their place every {@code value} (null:
+     *  the default, 0.5 s, or 2 s when listening). */
+    public FencingClient withPoll(Duration value) {
+        return new FencingClient(url, properties, listen, value);
+    }
+
+    /** Whether the waits in line LISTEN on fencing_line. */
+    public boolean isListening() {
+        return listen;
+    }
+
+    /** The listener of the waits in line, or null. */
+    Line.Listener lineListener() {
+        return listener;
+    }
+
+    /** The period between two polls of a place in line (ns). */
+    long linePollNanos() {
+        return Line.pollNanos(poll, listen);
     }
 
     public FencingClient(String jdbcUrl) {
@@ -68,11 +126,16 @@ public final class FencingClient {
 
     /**
      * A connection of the client's own: autocommit, READ COMMITTED (an acquire at a stricter
-     * level that meets a just-changed row fails with 40001), named in pg_stat_activity.
+     * level that meets a just-changed row fails with 40001), named in pg_stat_activity, with
+     * pgjdbc's {@code prepareThreshold=0} (no named server-side prepared statements, which a
+     * transaction pooler breaks) unless the URL or the properties set it.
      */
     public Connection connect(String applicationName) throws SQLException {
         Properties named = new Properties();
         named.putAll(properties);
+        if (!setsPrepareThreshold(url, named)) {
+            named.setProperty("prepareThreshold", "0");
+        }
         named.setProperty("ApplicationName", applicationName.length() > 63
                 ? applicationName.substring(0, 63) : applicationName);
         Connection connection = DriverManager.getConnection(url, named);
@@ -86,7 +149,26 @@ public final class FencingClient {
         return connection;
     }
 
-    /** An exclusive lock, taken by its lock methods. */
+    /** Whether the URL's parameters or the properties choose pgjdbc's prepareThreshold. */
+    static boolean setsPrepareThreshold(String url, Properties properties) {
+        if (properties.getProperty("prepareThreshold") != null) {
+            return true;
+        }
+        int query = url.indexOf('?');
+        if (query < 0) {
+            return false;
+        }
+        for (String parameter : url.substring(query + 1).split("&")) {
+            if (parameter.toLowerCase(Locale.ROOT).startsWith("preparethreshold=")) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** An exclusive lock, taken by its lock methods. Its wait is CALL fencing_await, which
+     *  holds a connection for the whole wait (a lease of its own has no session to wait in
+     *  line in): through a transaction pooler, wait in a {@link FencingSession} instead. */
     public FencedLock lock(String name, LeaseOptions options) {
         return new FencedLock(this, name, options);
     }

@@ -6,6 +6,8 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantLock;
@@ -23,12 +25,21 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p>One heartbeat renews the session (fencing_session_renew), and with it every lease in it;
  * its loss is every lease's, reported once through {@link LeaseOptions#onLost()}. Two
- * connections: the heartbeat's (a renewal never queues behind an acquire that waits; the close
- * goes there too) and the one the acquires take turns on (a timed acquire counts the wait for
- * its turn against its time; a release that finds it busy uses a connection of its own, never
- * waiting behind another thread's wait). Every kind of lease:
- * exclusive, shared, a semaphore's permit. Waits end on an interrupt, on the server too, and
- * at the close.
+ * connections: the heartbeat's (a renewal never queues behind another statement; the close
+ * goes there too) and the work connection. Every kind of lease: exclusive, shared, a
+ * semaphore's permit. Waits end on an interrupt, on the server too, and at the close.
+ *
+ * <p>A wait for an exclusive lease ({@link #lock}, {@link #tryLock} with a time) is a place in
+ * the lock's line (pg_fencing 1.10, {@link Line}): joined, then polled, each a short statement in
+ * autocommit on the work connection, so that the wait holds no transaction and -- through a
+ * transaction pooler -- no server connection between its statements; arrival order is kept. At
+ * its deadline, or on an interrupt, the place is left, which gives back a grant made meanwhile.
+ * The waits the line does not hold -- for a shared lease or a permit (the server's line is for
+ * exclusive leases only), and {@link #lockAll} (every lock or none, which places in several
+ * lines cannot promise) -- are still one statement that waits (CALL fencing_await,
+ * fencing_session_acquire_all): they take turns on the work connection, a timed one counting
+ * the wait for its turn against its time. A statement of the line, or a release, that finds the
+ * work connection busy (within a quarter of a second) uses a connection of its own.
  */
 public final class FencingSession implements AutoCloseable {
     private final FencingClient client;
@@ -42,16 +53,28 @@ public final class FencingSession implements AutoCloseable {
     private final long id;
     private volatile boolean closed;
     private final Object closing = new Object();
+    /** The wake-ups of the waits in line, which close() sets. */
+    private final Set<Line.Watch> watches = ConcurrentHashMap.newKeySet();
+    /** An election's lease, checked by every renewal (a revoke ends the lease, not the
+     *  session): null for an application's session. */
+    private volatile LineLease guarded;
+
+    /** How long a statement of the line waits for the work connection before it takes a
+     *  connection of its own. */
+    private static final long BRIEF_NANOS = TimeUnit.MILLISECONDS.toNanos(250);
 
     FencingSession(FencingClient client, LeaseOptions options) throws SQLException {
+        this(client, options, "the session ended, or was closed");
+    }
+
+    FencingSession(FencingClient client, LeaseOptions options, String refused) throws SQLException {
         if (options.payload() != null) {
             throw new IllegalArgumentException("a session has no payload; its leases may");
         }
         this.client = client;
         this.options = options;
         this.holder = options.holderOrDefault();
-        this.beat = new Heartbeat("session", options, this::renew, this::dropHeartbeat,
-                "the session ended, or was closed");
+        this.beat = new Heartbeat("session", options, this::renew, this::dropHeartbeat, refused);
         Connection beatConnection = client.connect("pg_fencing session " + holder);
         Connection work = null;
         long sent = System.nanoTime();
@@ -141,6 +164,13 @@ public final class FencingSession implements AutoCloseable {
     private Optional<Lease> tryAcquire(String lockName, Kind kind, Integer permits, long waitNanos)
             throws SQLException, InterruptedException {
         StandaloneLease.checkLock(lockName, kind, permits);
+        if (kind == Kind.EXCLUSIVE && waitNanos > 0) {
+            LineLease grant = waitInLine(lockName, waitNanos, null);
+            return grant == null ? Optional.empty()
+                    : Optional.of(new SessionLease(lockName, kind, grant.token(), grant.place()));
+        }
+        // One attempt, or a wait the line does not hold (a shared lease, a permit): one
+        // statement on the work connection, in its turn.
         Wire.Grant grant = onWork(waitNanos, left -> Wire.waitInSlices(left, slice -> {
             long deadline = System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS;
             if (slice == 0) {
@@ -155,7 +185,205 @@ public final class FencingSession implements AutoCloseable {
                     lockName, id, Wire.interval(slice), kind.sqlName, permits);
         }));
         return grant == null ? Optional.empty()
-                : Optional.of(new SessionLease(lockName, kind, Long.parseLong(grant.value())));
+                : Optional.of(new SessionLease(lockName, kind, Long.parseLong(grant.value()), null));
+    }
+
+    /** A lease taken through the line: its token and its place. */
+    record LineLease(String lockName, long token, long place) {
+    }
+
+    /**
+     * Waits for an exclusive lease of {@code lockName} as a place in its line, {@code waitNanos}
+     * at most ({@link Wire#FOREVER}: as long as the session lives): the lease once granted; null
+     * when the wait ran out, the place left (a grant made meanwhile given back). Joined, then
+     * polled every poll period, and at once when the client's listener hears the place's number
+     * or the session is closed; each statement short and in autocommit. Whatever else ends it
+     * (an interrupt, LeaseLostException, an error) leaves the place too, unless the session is
+     * closed (its places went with it).
+     */
+    LineLease waitInLine(String lockName, long waitNanos, String payload)
+            throws SQLException, InterruptedException {
+        long start = System.nanoTime();
+        long pollNanos = client.linePollNanos();
+        Line.Listener listener = client.lineListener();
+        long mark = listener == null ? 0 : listener.use();
+        Line.Watch watch = new Line.Watch();
+        watches.add(watch);
+        Long place = null;
+        Long followed = null;
+        try {
+            checkInLine();
+            String[] joined = join(lockName, waitNanos, start, payload);
+            place = Long.parseLong(joined[0]);
+            if (listener != null) {
+                listener.follow(place, mark, watch);
+                followed = place;
+            }
+            String token = joined[1];
+            while (token == null) {
+                long left = waitNanos == Wire.FOREVER ? Long.MAX_VALUE
+                        : waitNanos - (System.nanoTime() - start);
+                if (left <= 0) {
+                    break;
+                }
+                watch.await(Math.min(pollNanos, left));
+                if (waitNanos != Wire.FOREVER && System.nanoTime() - start >= waitNanos) {
+                    break; // the deadline: leave, not poll
+                }
+                checkInLine();
+                String[] polled = lineRow(Line.POLL_PLACE, place);
+                token = polled[1];
+                if (token == null && "gone".equals(polled[0])) {
+                    // The server ended the place: its session (the join says so: 55Z05, as
+                    // LeaseLostException), its wait (at the deadline, which the loop sees), or a
+                    // grant that ended before it was seen. Joined again, at the back.
+                    if (waitNanos != Wire.FOREVER && System.nanoTime() - start >= waitNanos) {
+                        break;
+                    }
+                    checkInLine();
+                    if (listener != null) {
+                        listener.unfollow(place, watch);
+                        followed = null;
+                    }
+                    place = null;
+                    joined = join(lockName, waitNanos, start, payload);
+                    place = Long.parseLong(joined[0]);
+                    if (listener != null) {
+                        listener.follow(place, mark, watch);
+                        followed = place;
+                    }
+                    token = joined[1];
+                }
+            }
+            if (token != null) {
+                LineLease granted = new LineLease(lockName, Long.parseLong(token), place);
+                place = null; // kept: the server keeps the place while the lease lives
+                return granted;
+            }
+            // The deadline: leave, which gives back a lease granted to the place meanwhile (by a
+            // poll whose answer was lost, say).
+            long leaving = place;
+            place = null;
+            lineRow(Line.LEAVE, leaving);
+            return null;
+        } catch (SQLException e) {
+            if (closed) {
+                throw sessionEnded(e);
+            }
+            throw FencingException.map(e);
+        } finally {
+            watches.remove(watch);
+            if (listener != null) {
+                if (followed != null) {
+                    listener.unfollow(followed, watch);
+                }
+                listener.done();
+            }
+            if (place != null && !closed) {
+                leaveQuietly(place);
+            }
+        }
+    }
+
+    /** Joins the line; a join interrupted after the server answered leaves its place. */
+    private String[] join(String lockName, long waitNanos, long start, String payload)
+            throws SQLException, InterruptedException {
+        String[][] answered = new String[1][];
+        try {
+            return lineRow(answered, Line.JOIN, id, lockName, lineWait(waitNanos, start), payload);
+        } catch (InterruptedException e) {
+            if (answered[0] != null && !closed) {
+                leaveQuietly(Long.parseLong(answered[0][0]));
+            }
+            throw e;
+        }
+    }
+
+    /** What is left of the wait, for the join: null (as long as the session lives) for ever. */
+    private static String lineWait(long waitNanos, long start) {
+        return waitNanos == Wire.FOREVER ? null
+                : Wire.interval(Math.max(1, waitNanos - (System.nanoTime() - start)));
+    }
+
+    /** Before a statement of the line: the session known closed or lost ends the wait. */
+    private void checkInLine() throws LeaseLostException {
+        if (closed) {
+            throw sessionEnded(null);
+        }
+        check();
+    }
+
+    private LeaseLostException sessionEnded(Throwable cause) {
+        return new LeaseLostException("fencing session " + id + " was closed while a wait in it "
+                + "was in line", FencingException.SESSION_ENDED, cause);
+    }
+
+    private void leaveQuietly(long place) {
+        boolean interrupted = Thread.interrupted();
+        try {
+            lineRow(Line.LEAVE, place);
+        } catch (SQLException | InterruptedException ignored) {
+            // the place ends with its wait on the server, or with the session
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /**
+     * One statement of the line, short, in autocommit, on the work connection (or one of its own
+     * when another thread's wait holds it); once more on a new connection if the first broke
+     * (join, poll and leave may be repeated: a join again gives the same place).
+     */
+    String[] lineRow(String sql, Object... params) throws SQLException, InterruptedException {
+        return lineRow(null, sql, params);
+    }
+
+    private String[] lineRow(String[][] answered, String sql, Object... params)
+            throws SQLException, InterruptedException {
+        for (int attempt = 1; ; attempt++) {
+            boolean onWork = workLock.tryLock(BRIEF_NANOS, TimeUnit.NANOSECONDS);
+            Connection connection = null;
+            try {
+                if (onWork) {
+                    reconnectWork();
+                    connection = work;
+                } else {
+                    connection = client.connect("pg_fencing session " + holder);
+                }
+                return Wire.rowWithin(connection, System.nanoTime() + Wire.ANSWER_GRACE_NANOS,
+                        answered, sql, params);
+            } catch (SQLException e) {
+                if (attempt >= 2 || e.getSQLState() != null && !e.getSQLState().startsWith("08")
+                        || !Wire.isClosed(connection)) {
+                    throw e;
+                }
+            } finally {
+                if (onWork) {
+                    workLock.unlock();
+                } else {
+                    Wire.closeQuietly(connection);
+                }
+            }
+        }
+    }
+
+    /** An election's lease: every renewal also checks that it lives (null: no more). */
+    void guard(LineLease lease) {
+        guarded = lease;
+    }
+
+    /** fencing_session_acquire of a lock the session holds, with a new payload: its token, the
+     *  same while the lease lives (LeaderElection.proclaim). */
+    String reacquire(String lockName, String payload) throws SQLException, InterruptedException {
+        checkInLine();
+        try {
+            return lineRow("SELECT fencing_session_acquire(?::bigint, ?, payload => ?::jsonb)",
+                    id, lockName, payload)[0];
+        } catch (SQLException e) {
+            throw FencingException.map(e);
+        }
     }
 
     /** Every lock or none (fencing_session_acquire_all), in the order given, waiting until
@@ -186,7 +414,7 @@ public final class FencingSession implements AutoCloseable {
         List<Long> tokens = parseArray(grant.value());
         List<Lease> leases = new ArrayList<>();
         for (int i = 0; i < names.size(); i++) {
-            leases.add(new SessionLease(names.get(i), Kind.EXCLUSIVE, tokens.get(i)));
+            leases.add(new SessionLease(names.get(i), Kind.EXCLUSIVE, tokens.get(i), null));
         }
         return Optional.of(leases);
     }
@@ -257,17 +485,20 @@ public final class FencingSession implements AutoCloseable {
         }
     }
 
-    /** fencing_release of one lease; the session lives on. On the work connection if it is
-     *  free, else on one of its own: a release never queues behind another thread's wait. */
-    private boolean release(String lockName, long token) throws SQLException {
-        String sql = "SELECT fencing_release(?, ?::fencing_token)";
+    /** fencing_release of one lease (and the leave of its place, if it waited in line); the
+     *  session lives on. On the work connection if it is free, else on one of its own: a
+     *  release never queues behind another thread's wait. */
+    boolean release(String lockName, long token, Long place) throws SQLException {
+        String sql = place == null ? "SELECT fencing_release(?, ?::fencing_token)" : Line.RELEASE_AND_LEAVE;
+        Object[] params = place == null ? new Object[] {lockName, token}
+                : new Object[] {lockName, token, place};
         if (workLock.tryLock()) {
             try {
                 if (closed) {
                     return false;
                 }
                 reconnectWork();
-                return "t".equals(Wire.value(work, sql, lockName, token));
+                return "t".equals(Wire.value(work, sql, params));
             } finally {
                 workLock.unlock();
             }
@@ -276,14 +507,24 @@ public final class FencingSession implements AutoCloseable {
             return false;
         }
         try (Connection connection = client.connect("pg_fencing session " + holder)) {
-            return "t".equals(Wire.value(connection, sql, lockName, token));
+            return "t".equals(Wire.value(connection, sql, params));
         }
     }
 
     private boolean renew(long deadline) throws SQLException, InterruptedException {
+        LineLease lease = guarded;
+        if (lease == null) {
+            return "t".equals(Wire.valueWithin(beatConnection, deadline, null,
+                    "SELECT fencing_session_renew(?::bigint, ?::interval)", id,
+                    Wire.interval(options.ttl())));
+        }
+        // An election's session: the lease in it lives too (a revoke ends the lease only).
+        // Polling a granted place answers its token while the lease lives.
         return "t".equals(Wire.valueWithin(beatConnection, deadline, null,
-                "SELECT fencing_session_renew(?::bigint, ?::interval)", id,
-                Wire.interval(options.ttl())));
+                "SELECT fencing_session_renew(?::bigint, ?::interval) AND coalesce((SELECT "
+                        + "p.state = 'granted' AND p.token::bigint = ? FROM "
+                        + "fencing_line_poll(ARRAY[?::bigint]) p), false)", id,
+                Wire.interval(options.ttl()), lease.token(), lease.place()));
     }
 
     private void dropHeartbeat() {
@@ -306,6 +547,7 @@ public final class FencingSession implements AutoCloseable {
             }
             closed = true;
         }
+        watches.forEach(Line.Watch::wake); // a wait in line on another thread sees it at once
         try {
             closeOnTheServer();
         } finally {
@@ -362,12 +604,15 @@ public final class FencingSession implements AutoCloseable {
         private final String lockName;
         private final Kind kind;
         private final long token;
+        /** Its place in the lock's line, if it waited there (kept while the lease lives). */
+        private final Long place;
         private final AtomicBoolean released = new AtomicBoolean();
 
-        SessionLease(String lockName, Kind kind, long token) {
+        SessionLease(String lockName, Kind kind, long token, Long place) {
             this.lockName = lockName;
             this.kind = kind;
             this.token = token;
+            this.place = place;
         }
 
         @Override
@@ -402,7 +647,8 @@ public final class FencingSession implements AutoCloseable {
 
         @Override
         public boolean release() throws SQLException {
-            return released.compareAndSet(false, true) && FencingSession.this.release(lockName, token);
+            return released.compareAndSet(false, true)
+                    && FencingSession.this.release(lockName, token, place);
         }
 
         @Override

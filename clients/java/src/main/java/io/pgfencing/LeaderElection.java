@@ -22,9 +22,17 @@ import java.util.function.Consumer;
  * election.resign();
  * }</pre>
  *
- * <p>The leader is whoever holds the lock's live exclusive lease. Campaigning is a loop of
- * {@code CALL fencing_await}, which holds no snapshot while it waits. One thread campaigns at a
- * time (another's campaign waits for it, and then returns the same lease); any may resign.
+ * <p>The leader is whoever holds the lock's live exclusive lease. A candidate campaigns in a
+ * {@link FencingSession} of its own (1.8), whose heartbeat (one connection, a renewal every
+ * ttl/3 unless the options say otherwise) keeps it in the lock's line while it waits (1.10: a
+ * place the database keeps, polled by short statements, no server connection held between
+ * them, arrival order kept) and keeps its lease once it leads; each renewal also checks that
+ * the lease lives (a revoke ends the lease, not the session). A candidate that gives up (its
+ * time ran out, an interrupt) leaves the line, giving back anything granted to it meanwhile,
+ * and closes its session; a session lost while it waits is replaced by a new one, which joins
+ * the line again at the back. {@link #resign()} releases the lease (the next place in line is
+ * told) and closes the session. One thread campaigns at a time (another's campaign waits for
+ * it, and then returns the same lease); any may resign.
  */
 public final class LeaderElection {
     private static final System.Logger LOG = System.getLogger("io.pgfencing");
@@ -34,10 +42,13 @@ public final class LeaderElection {
     private final LeaseOptions options;
     private final String holder;
     private final List<LeadershipListener> listeners = new CopyOnWriteArrayList<>();
-    private volatile StandaloneLease lease;
+    /** The lease of the current term (held or lost), null without one. */
+    private volatile ElectionLease lease;
+    /** The candidate's session while it campaigns or leads. */
+    private volatile FencingSession session;
     private volatile AtomicBoolean termEnded = new AtomicBoolean(true);
-    /** One campaign at a time: two at once would both be granted, the same holder's second
-     *  acquire taking the first's lease again, and leave two heartbeats on one term. */
+    /** One campaign at a time: two at once would join the line with one holder twice and
+     *  leave two heartbeats on one term. */
     private final ReentrantLock campaigning = new ReentrantLock();
 
     LeaderElection(FencingClient client, String name, LeaseOptions options) {
@@ -70,7 +81,8 @@ public final class LeaderElection {
         return campaign(payload, Wire.FOREVER).orElseThrow();
     }
 
-    /** Campaigns for up to {@code time}; empty if another led all along. */
+    /** Campaigns for up to {@code time}; empty if another led all along (the candidate has
+     *  left the line then, and given back a grant made meanwhile). */
     public Optional<Lease> campaign(String payload, long time, TimeUnit unit)
             throws SQLException, InterruptedException {
         return campaign(payload, Math.max(0, unit.toNanos(time)));
@@ -80,55 +92,126 @@ public final class LeaderElection {
             throws SQLException, InterruptedException {
         campaigning.lockInterruptibly();
         try {
-            StandaloneLease current = lease;
+            ElectionLease current = lease;
             if (current != null && current.isHeld()) {
                 return Optional.of(current);
             }
-            if (current != null) {
-                // A lost term (its listeners were told): its connection, and its lease if the
-                // server still counts it, are given back before the next term.
-                releaseQuietly(current);
+            // A lost term (its listeners were told): its session, and with it its lease if the
+            // server still counts it, is closed before the next term.
+            closeSession();
+            long start = System.nanoTime();
+            int failures = 0;
+            while (true) {
+                long left = waitNanos == Wire.FOREVER ? Wire.FOREVER
+                        : Math.max(0, waitNanos - (System.nanoTime() - start));
+                Optional<Lease> led = newTerm(payload, left);
+                if (led != null) {
+                    return led;
+                }
+                // The session was lost while it waited: a new one, at the back of the line.
+                if (waitNanos != Wire.FOREVER && System.nanoTime() - start >= waitNanos) {
+                    return Optional.empty();
+                }
+                failures++;
+                TimeUnit.MILLISECONDS.sleep(LeaderObserver.reconnectDelayMillis(failures));
             }
-            return newTerm(payload, waitNanos);
         } finally {
             campaigning.unlock();
         }
     }
 
-    private static void releaseQuietly(StandaloneLease lost) {
-        try {
-            lost.release();
-        } catch (SQLException ignored) {
-            // it ends after its ttl; its connection is closed all the same
+    /** A session's onLost: the election's (listeners, then the options' onLost) once the
+     *  candidate leads, nothing before (a session lost while waiting is the campaign's to
+     *  mend, with a new session). */
+    private final class Candidacy {
+        private final AtomicBoolean term = new AtomicBoolean(false);
+        private boolean leading;
+        private String lost;
+
+        void sessionLost(String reason) {
+            boolean lead;
+            synchronized (this) {
+                lost = reason;
+                lead = leading;
+            }
+            if (lead) {
+                endTerm(term, reason);
+                Consumer<String> userOnLost = options.onLost();
+                if (userOnLost != null) {
+                    userOnLost.accept(reason);
+                }
+            }
+        }
+
+        /** From now on a loss is the leader's; false if the session was lost already. */
+        synchronized boolean lead() {
+            if (lost != null) {
+                return false;
+            }
+            leading = true;
+            return true;
         }
     }
 
+    /**
+     * One term's campaign in a new session: the lease (present) once it leads, empty when the
+     * wait ran out, null when the session was lost while it waited.
+     */
     private Optional<Lease> newTerm(String payload, long waitNanos)
             throws SQLException, InterruptedException {
-        AtomicBoolean term = new AtomicBoolean(false);
-        Consumer<String> userOnLost = options.onLost();
-        LeaseOptions termOptions = options.withHolder(holder).withPayload(payload)
-                .withOnLost(reason -> {
-                    endTerm(term, reason);
-                    if (userOnLost != null) {
-                        userOnLost.accept(reason);
-                    }
-                });
-        StandaloneLease candidate = new StandaloneLease(client, name, Kind.EXCLUSIVE, null,
-                termOptions);
-        if (!candidate.acquire(waitNanos)) {
+        Candidacy candidacy = new Candidacy();
+        LeaseOptions sessionOptions = options.withHolder(holder).withPayload(null)
+                .withOnLost(candidacy::sessionLost);
+        FencingSession candidate = new FencingSession(client, sessionOptions,
+                "the session ended, or its lease of \"" + name + "\" did (revoked, say)");
+        session = candidate;
+        FencingSession.LineLease granted;
+        try {
+            granted = candidate.waitInLine(name, waitNanos, payload);
+        } catch (LeaseLostException lost) {
+            closeSession();
+            if (FencingException.SESSION_ENDED.equals(lost.getSQLState()) || !candidate.isHeld()) {
+                return null;
+            }
+            throw lost;
+        } catch (SQLException | InterruptedException | RuntimeException e) {
+            closeSession();
+            throw e;
+        }
+        if (granted == null) {
+            closeSession();
             return Optional.empty();
         }
-        lease = candidate;
-        termEnded = term;
+        candidate.guard(granted);
+        if (!candidacy.lead()) {
+            closeSession(); // lost between the grant and now: closing gives the grant back
+            return null;
+        }
+        ElectionLease won = new ElectionLease(candidate, granted);
+        lease = won;
+        termEnded = candidacy.term;
         for (LeadershipListener listener : listeners) {
             try {
-                listener.gained(candidate);
+                listener.gained(won);
             } catch (RuntimeException e) {
                 LOG.log(Level.WARNING, "a LeadershipListener of \"" + name + "\" failed", e);
             }
         }
-        return Optional.of(candidate);
+        return Optional.of(won);
+    }
+
+    /** Closes what is left of the candidate's session (and with it its place and any lease in
+     *  it); the session ends at its ttl if the close fails. */
+    private void closeSession() {
+        FencingSession current = session;
+        session = null;
+        if (current != null) {
+            try {
+                current.close();
+            } catch (SQLException ignored) {
+                // it ends at its ttl, the places and leases in it with it
+            }
+        }
     }
 
     /** Tells the listeners, once per term. */
@@ -147,7 +230,7 @@ public final class LeaderElection {
 
     /** Whether this candidate leads and can still trust it. */
     public boolean isLeader() {
-        StandaloneLease current = lease;
+        ElectionLease current = lease;
         return current != null && current.isHeld();
     }
 
@@ -161,26 +244,28 @@ public final class LeaderElection {
      * keeping the token. LeaseLostException unless this candidate leads.
      */
     public void proclaim(String payload) throws SQLException {
-        StandaloneLease current = lease;
+        ElectionLease current = lease;
         if (current == null || !current.isHeld()) {
             throw new LeaseLostException("not the leader of \"" + name + "\" (holder " + holder
                     + "): " + (current == null ? "no term; campaign() first"
                     : "its term (token " + current.token() + ") ended: "
                     + current.lostReason().orElse("unknown")));
         }
-        try (Connection connection = client.connect("pg_fencing election " + holder)) {
-            String granted = Wire.value(connection,
-                    "SELECT fencing_acquire(?, ?, ?::interval, payload => ?::jsonb)",
-                    name, holder, Wire.interval(options.ttl()), payload);
-            if (granted != null && Long.parseLong(granted) != current.token()) {
-                // Ours had ended: that was a new grant, not a proclamation.
-                Wire.value(connection, "SELECT fencing_release(?, ?::fencing_token)", name,
-                        Long.parseLong(granted));
-            }
-            if (granted == null || Long.parseLong(granted) != current.token()) {
-                throw new LeaseLostException("no longer the leader of \"" + name + "\" (token "
-                        + current.token() + ")");
-            }
+        String granted;
+        try {
+            granted = current.session.reacquire(name, payload);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new LeaseLostException("interrupted while proclaiming over \"" + name + "\"",
+                    null, e);
+        }
+        if (granted != null && Long.parseLong(granted) != current.token()) {
+            // Ours had ended: that was a new grant, not a proclamation.
+            current.session.release(name, Long.parseLong(granted), null);
+        }
+        if (granted == null || Long.parseLong(granted) != current.token()) {
+            throw new LeaseLostException("no longer the leader of \"" + name + "\" (token "
+                    + current.token() + ")");
         }
     }
 
@@ -213,9 +298,10 @@ public final class LeaderElection {
         return observe(Duration.ofSeconds(5), onChange);
     }
 
-    /** Gives leadership up (fencing_release): whether it was still ours. */
+    /** Gives leadership up (fencing_release; the next place in line is told) and closes the
+     *  candidate's session: whether the lease was still ours. */
     public synchronized boolean resign() throws SQLException {
-        StandaloneLease current = lease;
+        ElectionLease current = lease;
         if (current == null) {
             return false;
         }
@@ -224,6 +310,69 @@ public final class LeaderElection {
             return current.release();
         } finally {
             endTerm(termEnded, "resigned");
+        }
+    }
+
+    /** The leader's lease, in its candidate's session of its own: release() gives it back
+     *  (the next place in line is told) and closes the session. */
+    private static final class ElectionLease implements Lease {
+        final FencingSession session;
+        private final FencingSession.LineLease grant;
+        private final AtomicBoolean released = new AtomicBoolean();
+
+        ElectionLease(FencingSession session, FencingSession.LineLease grant) {
+            this.session = session;
+            this.grant = grant;
+        }
+
+        @Override
+        public String lockName() {
+            return grant.lockName();
+        }
+
+        @Override
+        public long token() {
+            return grant.token();
+        }
+
+        @Override
+        public boolean isHeld() {
+            return !released.get() && session.isHeld();
+        }
+
+        @Override
+        public Optional<String> lostReason() {
+            return released.get() ? Optional.of("released") : session.lostReason();
+        }
+
+        @Override
+        public boolean awaitLost(Duration timeout) throws InterruptedException {
+            return session.awaitLost(timeout);
+        }
+
+        @Override
+        public String describe() {
+            return Kind.EXCLUSIVE.describe(grant.lockName());
+        }
+
+        @Override
+        public boolean release() throws SQLException {
+            if (!released.compareAndSet(false, true)) {
+                return false;
+            }
+            session.guard(null);
+            try {
+                return session.isHeld()
+                        && session.release(grant.lockName(), grant.token(), grant.place());
+            } finally {
+                session.close();
+            }
+        }
+
+        @Override
+        public String toString() {
+            return "Lease[" + describe() + " in fencing session " + session.id() + ", token "
+                    + grant.token() + ", " + (isHeld() ? "held" : "not held") + "]";
         }
     }
 }

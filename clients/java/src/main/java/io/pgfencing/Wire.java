@@ -145,6 +145,82 @@ final class Wire {
         return null;
     }
 
+    /** Runs one statement: its first row's values as text, null without a row. */
+    static String[] row(Connection connection, String sql, Object... params) throws SQLException {
+        try (PreparedStatement statement = connection.prepareStatement(sql)) {
+            bind(statement, params);
+            return firstRow(statement);
+        }
+    }
+
+    private static String[] firstRow(PreparedStatement statement) throws SQLException {
+        if (!statement.execute()) {
+            return null;
+        }
+        try (ResultSet rows = statement.getResultSet()) {
+            if (!rows.next()) {
+                return null;
+            }
+            String[] values = new String[rows.getMetaData().getColumnCount()];
+            for (int i = 0; i < values.length; i++) {
+                values[i] = rows.getString(i + 1);
+            }
+            return values;
+        }
+    }
+
+    /**
+     * A short statement (a statement of the line: join, poll, leave), waited for until
+     * {@code deadline} at most: its first row. No answer by then: the connection is aborted and
+     * SQLTimeoutException thrown. An interrupt does not cancel it (it is short, and its answer
+     * -- a place, a grant -- must be known to be given back): its answer is waited for all the
+     * same, and then InterruptedException thrown, the row in {@code answered[0]} if the caller
+     * passed an array.
+     */
+    static String[] rowWithin(Connection connection, long deadline, String[][] answered, String sql,
+                              Object... params) throws SQLException, InterruptedException {
+        PreparedStatement statement = connection.prepareStatement(sql);
+        try {
+            bind(statement, params);
+            Future<String[]> answer = CALLS.submit(() -> firstRow(statement));
+            boolean interrupted = false;
+            String[] row;
+            while (true) {
+                try {
+                    row = answer.get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+                    break;
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                } catch (TimeoutException late) {
+                    abort(connection);
+                    if (interrupted) {
+                        Thread.currentThread().interrupt();
+                    }
+                    throw new SQLTimeoutException("no answer from the server before the deadline "
+                            + "to: " + sql + "; its connection was aborted");
+                } catch (ExecutionException failed) {
+                    if (interrupted) {
+                        Thread.currentThread().interrupt();
+                    }
+                    Throwable cause = failed.getCause();
+                    if (cause instanceof SQLException) {
+                        throw (SQLException) cause;
+                    }
+                    throw new SQLException("statement failed: " + sql, cause);
+                }
+            }
+            if (interrupted) {
+                if (answered != null) {
+                    answered[0] = row;
+                }
+                throw new InterruptedException("interrupted during: " + sql);
+            }
+            return row;
+        } finally {
+            closeQuietly(statement);
+        }
+    }
+
     /** One attempt of a wait: the grant (as text) or null, waiting {@code sliceNanos} (0: none). */
     interface Attempt {
         String attempt(long sliceNanos) throws SQLException, InterruptedException;

@@ -170,15 +170,16 @@ class ElectionTest {
         String name = Live.name();
         LeaderElection election = CLIENT.election(name, LeaseOptions.ofTtl(Duration.ofSeconds(2))
                 .withHeartbeat(Duration.ofMillis(200)).withHolder("term-" + name));
-        String application = "pg_fencing lease term-" + name;
+        String application = "pg_fencing session term-" + name;
         try (Connection db = Live.db()) {
             Lease first = election.campaign(null);
             Live.value(db, "SELECT fencing_revoke(?, 'test')", name);
             assertTrue(first.awaitLost(Duration.ofSeconds(3)));
             Lease second = election.campaign(null, 5, TimeUnit.SECONDS).orElseThrow();
             assertTrue(second.token() > first.token());
-            assertEquals(1, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
-                    application), "the lost term's connection is still open");
+            // The new term's session: its heartbeat's connection and its work connection.
+            assertEquals(2, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+                    application), "the lost term's connections are still open");
         } finally {
             election.resign();
         }
@@ -210,8 +211,8 @@ class ElectionTest {
         try (Connection db = Live.db()) {
             assertEquals(2, leases.size(), leases.toString());
             assertSame(leases.get(0), leases.get(1), "two terms at once: " + leases);
-            assertEquals(1, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
-                    "pg_fencing lease twice-" + name), "one connection, one heartbeat");
+            assertEquals(2, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+                    "pg_fencing session twice-" + name), "one session (two connections), one heartbeat");
         } finally {
             election.resign();
             for (Lease lease : leases) {

@@ -175,6 +175,28 @@ final class Live {
         }
     }
 
+    /** How many places wait in a lock's line for sessions of {@code holder} (1.10). */
+    static int placesInLine(Connection db, String holder) throws SQLException {
+        return count(db, "SELECT count(*) FROM fencing_line l JOIN fencing_sessions s USING (session_id) "
+                + "WHERE s.holder = ? AND l.token IS NULL", holder);
+    }
+
+    /** Waits until placesInLine() says {@code expected}: what it says then. */
+    static int awaitPlacesInLine(Connection db, String holder, int expected) throws InterruptedException {
+        eventually(Duration.ofSeconds(5), () -> {
+            try {
+                return placesInLine(db, holder) == expected;
+            } catch (SQLException e) {
+                return false;
+            }
+        });
+        try {
+            return placesInLine(db, holder);
+        } catch (SQLException e) {
+            throw new AssertionError(e);
+        }
+    }
+
     static int count(Connection db, String sql, Object... params) throws SQLException {
         return Integer.parseInt(value(db, sql, params));
     }

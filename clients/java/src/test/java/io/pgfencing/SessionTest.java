@@ -64,6 +64,7 @@ class SessionTest {
             Lease held = holder.lock(name);
             String application = "pg_fencing session waiter-" + name;
             AtomicReference<Throwable> outcome = new AtomicReference<>();
+            // 1.10: the wait is a place in the lock's line, not a statement that runs.
             Thread waiting = new Thread(() -> {
                 try {
                     waiter.lock(name);
@@ -73,14 +74,14 @@ class SessionTest {
                 }
             });
             waiting.start();
-            assertEquals(1, Live.awaitWaitsOnTheServer(db, application, 1), "the wait is on the server");
+            assertEquals(1, Live.awaitPlacesInLine(db, "waiter-" + name, 1), "the wait is on the server");
+            assertEquals(0, Live.waitsOnTheServer(db, application), "no statement runs for the wait");
             waiting.interrupt();
             waiting.join(5000);
             assertFalse(waiting.isAlive(), "the interrupt ended the wait");
             assertInstanceOf(InterruptedException.class, outcome.get());
-            // The session's connection stays open: only a cancel ends the wait on the server.
-            assertEquals(0, Live.awaitWaitsOnTheServer(db, application, 0),
-                    "the wait does not go on on the server");
+            // The session lives on: the place is left, not ended with the session.
+            assertEquals(0, Live.placesInLine(db, "waiter-" + name), "the wait goes on on the server");
             assertTrue(waiter.isHeld());
             assertTrue(waiter.tryLock(name, 0, TimeUnit.SECONDS).isEmpty(), "still busy, and usable");
             assertTrue(held.release());
@@ -148,7 +149,7 @@ class SessionTest {
                 }
             });
             waiting.start();
-            assertEquals(1, Live.awaitWaitsOnTheServer(db, application, 1), "the wait is on the server");
+            assertEquals(1, Live.awaitPlacesInLine(db, "closed-" + name, 1), "the wait is on the server");
             Thread closing = new Thread(() -> {
                 try {
                     waiter.close();
@@ -166,6 +167,7 @@ class SessionTest {
             assertInstanceOf(LeaseLostException.class, outcome.get());
             assertEquals(FencingException.SESSION_ENDED, ((SQLException) outcome.get()).getSQLState());
             assertEquals(0, Live.waitsOnTheServer(db, application));
+            assertEquals(0, Live.placesInLine(db, "closed-" + name));
             assertThrows(LeaseLostException.class, () -> waiter.lock(name), "closed: no more leases");
         }
     }
@@ -188,7 +190,7 @@ class SessionTest {
             });
             waiting.start();
             try {
-                assertEquals(1, Live.awaitWaitsOnTheServer(db, "pg_fencing session busy-" + name, 1));
+                assertEquals(1, Live.awaitPlacesInLine(db, "busy-" + name, 1));
                 AtomicReference<Object> released = new AtomicReference<>();
                 AtomicReference<Object> tried = new AtomicReference<>();
                 Thread other = new Thread(() -> {
@@ -202,8 +204,11 @@ class SessionTest {
                 other.start();
                 other.join(5000);
                 assertEquals(Boolean.TRUE, released.get(), "the release waited behind the wait");
-                assertEquals(java.util.Optional.empty(), tried.get(),
-                        "tryLock(300 ms) waited past its time for the session's turn");
+                // 1.10: the wait is a place in line, polled by short statements: it holds the
+                // work connection only for them, and a timed acquire of a free lock gets it.
+                assertInstanceOf(java.util.Optional.class, tried.get(), String.valueOf(tried.get()));
+                assertTrue(((java.util.Optional<?>) tried.get()).isPresent(),
+                        "tryLock(300 ms) of a free lock waited behind another thread's wait in line");
                 assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_leases WHERE lock_name = ? "
                         + "AND state = 'live'", name + "_mine"), "released on the server");
             } finally {
@@ -220,10 +225,10 @@ class SessionTest {
              FencingSession session = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(5))
                      .withHolder("broken-" + name))) {
             Lease first = session.lock(name + "_1");
-            // The work connection's backend only: its last statement was the lock's CALL, the
-            // heartbeat's fencing_session_open or fencing_session_renew.
+            // The work connection's backend only: its last statement was the lock's join of the
+            // line (1.10), the heartbeat's fencing_session_open or fencing_session_renew.
             assertEquals(1, Live.count(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    + "WHERE application_name = ? AND query LIKE 'CALL fencing_await%'",
+                    + "WHERE application_name = ? AND query LIKE '%fencing_line_join%'",
                     "pg_fencing session broken-" + name));
             Live.eventually(Duration.ofSeconds(3), () -> {
                 try {

@@ -1,0 +1,92 @@
+package io.pgfencing;
+
+import static io.pgfencing.Live.CLIENT;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.Optional;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+
+/** A session's wait for an exclusive lease is a place in the lock's line (1.10, issue 43). */
+class LineTest {
+    private static final LeaseOptions TTL = LeaseOptions.ofTtl(Duration.ofSeconds(10));
+
+    /** A thread that waits for {@code lock} in {@code session}; its outcome once it ends. */
+    private static Thread waitFor(FencingSession session, String lock, AtomicReference<Object> outcome) {
+        Thread thread = new Thread(() -> {
+            try {
+                Optional<Lease> lease = session.tryLock(lock, 30, TimeUnit.SECONDS);
+                outcome.set(lease.isPresent() ? lease.get() : "timed out");
+            } catch (Throwable e) {
+                outcome.set(e);
+            }
+        });
+        thread.setDaemon(true);
+        thread.start();
+        return thread;
+    }
+
+    private static String[] twoValues(Connection db, String sql, Object... params) throws java.sql.SQLException {
+        try (java.sql.PreparedStatement statement = db.prepareStatement(sql)) {
+            for (int i = 0; i < params.length; i++) {
+                statement.setObject(i + 1, params[i]);
+            }
+            try (java.sql.ResultSet rows = statement.executeQuery()) {
+                rows.next();
+                return new String[] {rows.getString(1), rows.getString(2)};
+            }
+        }
+    }
+
+    @Test
+    void aWaitKeepsItsPlaceInLine() throws Exception {
+        String lock = Live.name();
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(TTL);
+             FencingSession first = CLIENT.openSession(TTL.withHolder(lock + "-first"));
+             FencingSession second = CLIENT.openSession(TTL.withHolder(lock + "-second"))) {
+            Lease held = holder.lock(lock);
+            AtomicReference<Object> firstGot = new AtomicReference<>();
+            AtomicReference<Object> secondGot = new AtomicReference<>();
+            Thread firstWait = waitFor(first, lock, firstGot);
+            assertEquals(1, Live.awaitPlacesInLine(db, lock + "-first", 1), "the first wait has no place in line");
+            Thread secondWait = waitFor(second, lock, secondGot);
+            assertEquals(1, Live.awaitPlacesInLine(db, lock + "-second", 1), "the second wait has no place in line");
+
+            // Released, and a plain acquire by a third party in the same statement, before any
+            // waiter could poll: the lock is the first place's, not the third party's.
+            // (A select list is evaluated in order.)
+            String[] third = twoValues(db, "SELECT fencing_release(?, ?::fencing_token)::text, "
+                    + "coalesce(fencing_acquire(?, 'third', '10 s')::text, 'nothing')", lock, held.token(), lock);
+            assertEquals("true", third[0], "the holder's release");
+            assertEquals("nothing", third[1], "the third party's plain acquire was granted during the wait");
+            assertNull(Live.value(db, "SELECT fencing_acquire(?, 'third', '10 s')", lock),
+                    "the third party took the lock while the first place waited");
+
+            firstWait.join(10_000);
+            assertTrue(firstGot.get() instanceof Lease, "the first in line: " + firstGot.get());
+            Lease firstLease = (Lease) firstGot.get();
+            assertNull(secondGot.get(), "the second in line got an answer before the first released");
+            assertEquals(lock + "-first", CLIENT.leader(lock).orElseThrow().holder());
+            assertEquals(1, Live.placesInLine(db, lock + "-second"), "the second lost its place");
+            assertNull(Live.value(db, "SELECT fencing_acquire(?, 'third', '10 s')", lock));
+
+            assertTrue(firstLease.release());
+            secondWait.join(10_000);
+            assertTrue(secondGot.get() instanceof Lease, "the second in line: " + secondGot.get());
+            Lease secondLease = (Lease) secondGot.get();
+            assertTrue(secondLease.token() > firstLease.token());
+            assertEquals(lock + "-second", CLIENT.leader(lock).orElseThrow().holder());
+            assertTrue(secondLease.release());
+            // (The holder's place, whose lease the plain fencing_release above ended, is a row
+            // until its session closes or joins again; none waits.)
+            assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_line l JOIN fencing_lock k "
+                    + "USING (lock_id) WHERE k.lock_name = ? AND l.token IS NULL", lock), "places left in line");
+        }
+    }
+}
