@@ -99,7 +99,10 @@ export interface SessionOptions {
 }
 
 export interface SessionLockOptions {
-  /** Seconds to wait for a busy lock (Infinity: until granted). Default: one attempt. */
+  /** Seconds to wait for a busy lock (Infinity: until granted). Default: one attempt.
+   *  For an exclusive lease the wait is a place in the lock's line (pg_fencing 1.10): short
+   *  statements, no server connection held between them; for a shared lease or a permit,
+   *  CALL fencing_await. */
   wait?: number;
   kind?: LeaseKind;
   /** For kind 'permit'. */
@@ -115,10 +118,13 @@ export declare class SessionLease implements FencedLease {
   readonly name: string;
   readonly kind: LeaseKind;
   readonly token: bigint;
+  /** Its place in the lock's line (pg_fencing 1.10) if it waited there, else null. */
+  readonly place: bigint | null;
   held(): boolean;
   readonly lostReason: string | null;
   check(): bigint;
   query<R = any>(db: Queryable<R>, sql: string, values?: unknown[]): Promise<R>;
+  /** Gives the lease back (a lease taken through the line leaves its place too). */
   release(): Promise<boolean>;
   describe(): string;
 }
@@ -137,8 +143,9 @@ export declare class Session extends EventEmitter {
   lock(name: string, options?: SessionLockOptions): Promise<SessionLease>;
   /** Every lock or none, in the order given. */
   lockAll(names: string[], options?: { wait?: number }): Promise<SessionLease[]>;
-  /** Closes the session, releasing every lease in it: how many. Idempotent. A wait pending
-   *  in the session ends with LeaseLostError; calls made after the close reject with it. */
+  /** Closes the session, releasing every lease in it (and ending its places in line): how
+   *  many. Idempotent. A wait pending in the session ends with LeaseLostError; calls made
+   *  after the close reject with it. */
   close(): Promise<number>;
 
   on(event: 'lost', listener: (reason: string) => void): this;
@@ -148,9 +155,41 @@ export declare class Session extends EventEmitter {
 }
 
 export interface ElectionOptions {
-  /** Seconds. Default 10. */
+  /** Seconds: the ttl of the candidate's session, renewed every ttl/3. Default 10. */
   ttl?: number;
+  /** Called once, with the reason, when the leader's lease is lost. */
   onLost?: (reason: string) => void;
+}
+
+/** The leader's lease, in its candidate's session of its own: what a Lease has, and the
+ *  session and place in line it was granted to. */
+export declare class ElectionLease extends EventEmitter implements FencedLease {
+  private constructor();
+  readonly name: string;
+  readonly kind: 'exclusive';
+  readonly token: bigint;
+  readonly holder: string;
+  /** Seconds: the session's. */
+  readonly ttl: number;
+  readonly permits: null;
+  /** The candidate's session (its heartbeat keeps the lease). */
+  readonly session: Session;
+  /** The place in the lock's line the lease was granted to. */
+  readonly place: bigint;
+  held(): boolean;
+  readonly lostReason: string | null;
+  /** performance.now() after which the lease no longer counts as held. */
+  readonly deadline: number;
+  check(): bigint;
+  query<R = any>(db: Queryable<R>, sql: string, values?: unknown[]): Promise<R>;
+  /** Gives the lease back (the next place in line is told) and closes the session. */
+  release(): Promise<boolean>;
+  describe(): string;
+
+  on(event: 'lost', listener: (reason: string) => void): this;
+  once(event: 'lost', listener: (reason: string) => void): this;
+  off(event: 'lost', listener: (reason: string) => void): this;
+  emit(event: 'lost', reason: string): boolean;
 }
 
 export declare class Election {
@@ -159,9 +198,11 @@ export declare class Election {
   readonly holder: string;
   readonly ttl: number;
   /** The lease while this candidate leads, else null. */
-  readonly lease: Lease | null;
-  /** Resolves once this candidate leads. timeout: seconds (LockTimeoutError after it). */
-  campaign(payload?: Json, options?: { timeout?: number; signal?: AbortSignal }): Promise<Lease>;
+  readonly lease: ElectionLease | null;
+  /** Resolves once this candidate leads, having waited as a place in the lock's line in a
+   *  session of its own. timeout: seconds (LockTimeoutError after it); signal: rejects with
+   *  signal.reason. Either way the place is left, and a grant made meanwhile given back. */
+  campaign(payload?: Json, options?: { timeout?: number; signal?: AbortSignal }): Promise<ElectionLease>;
   /** A new payload, same token; LeaseLostError unless this candidate leads. */
   proclaim(payload: Json): Promise<void>;
   isLeader(): boolean;
@@ -170,13 +211,27 @@ export declare class Election {
    *  Reconnects after a broken connection; rejects with an error no reconnect can mend
    *  (a wrong password, a missing extension), or with signal.reason once signal aborts. */
   observe(options?: { reread?: number; signal?: AbortSignal }): AsyncGenerator<Leader | null, void, undefined>;
+  /** Gives the lease back (the next place in line is told) and closes the candidate's
+   *  session: whether it was still ours. */
   resign(): Promise<boolean>;
 }
 
+export interface ClientOptions {
+  /** One connection LISTENs on fencing_line while a wait of this client is in line, so that
+   *  a place polls as soon as its number is announced. Only for a config that can LISTEN (the
+   *  server, or a session pool), not a transaction pooler. Default false. */
+  listen?: boolean;
+  /** Seconds between two polls of a place in line. Default 0.5 (2 with listen). */
+  poll?: number;
+}
+
 export declare class Client {
-  constructor(config?: ConnectionConfig);
+  constructor(config?: ConnectionConfig, options?: ClientOptions);
   /** Not enumerable: util.inspect, loggers and JSON.stringify leave it (and its password) out. */
   readonly config: ConnectionConfig;
+  readonly listen: boolean;
+  /** Seconds, as given; null: the default. */
+  readonly poll: number | null;
   lock(name: string, options?: ExclusiveLockOptions): Promise<Lease>;
   semaphore(name: string, permits: number, options?: LockOptions): Promise<Lease>;
   shared(name: string, options?: LockOptions): Promise<Lease>;

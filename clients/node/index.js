@@ -8,7 +8,7 @@
 //                 [lease.token, body]));              // StaleTokenError once another took over
 
 export { Client } from './lib/client.js';
-export { Election } from './lib/election.js';
+export { Election, ElectionLease } from './lib/election.js';
 export {
   FencingError,
   GuardError,

@@ -1,20 +1,43 @@
 // Client: the entry point.  Every lease, session and election it makes uses
 // connections of its own, from the same config (and so as the same role,
 // which renewals and releases require).
+//
+// A wait in a session for an exclusive lease, and a campaign, is a place in
+// the lock's line (1.10, ./line.js), polled every `poll` seconds (default
+// 0.5).  With listen: true the client also keeps one connection LISTENing
+// on fencing_line while any of its waits is in line, and a place polls at
+// once when its number is announced (and at the latest every 2 s by
+// default).  Leave it off through a transaction-pooling PgBouncer, where
+// LISTEN cannot be relied on; turn it on when the config names the server
+// (or a session pool), for hand-overs within milliseconds rather than
+// within a poll.
+//
+// No statement of the package is a named prepared statement (node-postgres
+// prepares one only for a query config with a `name`, which the package
+// never passes): every statement works through a transaction pooler.
 
 import { keepConfig, withConnection } from './connection.js';
 import { Election, readLeader } from './election.js';
 import { Lease } from './lease.js';
+import { Listener, pollPeriodMs } from './line.js';
 import { Session } from './session.js';
 
 export class Client {
   // config: a pg.Client config or a connection string; undefined takes
-  // everything from the PG* variables.
-  constructor(config) {
+  // everything from the PG* variables.  listen, poll: see above.
+  constructor(config, { listen = false, poll } = {}) {
     keepConfig(this, config);
+    this.listen = Boolean(listen);
+    pollPeriodMs(poll, this.listen); // RangeError now, not at the first wait
+    this.poll = poll ?? null;
+    this.#line = { listener: this.listen ? new Listener(config) : null, poll };
   }
 
-  // An exclusive lease, held once the promise resolves.
+  #line;
+
+  // An exclusive lease, held once the promise resolves.  Its wait, if any,
+  // is CALL fencing_await (a lease of its own has no session to wait in
+  // line in): for a wait through a transaction pooler, lock in a session.
   lock(name, options = {}) {
     return Lease.acquire(this.config, name, 'exclusive', options);
   }
@@ -45,12 +68,12 @@ export class Client {
 
   // Opens a session (pg_fencing 1.8).
   session(options = {}) {
-    return Session.open(this.config, options);
+    return Session.open(this.config, options, this.#line);
   }
 
   // A candidate `holder` (default host:pid:random) in the election on lock `name`.
   election(name, holder, options = {}) {
-    return new Election(this.config, name, holder, options);
+    return new Election(this.config, name, holder, options, this.#line);
   }
 
   // The live holder of name's exclusive lease ({ holder, token, payload }), or null.

@@ -73,6 +73,22 @@ export async function withConnection(config, applicationName, fn) {
   }
 }
 
+// Whether a connection may be made again after err: a broken or refused
+// connection (no SQLSTATE: a socket error or an unexpected end; class 08;
+// 57P0x, the server shutting down or starting; 53, too many connections)
+// may mend by itself.  Anything else -- a wrong password (28P01), a database
+// or extension that is not there, a privilege missing -- would fail the same
+// way forever, and is thrown instead of being retried in silence.
+export function mayMend(err) {
+  const code = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : null;
+  return code === null || /^(08|53|57P0)/.test(code);
+}
+
+// After the first failure at once, then 100 ms, doubling up to 5 s.
+export function reconnectDelayMs(failures) {
+  return failures <= 1 ? 0 : Math.min(5000, 100 * 2 ** (failures - 2));
+}
+
 // The first value of the first row, or null.
 export async function value(client, sql, values) {
   const { rows } = await client.query(sql, values);

@@ -1,5 +1,14 @@
 // Leader election on one lock: campaign, proclaim, leader, observe, resign.
 //
+// A candidate campaigns in a fencing session of its own (1.8), whose
+// heartbeat (a renewal every ttl/3, on a connection of its own) keeps it in
+// the lock's line while it waits (1.10: a place the database keeps, polled
+// by short statements, no server connection held between them, arrival
+// order kept) and keeps its lease once it leads.  resign() gives the lease
+// back -- the next place in line is told -- and closes the session; a
+// candidate that gives up (timeout, signal) leaves the line, giving back
+// anything granted to it meanwhile, and closes its session.
+//
 // The leader is whoever holds the lock's live exclusive lease.  observe()
 // reports what it reads from the view fencing_leases, never what a
 // notification says: notifications (LISTEN fencing_events) only make it
@@ -9,11 +18,14 @@
 // clock, every `reread` seconds, and after every reconnect (LISTEN first,
 // then the read, so that no change slips between).
 
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { connect, defaultHolder, end, interval, keepConfig, millis, withConnection } from './connection.js';
-import { LeaseLostError } from './errors.js';
-import { Lease, payloadText } from './lease.js';
+import { connect, defaultHolder, end, keepConfig, mayMend, millis, reconnectDelayMs, withConnection } from './connection.js';
+import { LeaseLostError, LockTimeoutError } from './errors.js';
+import { busyMessage, describeLock, fenced } from './lease.js';
+import { Session } from './session.js';
 
 const CHANNEL = 'fencing_events';
 
@@ -30,22 +42,6 @@ export async function readLeader(client, name) {
   const row = rows[0];
   if (!row) return { leader: null, leftMs: null };
   return { leader: { holder: row.holder, token: BigInt(row.token), payload: row.payload }, leftMs: row.left_ms };
-}
-
-// Whether observe() should connect again after err: a broken or refused
-// connection (no SQLSTATE: a socket error or an unexpected end; class 08;
-// 57P0x, the server shutting down or starting; 53, too many connections)
-// may mend by itself.  Anything else -- a wrong password (28P01), a database
-// or extension that is not there, a privilege missing -- would fail the same
-// way forever, and is thrown instead of being retried in silence.
-function mayMend(err) {
-  const code = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : null;
-  return code === null || /^(08|53|57P0)/.test(code);
-}
-
-// After the first failure at once, then 100 ms, doubling up to 5 s.
-function reconnectDelayMs(failures) {
-  return failures <= 1 ? 0 : Math.min(5000, 100 * 2 ** (failures - 2));
 }
 
 // A change is a new (holder, token): a renewal or a proclamation is none.
@@ -66,9 +62,63 @@ function concerns(payload, name) {
 
 const UNSET = Symbol('nothing reported yet');
 
+// The leader's lease, in its candidate's session of its own: what a Lease
+// has (token, held(), check(), query(), 'lost' once, release()), and the
+// session and the place in line it was granted to.  release() gives it back
+// (the next place in line is told) and closes the session.
+export class ElectionLease extends EventEmitter {
+  constructor(election, session, token, place) {
+    super();
+    this.name = election.name;
+    this.kind = 'exclusive';
+    this.token = token;
+    this.holder = election.holder;
+    this.ttl = election.ttl;
+    this.permits = null;
+    this.session = session;
+    this.place = place;
+    // The session's loss is the lease's, emitted once; never after release().
+    session.once('lost', (reason) => {
+      if (!this.#released) this.emit('lost', reason);
+    });
+  }
+
+  #released = false;
+
+  describe() {
+    return `${describeLock(this.kind, this.name)} (election) in fencing session ${this.session.id}`;
+  }
+
+  held() {
+    return !this.#released && this.session.held();
+  }
+
+  get lostReason() {
+    return this.#released ? 'released' : this.session.lostReason;
+  }
+
+  get deadline() {
+    return this.session.deadline;
+  }
+
+  // Gives the lease back and closes the session: true if it was still ours.
+  // Idempotent: later calls resolve to false.
+  async release() {
+    if (this.#released) return false;
+    this.#released = true;
+    try {
+      return await this.session._release(this.name, this.token, this.place);
+    } finally {
+      await this.session.close().catch(() => {}); // else it ends at its ttl
+    }
+  }
+}
+Object.assign(ElectionLease.prototype, fenced);
+
 export class Election {
-  // Made by Client.election(name, holder, { ttl, onLost }).
-  constructor(config, name, holder, { ttl = 10, onLost } = {}) {
+  // Made by Client.election(name, holder, { ttl, onLost }); line: the
+  // Client's { listener, poll }.
+  constructor(config, name, holder, { ttl = 10, onLost } = {}, line = {}) {
     if (typeof name !== 'string' || name === '') throw new TypeError('a lock name (a non-empty string) is required');
     millis(ttl, 'ttl'); // checked now rather than at the first campaign
     keepConfig(this, config);
@@ -77,43 +127,71 @@ export class Election {
     this.ttl = ttl;
     this.onLost = onLost;
     this.lease = null;
+    this.#line = line;
   }
 
-  // Resolves once this candidate leads, to its Lease (LockTimeoutError after
-  // timeout seconds, if given; signal.reason once signal aborts, the wait
-  // ended on the server too).  The wait is CALL fencing_await in slices: a
-  // follower waiting for hours holds no snapshot.
+  #line;
+  #session = null; // the candidate's session, while it campaigns or leads
+
+  // Resolves once this candidate leads, to its ElectionLease
+  // (LockTimeoutError after timeout seconds, if given, the line left;
+  // signal.reason once signal aborts, the line left too).  It waits as a
+  // place in the lock's line, in a session of its own: no connection held
+  // on the server between its polls, arrival order kept.  A session lost
+  // while it waits (its renewals failed) is replaced by a new one, which
+  // joins the line again, at the back.
   async campaign(payload, { timeout, signal } = {}) {
     if (this.lease?.held()) return this.lease;
-    this.lease = await Lease.acquire(this.config, this.name, 'exclusive', {
-      holder: this.holder,
-      ttl: this.ttl,
-      wait: timeout ?? Infinity,
-      payload,
-      signal,
-      onLost: this.onLost,
-    });
-    return this.lease;
+    const waitMs = timeout == null ? Infinity : millis(timeout, 'timeout', { zeroOk: true, infinityOk: true });
+    await this.#endTerm();
+    const end = performance.now() + waitMs;
+    for (let failures = 1; ; failures += 1) {
+      signal?.throwIfAborted();
+      const session = await Session.open(this.config, { ttl: this.ttl, holder: this.holder }, this.#line);
+      this.#session = session;
+      let granted;
+      try {
+        granted = await session._waitInLine(this.name, Math.max(0, end - performance.now()), payload, signal);
+      } catch (err) {
+        await this.#endTerm();
+        if (!(err instanceof LeaseLostError)) throw err;
+        granted = undefined; // the session was lost while it waited
+      }
+      if (granted && session.held()) {
+        const lease = new ElectionLease(this, session, granted.token, granted.place);
+        if (this.onLost) lease.once('lost', this.onLost);
+        this.lease = lease;
+        return lease;
+      }
+      await this.#endTerm(); // closing the session gives back a grant in it
+      if (granted === null || performance.now() >= end) {
+        throw new LockTimeoutError(busyMessage(describeLock('exclusive', this.name), 'exclusive', waitMs));
+      }
+      // A new session, at the back of the line.
+      await sleep(Math.max(100, reconnectDelayMs(failures)), undefined, { signal }).catch(() => signal.throwIfAborted());
+    }
   }
 
-  // Publishes a new payload as the live leader: the acquire by the live
-  // holder replaces it and keeps the token.  LeaseLostError unless this
-  // candidate leads.
+  // Closes what is left of the candidate's session (and with it its place
+  // and any lease in it).
+  async #endTerm() {
+    const session = this.#session;
+    this.#session = null;
+    this.lease = null;
+    await session?.close().catch(() => {}); // else it ends at its ttl
+  }
+
+  // Publishes a new payload as the live leader: an acquire in its session
+  // of the lock it holds replaces it and keeps the token.  LeaseLostError
+  // unless this candidate leads.
   async proclaim(payload) {
     const lease = this.lease;
     if (!lease?.held()) throw new LeaseLostError(`${this.holder} is not the leader of "${this.name}"`);
-    await withConnection(this.config, `pg_fencing election ${this.holder}`, async (client) => {
-      await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-      const { rows } = await client.query('SELECT fencing_acquire($1, $2, $3::interval, payload => $4::jsonb)::text AS token', [
-        this.name, this.holder, interval(millis(this.ttl, 'ttl')), payloadText(payload),
-      ]);
-      await client.query('COMMIT');
-      const token = rows[0].token === null ? null : BigInt(rows[0].token);
-      if (token === lease.token) return;
-      // Ours had ended: that was a new grant, not a proclamation.
-      if (token !== null) await client.query('SELECT fencing_release($1, $2::fencing_token)', [this.name, token]);
-      throw new LeaseLostError(`${this.holder} is no longer the leader of "${this.name}" (token ${lease.token})`);
-    });
+    const token = await lease.session._reacquire(this.name, payload);
+    if (token === lease.token) return;
+    // Ours had ended: that was a new grant, not a proclamation.
+    if (token !== null) await lease.session._release(this.name, token);
+    throw new LeaseLostError(`${this.holder} is no longer the leader of "${this.name}" (token ${lease.token})`);
   }
 
   isLeader() {
@@ -125,11 +203,17 @@ export class Election {
     return withConnection(this.config, 'pg_fencing election', async (client) => (await readLeader(client, this.name)).leader);
   }
 
-  // Gives leadership up (fencing_release): whether it was still ours.
+  // Gives leadership up (the lease released, the next place in line told)
+  // and closes the candidate's session: whether it was still ours.
   async resign() {
     const lease = this.lease;
+    if (lease === null) {
+      await this.#endTerm();
+      return false;
+    }
     this.lease = null;
-    return lease === null ? false : lease.release();
+    this.#session = null;
+    return lease.release();
   }
 
   // An async iterator: the leader now, then each change of (holder, token),

@@ -3,27 +3,39 @@
 // One heartbeat renews the session (fencing_session_renew), and with it
 // every lease in it; its loss is every lease's, emitted once as the
 // session's 'lost'.  Two connections: the heartbeat's (a renewal never
-// queues behind an acquire that waits) and the work connection, which the
-// acquires, releases and the close take turns on, in the order they were
-// called.  Both come from the same config, so both are the role that opened
-// the session: only that role may act in it.
+// queues behind a statement that waits) and the work connection, which the
+// acquires, the statements of the line and the releases take turns on, in
+// the order they were called.  Both come from the same config, so both are
+// the role that opened the session: only that role may act in it.
+//
+// A wait for an exclusive lease (lock(name, { wait })) is a place in the
+// lock's line (pg_fencing 1.10, ./line.js): joined, then polled, each a
+// short statement in autocommit on the work connection, which is free
+// between them -- through a transaction pooler no server connection is held
+// between polls.  The waits for a shared lease or a permit, which the line
+// does not hold, and lockAll() with a wait, are still one statement that
+// waits (CALL fencing_await, fencing_session_acquire_all) on the work
+// connection; while one is pending, a statement of the line or a release
+// goes on a connection of its own rather than queue behind it.
 
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
-import { connect, defaultHolder, end, interval, keepConfig, millis, value, withConnection } from './connection.js';
+import { connect, defaultHolder, end, interval, keepConfig, mayMend, millis, value, withConnection } from './connection.js';
 import { LeaseLostError, LockTimeoutError, SESSION_ENDED } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
 import { checkLockOptions, describeLock, fenced, payloadText } from './lease.js';
+import { GIVE_BACK, JOIN, LEAVE, POLL, Watch, pollPeriodMs } from './line.js';
 import { awaitGrant } from './wait.js';
 
 // A lease in a session: held() is the session's, and false once released.
 export class SessionLease {
-  constructor(session, name, kind, token) {
+  constructor(session, name, kind, token, place = null) {
     this.session = session;
     this.name = name;
     this.kind = kind;
     this.token = token;
+    this.place = place; // its place in the lock's line (a BigInt) if it waited there, else null
     this.#released = false;
   }
 
@@ -41,27 +53,31 @@ export class SessionLease {
     return this.#released ? 'released' : this.session.lostReason;
   }
 
-  // fencing_release of this lease only; the session lives on.  True if it
-  // was still live; later calls resolve to false.
+  // fencing_release of this lease only (and, if it waited in line, its
+  // place left); the session lives on.  True if it was still live; later
+  // calls resolve to false.
   async release() {
     if (this.#released) return false;
     this.#released = true;
-    return this.session._release(this.name, this.token);
+    return this.session._release(this.name, this.token, this.place);
   }
 }
 Object.assign(SessionLease.prototype, fenced);
 
 export class Session extends EventEmitter {
   // Opens a session (made by Client.session) and starts its heartbeat.
-  static async open(config, options = {}) {
-    const session = new Session(config, options);
+  // line: the Client's { listener, poll } for the waits in line.
+  static async open(config, options = {}, line = {}) {
+    const session = new Session(config, options, line);
     await session.#open();
     return session;
   }
 
-  constructor(config, { ttl = 10, holder, heartbeat, onLost } = {}) {
+  constructor(config, { ttl = 10, holder, heartbeat, onLost } = {}, { listener = null, poll } = {}) {
     super();
     keepConfig(this, config);
+    this.#listener = listener;
+    this.#pollMs = pollPeriodMs(poll, listener !== null);
     this.holder = holder ?? defaultHolder();
     this.ttl = ttl;
     this.id = null; // fencing_sessions.session_id, a BigInt once open
@@ -89,6 +105,10 @@ export class Session extends EventEmitter {
   #work = null; // a promise of the work connection; null: make one at the next call
   #turn = Promise.resolve(); // the work connection's queue
   #closed = false;
+  #listener; // the Client's Listener, or null
+  #pollMs;
+  #watches = new Set(); // the wake-ups of the waits in line, woken by close()
+  #longWaits = 0; // statements that wait (CALL fencing_await, lockAll), pending on the work connection
 
   async #open() {
     try {
@@ -129,12 +149,20 @@ export class Session extends EventEmitter {
   }
 
   // Takes name in the session, of any kind: a SessionLease; LockTimeoutError
-  // when it stays busy (for wait seconds, if given: CALL fencing_await(...,
-  // session =>), no snapshot held while it sleeps; signal cancels it, on the
-  // server too).  LeaseLostError unless the session is held.
+  // when it stays busy (for wait seconds, if given).  LeaseLostError unless
+  // the session is held.
+  //
+  // A wait for an exclusive lease is a place in the lock's line (1.10):
+  // short statements, no server connection held between them, arrival order
+  // kept; at its end, or when signal aborts, the place is left, giving back
+  // a grant made meanwhile.  The line holds exclusive leases only: a wait
+  // for a shared lease or a permit stays as it was, CALL fencing_await(...,
+  // session =>) in slices, no snapshot held while it sleeps but a
+  // connection held for the whole wait (signal cancels it on the server).
   lock(name, { wait, kind = 'exclusive', permits, payload, signal } = {}) {
     const waitMs = checkLockOptions(kind, { permits, payload, wait });
-    return this.#inSession(async (client) => {
+    if (kind === 'exclusive' && waitMs !== null) return this.#lockInLine(name, waitMs, payload, signal);
+    return this.#waiting(waitMs !== null, () => this.#inSession(async (client) => {
       let token;
       if (waitMs === null) {
         await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
@@ -166,7 +194,147 @@ export class Session extends EventEmitter {
         throw new LockTimeoutError(`${describeLock(kind, name)} is busy` + (waitMs === null ? '' : ` (waited ${waitMs / 1000} s)`));
       }
       return new SessionLease(this, name, kind, BigInt(token));
-    });
+    }));
+  }
+
+  async #lockInLine(name, waitMs, payload, signal) {
+    const granted = await this._waitInLine(name, waitMs, payload, signal);
+    if (granted === null) throw new LockTimeoutError(`${describeLock('exclusive', name)} is busy (waited ${waitMs / 1000} s)`);
+    return new SessionLease(this, name, 'exclusive', granted.token, granted.place);
+  }
+
+  // Waits for an exclusive lease of name as a place in its line, waitMs at
+  // most (Infinity: as long as the session lives): { token, place } (BigInts)
+  // once granted; null when the wait ran out, the place left (a grant made
+  // meanwhile given back).  Joined, then polled every pollMs, and at once
+  // when the listener hears the place's number; each statement short and in
+  // autocommit.  Whatever else ends it -- signal (rejecting with
+  // signal.reason), LeaseLostError, an error -- leaves the place too, unless
+  // the session is closed (its places went with it).  Also Election.campaign's.
+  async _waitInLine(name, waitMs, payload, signal) {
+    signal?.throwIfAborted();
+    this.check();
+    const until = performance.now() + waitMs;
+    const left = () => until - performance.now();
+    const watch = this.#listener === null ? new Watch() : await this.#listener.watch();
+    this.#watches.add(watch);
+    const onAbort = () => watch.wake();
+    signal?.addEventListener('abort', onAbort);
+    let place = null;
+    try {
+      signal?.throwIfAborted();
+      let token;
+      ({ place, token } = await this.#join(name, waitMs, payload));
+      watch.follow(place);
+      while (token === null && left() > 0) {
+        await watch.sleep(Math.min(this.#pollMs, left()));
+        signal?.throwIfAborted();
+        this.check();
+        if (left() <= 0) break;
+        let row;
+        try {
+          row = await this.#lineRow(POLL, [place]);
+        } catch (err) {
+          if (err instanceof LeaseLostError || !mayMend(err)) throw err;
+          continue; // a broken connection: made again for the next poll
+        }
+        if (row.state === 'granted') {
+          token = row.token;
+        } else if (row.state === 'gone' && left() > 0) {
+          // The server ended the place: its session (the join says so,
+          // 55Z05: LeaseLostError), its wait (at the deadline), or a grant
+          // that ended before it was seen.  Joined again, at the back.
+          ({ place, token } = await this.#join(name, left(), payload));
+          watch.follow(place);
+        }
+      }
+      if (token !== null) return { token: BigInt(token), place: BigInt(place) };
+      // The deadline: leave, which gives back a lease granted to the place
+      // meanwhile (by a poll whose answer was lost, say).
+      const leaving = place;
+      place = null;
+      await this.#lineRow(LEAVE, [leaving], { check: false });
+      return null;
+    } catch (err) {
+      if (place !== null && !this.#closed) await this.#lineRow(LEAVE, [place], { check: false }).catch(() => {});
+      throw err;
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      this.#watches.delete(watch);
+      watch.close();
+    }
+  }
+
+  // fencing_line_join: { place, token } as text (token null: waiting).
+  #join(name, waitMs, payload) {
+    return this.#lineRow(JOIN, [this.id, name, waitMs === Infinity ? null : interval(waitMs, 0), payloadText(payload)]);
+  }
+
+  // One short statement (of the line, a release, a proclamation) on the
+  // work connection, or on one of its own while a statement that waits
+  // holds it; once more on a new connection if the first broke (a join, a
+  // poll and a leave may be repeated: joined again, the same place).
+  // check: LeaseLostError first if the session is known lost (not for a
+  // leave or a release, which give back what a lost session may still
+  // hold).  The server's 55Z05 is the session's loss.
+  async #lineRow(sql, values, { check = true } = {}) {
+    for (let attempt = 1; ; attempt += 1) {
+      if (check) this.check();
+      try {
+        return await this.#brief(async (client) => (await client.query(sql, values)).rows[0]);
+      } catch (err) {
+        if (err?.code === SESSION_ENDED) throw this.#endedByTheServer(err);
+        if (attempt >= 2 || err instanceof LeaseLostError || !mayMend(err)) throw err;
+      }
+    }
+  }
+
+  // fn(client): on the work connection in its turn, unless a statement that
+  // waits is pending there (then on a connection of its own).
+  #brief(fn) {
+    if (this.#longWaits === 0 || this.#closed) return this.#serially(fn);
+    return withConnection(this.config, `pg_fencing session ${this.holder}`, fn);
+  }
+
+  // call(), counted as a statement that waits while pending (if it waits).
+  async #waiting(waits, call) {
+    if (!waits) return call();
+    this.#longWaits += 1;
+    try {
+      return await call();
+    } finally {
+      this.#longWaits -= 1;
+    }
+  }
+
+  // fencing_session_acquire of a lock the session holds, with a new payload
+  // (Election.proclaim): its token, the same while the lease lives; null if
+  // the lock is busy.
+  async _reacquire(name, payload) {
+    this.check();
+    try {
+      return await this.#brief(async (client) => {
+        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+        try {
+          const token = await value(client, 'SELECT fencing_session_acquire($1, $2, payload => $3::jsonb)::text', [
+            this.id, name, payloadText(payload),
+          ]);
+          await client.query('COMMIT');
+          return token === null ? null : BigInt(token);
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => {});
+          throw err;
+        }
+      });
+    } catch (err) {
+      if (err?.code === SESSION_ENDED) throw this.#endedByTheServer(err);
+      throw err;
+    }
+  }
+
+  #endedByTheServer(err) {
+    this.#beat.markLost(`the server has ended the session: ${err.message}`);
+    return new LeaseLostError(`fencing session ${this.id} is no longer held: ${err.message}`, { cause: err });
   }
 
   // Every lock of names or none (fencing_session_acquire_all), in the order
@@ -177,7 +345,7 @@ export class Session extends EventEmitter {
   lockAll(names, { wait } = {}) {
     if (!Array.isArray(names) || names.length === 0) throw new TypeError('lockAll needs a non-empty array of lock names');
     const waitMs = wait == null ? null : millis(wait, 'wait', { zeroOk: true });
-    return this.#inSession(async (client) => {
+    return this.#waiting(waitMs !== null, () => this.#inSession(async (client) => {
       await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
       let tokens;
       try {
@@ -193,7 +361,7 @@ export class Session extends EventEmitter {
         throw new LockTimeoutError(`not all of ${JSON.stringify(names)} could be had` + (waitMs === null ? '' : ` (waited ${waitMs / 1000} s)`));
       }
       return names.map((name, i) => new SessionLease(this, name, 'exclusive', BigInt(tokens[i])));
-    });
+    }));
   }
 
   // Stops the heartbeat and closes the session, releasing every lease in
@@ -202,11 +370,12 @@ export class Session extends EventEmitter {
   // where a pending wait would hold it up for as long as the wait or the
   // session's ttl; that wait's next attempt then ends it with 55Z05 (a
   // LeaseLostError), and the close resolves once the calls made before it
-  // have ended.
+  // have ended; a wait in line is woken, and ends with LeaseLostError at once.
   async close() {
     this.#beat.stop(); // no renewal, and no 'lost', after the close
     if (this.#closed || this.id === null) return 0;
     this.#closed = true;
+    for (const watch of this.#watches) watch.wake();
     let released;
     try {
       released = await withConnection(this.config, `pg_fencing session ${this.holder}`, (client) =>
@@ -221,10 +390,15 @@ export class Session extends EventEmitter {
     return released;
   }
 
-  // For SessionLease.release().
-  _release(name, token) {
-    if (this.#closed) return Promise.resolve(false);
-    return this.#serially((client) => value(client, 'SELECT fencing_release($1, $2::fencing_token)', [name, token]));
+  // For SessionLease.release(), and Election's: a lease taken through the
+  // line (place) leaves its place too, which releases it.  Never queues
+  // behind a statement that waits.
+  async _release(name, token, place = null) {
+    if (this.#closed) return false;
+    const [sql, values] = place === null
+      ? ['SELECT fencing_release($1, $2::fencing_token) AS released', [name, token]]
+      : [GIVE_BACK, [name, token, place]];
+    return (await this.#lineRow(sql, values, { check: false })).released;
   }
 
   // fn(workConnection) for a session that must be held; the server's
@@ -236,8 +410,7 @@ export class Session extends EventEmitter {
         return await fn(client);
       } catch (err) {
         if (err?.code !== SESSION_ENDED) throw err;
-        this.#beat.markLost(`the server has ended the session: ${err.message}`);
-        throw new LeaseLostError(`fencing session ${this.id} is no longer held: ${err.message}`, { cause: err });
+        throw this.#endedByTheServer(err);
       }
     });
   }

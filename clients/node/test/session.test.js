@@ -65,22 +65,28 @@ describe('sessions', () => {
       const held = await holding.lock(name);
       const controller = new AbortController();
       const app = `pg_fencing session ${waiter.holder}`.slice(0, 63);
-      const onServer = () =>
-        sql1(db, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'CALL fencing_await%' AND state = 'active'", [app]);
+      const places = () => sql1(db, 'SELECT count(*)::int FROM fencing_line WHERE session_id = $1', [waiter.id]);
       const cancelled = waiter.lock(name, { wait: 60, signal: controller.signal });
-      assert.ok(await waitUntil(async () => (await onServer()) === 1, 5000), 'the wait is on the server');
-      const sleeping = `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'
-          AND wait_event_type = 'Extension' AND backend_xmin IS NULL AND backend_xid IS NULL`;
-      assert.ok(await waitUntil(async () => (await sql1(db, sleeping, [app])) === 1, 5000), 'asleep in its wait, without snapshot and xid');
+      assert.ok(await waitUntil(async () => (await places()) === 1, 5000), 'the wait is a place in the line');
+      await sleep(600); // a poll or two
+      const busy = `SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1
+          AND (state <> 'idle' OR backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)`;
+      assert.ok(
+        await waitUntil(async () => (await sql1(db, busy, [app])) === 0, 5000),
+        'between its polls no statement runs, no snapshot or transaction id is held',
+      );
       controller.abort();
       await within(assert.rejects(cancelled, { name: 'AbortError' }), 5000, 'the aborted wait');
-      assert.ok(await waitUntil(async () => (await onServer()) === 0, 5000), 'and ended there');
+      assert.equal(await places(), 0, 'the aborted wait left the line');
 
       const waiting = waiter.lock(name, { wait: 10 });
       await sleep(200);
       await held.release();
       const got = await within(waiting, 5000, 'the wait');
       assert.ok(got.token > held.token && got.held());
+      assert.equal(typeof got.place, 'bigint');
+      assert.equal(await got.release(), true);
+      assert.equal(await places(), 0, 'a lease taken through the line, released, leaves no place');
     } finally {
       await Promise.all([holding.close(), waiter.close()]);
     }

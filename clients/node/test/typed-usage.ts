@@ -5,6 +5,7 @@
 import {
   Client,
   Election,
+  ElectionLease,
   FencingError,
   GuardError,
   Lease,
@@ -63,7 +64,17 @@ export async function usage(): Promise<void> {
   void [id, all, count];
 
   const election: Election = client.election('scheduler', 'node-2', { ttl: 10 });
-  const leading: Lease = await election.campaign({ addr: '10.0.0.2' }, { timeout: 5 });
+  const leading: Lease = await election.campaign({ addr: '10.0.0.2' }, { timeout: 5 }); // what a Lease has
+  const inLine: ElectionLease = await election.campaign(null, { signal: AbortSignal.timeout(1000) });
+  const place: bigint = inLine.place;
+  const itsSession: Session = inLine.session;
+  inLine.on('lost', (why: string) => void why);
+  const current: ElectionLease | null = election.lease;
+  const pooled = new Client('postgresql://pgbouncer:6432/app', { poll: 0.5 });
+  const listening = new Client(undefined, { listen: true });
+  const listens: boolean = listening.listen;
+  const inSessionPlace: bigint | null = one.place;
+  void [place, itsSession, current, pooled, listens, inSessionPlace];
   await election.proclaim({ addr: '10.0.0.3' });
   const now: Leader | null = await election.leader();
   if (now !== null) {
@@ -107,5 +118,9 @@ export async function usage(): Promise<void> {
   lease.on('lost', (why: number) => void why);
   // @ts-expect-error a Lease is made by Client.lock, not constructed
   new Lease();
+  // @ts-expect-error poll is a number of seconds
+  new Client(undefined, { poll: '500ms' });
+  // @ts-expect-error an ElectionLease is made by Election.campaign
+  new ElectionLease();
   void [asNumber, notCalled];
 }
