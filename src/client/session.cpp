@@ -362,7 +362,9 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
         line_wake_.wait_until(lock, until, [this] { return closed_; });
       }
       CheckHeld();  // throws once Close() ran meanwhile
-      if (Clock::now() >= deadline) break;
+      // Polled at the deadline too: a wait shorter than line_poll, or a
+      // candidate that comes back for short waits, still takes its turn
+      // when it is first (a place that never polls would hold the line).
       pqxx::nontransaction tx(*work_conn_);
       const pqxx::row row = pqxx_compat::ExecParams1(
           tx, "SELECT state, token FROM fencing_line_poll(ARRAY[$1::bigint])", place);
@@ -376,6 +378,7 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
       // call, or LeaseLostError once the heartbeat knows), or the place was
       // left from another connection.  Not acquired, either way.
       if (state != "waiting") return std::nullopt;
+      if (Clock::now() >= deadline) break;
     }
   } catch (...) {
     LeaveLineQuietly(place);
