@@ -65,6 +65,16 @@ demo_run() {
   with_throwaway_cluster build/demo/pg_fencing_demo --no-color
 }
 
+# The demo's leader scenario in sessions, every connection through a
+# transaction-pooling PgBouncer with two server connections for the demo,
+# its three candidates and their heartbeats: the candidates wait in line,
+# holding none (waiting in CALL fencing_await, two of them would hold both,
+# and the leader's renewals would queue behind them).
+demo_pooled_run() {
+  with_throwaway_cluster env PG_FENCING_POOL_SIZE=2 bash demo/run-through-pgbouncer.sh \
+    build/demo/pg_fencing_demo --no-color --scenario leader --sessions
+}
+
 # The demo's leader scenario with each candidate's lease in a session of its
 # own (--sessions): it must pass, and every term must have been held in a
 # session (the timeline says in which).
@@ -259,6 +269,7 @@ run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests
 run_suite "demo (pg_fencing_demo)" demo_run
 run_suite "demo, the leader scenario in sessions (--sessions)" demo_sessions_run
+run_suite "demo, the leader scenario through PgBouncer in transaction pooling (demo/run-through-pgbouncer.sh)" demo_pooled_run
 run_suite "demo with Redis and etcd locks (demo/run-with-services.sh)" demo_lock_services_run
 run_suite "Prometheus exporter and the demo chart (test/exporter/run.sh)" exporter_and_chart
 run_suite "examples in Python and Node.js, over the client packages" examples_run
