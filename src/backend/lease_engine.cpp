@@ -446,8 +446,11 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   // waiting room's otherwise (which this transaction may hold already, as
   // the waiting acquires do).  The room's waiters give way to a place, and
   // the first place's session takes the lock even while one of them holds
-  // the room: nobody else may grant then, so none can come between.  A
-  // first grant (no lease row yet) still needs the room.
+  // the room (a waiter of the room that waits for an exclusive lease of a
+  // shared lock would otherwise keep the lock from everyone until its wait
+  // ends): nobody else may grant then, so none can come between, but for
+  // another attempt of the same session, which the lease row's lock (or,
+  // for a first grant, its insert) turns away.
   LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
   const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
   const bool holds_room = in_room != LOCKACQUIRE_NOT_AVAIL;
@@ -458,8 +461,7 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   const LineTurn turn = LockHasLine(t, look.lock)
                             ? LineTurnOf(ids, lock_id, request.session, &line_place)
                             : LineTurn::kFree;
-  if (turn == LineTurn::kOthers ||
-      (!holds_room && (turn != LineTurn::kYours || attempt == LeaseAttempt::kGrantFirst))) {
+  if (turn == LineTurn::kOthers || (!holds_room && turn != LineTurn::kYours)) {
     give_back_room();
     return false;
   }
@@ -551,6 +553,16 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     written = ReplaceRow(t.lease, lease, counted ? (sessions ? 10 : 9) : 8, columns, values, nulls);
   }
   if (!written) {
+    // Two first grants at once to the first place's session, made without
+    // the room (see above): the other one's insert won.  Refused as a
+    // serialization failure, which the session retries; the error undoes
+    // the mark just raised, which would fence out the other grant.
+    if (!holds_room) {
+      ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+                      errmsg("fencing lock \"%s\" was granted to the same session at the same time",
+                             text_to_cstring(DatumGetTextPP(request.lock_name))),
+                      errhint("Poll the place again: it has the other grant's token.")));
+    }
     // Cannot happen while the room and the row lock hold; if it did, the
     // error undoes the mark just raised, which would fence out whoever
     // holds the lease instead.

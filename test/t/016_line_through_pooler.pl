@@ -180,6 +180,45 @@ is(join(',', sort keys %granted), $first_place,
 is($node->safe_psql('postgres', "SELECT token FROM fencing_leases WHERE lock_name = 'fleet'"),
 	$granted{$first_place} // '', 'and the lease it was told of is the one that lives');
 
+###############################################################################
+# A waiter of the waiting room gives way to the line, and does not keep the
+# lock from it either (direct connections).  A shared lock is held by a
+# reader; a CALL fencing_await for its exclusive lease sleeps in the lock's
+# waiting room; a place joins the line.  When the reader releases, the
+# place's poll takes the lock although the CALL holds the room (it once
+# needed the room for a first exclusive grant, and both waited until the
+# CALL's wait ran out); when the place's holder releases, the CALL has it.
+###############################################################################
+my $reader = $node->safe_psql('postgres', "SELECT fencing_acquire_shared('mixed', 'reader', '1 minute')");
+my ($await_out, $await_err) = ('', '');
+my $awaiter = IPC::Run::start(
+	[
+		'psql', '-XAtq', '-d', $node->connstr('postgres'), '-c',
+		"CALL fencing_await('mixed', 'awaiter', '1 minute', '60 s')"
+	],
+	'<', \undef, '>', \$await_out, '2>', \$await_err);
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'CALL fencing_await%' "
+	  . "AND wait_event_type = 'Extension'")
+  or die 'the CALL did not start sleeping in the waiting room';
+my $mixed_session = $node->safe_psql('postgres', "SELECT fencing_session_open('in-line', '1 minute')");
+my $mixed_place = $node->safe_psql('postgres',
+	"SELECT place FROM fencing_line_join($mixed_session, 'mixed')");
+is($node->safe_psql('postgres', "SELECT fencing_release('mixed', '$reader')"),
+	't', 'the reader releases the shared lock');
+is( $node->safe_psql('postgres',
+		"SELECT state FROM fencing_line_poll(ARRAY[$mixed_place])"),
+	'granted',
+	'the place takes the exclusive lease while the CALL still waits in the room');
+my $line_token = $node->safe_psql('postgres',
+	"SELECT token FROM fencing_line_poll(ARRAY[$mixed_place])");
+is($node->safe_psql('postgres', "SELECT fencing_release('mixed', '$line_token')"),
+	't', 'the place\'s lease is released');
+$awaiter->finish;
+chomp $await_out;
+cmp_ok($await_out, '>', $line_token, 'then the CALL gets the lock, with a newer token')
+  or diag $await_err;
+
 $bouncer->signal('INT');
 $bouncer->finish;
 $node->stop;
