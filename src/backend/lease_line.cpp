@@ -423,6 +423,8 @@ int to_tell_count = 0;
 // NOTIFYs): the first place of each lock, as committed now, told.
 void TellLines() {
   for (int i = 0; i < to_tell_count; ++i) {
+    // The extension dropped in the same transaction: nobody to tell.
+    if (!OidIsValid(get_relname_relid("fencing_line", to_tell[i].schema))) continue;
     const FirstPlace first = FirstWaitingPlace(LeaseTablesOf(to_tell[i].schema), to_tell[i].lock_id);
     if (first.place != 0) {
       Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(first.place)));

@@ -321,9 +321,14 @@ std::optional<Token> Session::AcquireOne(const std::string &lock_name,
 
 std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
                                                const SessionLockOptions &options) {
-  // The client's deadline is never later than the server's (its wait starts
-  // when the join runs, after this).
+  // The client's deadline governs: it polls at it and then leaves.  The
+  // place's own end, on the server, is a backstop for a client that is
+  // gone, set kLineGrace later, so that the last poll, however late its
+  // sleep ends on a busy machine, still finds the place waiting (a place
+  // whose end had passed would be gone, and a first place that never
+  // polls in time keeps the lock from everyone).
   const Clock::time_point deadline = Clock::now() + *options.wait;
+  constexpr std::chrono::milliseconds kLineGrace{2000};
   const char *payload = options.payload ? options.payload->c_str() : nullptr;
   std::unique_lock<std::mutex> lock(work_mutex_);
   CheckHeld();
@@ -336,7 +341,7 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
     pqxx::nontransaction tx(*work_conn_);
     const pqxx::row row = pqxx_compat::ExecParams1(
         tx, "SELECT place, token FROM fencing_line_join($1, $2, $3::interval, $4::jsonb)", id_,
-        lock_name, IntervalText(*options.wait), payload);
+        lock_name, IntervalText(*options.wait + kLineGrace), payload);
     place = row[0].as<std::int64_t>();
     if (!row[1].is_null()) {
       const std::string token = row[1].c_str();
