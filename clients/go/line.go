@@ -55,6 +55,18 @@ const (
 	// lineHeardKept is how many place numbers heard lately are remembered,
 	// so that one heard between a join and the watch of its place counts.
 	lineHeardKept = 4096
+	// lineLastPollAhead is how long before the end of a wait with a
+	// deadline (ctx's, or the wait's own) its place is polled a last time,
+	// however long the poll period -- or the join's round trip before it,
+	// if that is longer: a wait shorter than the period, or a candidate that
+	// comes back with such waits (200 ms attempts in a loop), takes its turn
+	// when its place is first, instead of holding the line up and leaving
+	// the lock free when it leaves. Before the deadline, so that the poll is
+	// not cancelled with ctx (nor reaches the server after the place's own
+	// end, for a wait of its own); it runs under a context of its own,
+	// bounded by giveBackTimeout, so that one queued behind others in a
+	// transaction pooler is answered rather than lost.
+	lineLastPollAhead = 20 * time.Millisecond
 )
 
 // LineOptions configure how a client's waits in line (Session.Lock, Mutex.Lock,
@@ -128,11 +140,12 @@ func (c *Client) LineListenerErr() error {
 
 // waitInLine is a wait for an exclusive lease in the session as a place in
 // the lock's line: ErrLockTimeout once wait has passed, ctx's error when it
-// ends first. Either way the place is left (fencing_line_leave), which gives
-// back a lease it had taken meanwhile; and when a statement's answer was
-// lost (ctx ended while it ran, or the connection broke), whatever it may
-// have been granted is given back too, as acquire does for CALL
-// fencing_await.
+// ends first; its place is polled a last time just before the earlier of
+// the two (lineLastPollAhead). Either way the place is left
+// (fencing_line_leave), which gives back a lease it had taken meanwhile;
+// and when a statement's answer was lost (ctx ended while it ran, or the
+// connection broke), whatever it may have been granted is given back too,
+// as acquire does for CALL fencing_await.
 func (s *Session) waitInLine(ctx context.Context, r request, wait time.Duration) (*SessionLease, error) {
 	if err := r.check(); err != nil {
 		return nil, err
@@ -179,6 +192,7 @@ type lineWait struct {
 	joinSent    bool      // a join was sent (its answer may have been lost)
 	lost        *pgx.Conn // the connection a statement's answer was lost with
 	watch       *lineWatch
+	once        bool // exec sends once, not again on a new connection (the last poll)
 }
 
 // exec runs fn on the session's shared connection, noting the connection
@@ -209,7 +223,7 @@ func (w *lineWait) exec(ctx context.Context, fn func(*pgx.Conn) error) error {
 		if used != nil && used.IsClosed() && w.lost == nil {
 			w.lost = used
 		}
-		if ctx.Err() != nil || !broken || !mayMend(err) || w.left() == 0 {
+		if ctx.Err() != nil || !broken || !mayMend(err) || w.left() == 0 || w.once {
 			return err
 		}
 		delay := reconnectDelay(failures)
@@ -231,6 +245,40 @@ func (w *lineWait) left() time.Duration {
 		return left
 	}
 	return 0
+}
+
+// lastPoll is when the wait polls its place a last time (zero: never, a
+// wait without a deadline): lineLastPollAhead, or the join's round trip if
+// longer, before the earlier of its own end and ctx's deadline.
+func (w *lineWait) lastPoll(ctx context.Context, joinTook time.Duration) time.Time {
+	end := w.end
+	if deadline, ok := ctx.Deadline(); ok && (end.IsZero() || deadline.Before(end)) {
+		end = deadline
+	}
+	if end.IsZero() {
+		return end
+	}
+	ahead := lineLastPollAhead
+	if joinTook > ahead {
+		ahead = joinTook
+	}
+	return end.Add(-ahead)
+}
+
+// ranOut ends a wait whose last poll (or join) found it still waiting: at
+// once when its own end comes first (a nil token: ErrLockTimeout), else at
+// ctx's deadline (ctx's error; sooner if ctx is cancelled or the session
+// ends). giveUp then leaves the place.
+func (w *lineWait) ranOut(ctx context.Context) (*Token, int64, error) {
+	if deadline, ok := ctx.Deadline(); ok && (w.end.IsZero() || deadline.Before(w.end)) {
+		select {
+		case <-ctx.Done():
+			return nil, w.place, ctx.Err()
+		case <-w.s.Done():
+			return nil, w.place, w.s.Err()
+		}
+	}
+	return nil, w.place, nil
 }
 
 // run is the wait: the token and the place once granted, a nil token when
@@ -271,18 +319,27 @@ func (w *lineWait) run(ctx context.Context) (*Token, int64, error) {
 		w.watch = s.client.listener.watch(ctx)
 	}
 	for {
+		joining := time.Now()
 		token, err := w.join(ctx)
 		if err != nil || token != nil {
 			return token, w.place, err
 		}
+		last := w.lastPoll(ctx, time.Since(joining))
 		if w.watch != nil {
 			w.watch.follow(w.place)
 		}
 		for {
 			listening := w.watch != nil && w.watch.listening()
 			period := s.client.linePoll(listening)
-			if left := w.left(); left >= 0 && left < period {
-				period = left
+			if !last.IsZero() {
+				until := time.Until(last)
+				if until <= 0 {
+					// The join, or the last poll, was just made.
+					return w.ranOut(ctx)
+				}
+				if until < period {
+					period = until
+				}
 			}
 			if period > 0 {
 				var wake <-chan struct{}
@@ -304,15 +361,25 @@ func (w *lineWait) run(ctx context.Context) (*Token, int64, error) {
 			if err := s.Err(); err != nil {
 				return nil, w.place, err
 			}
-			if w.left() == 0 {
-				return nil, w.place, nil // the wait ran out: giveUp leaves the place
+			final := !last.IsZero() && !time.Now().Before(last)
+			pollCtx, cancel := ctx, context.CancelFunc(func() {})
+			if final {
+				// Its own context: not cancelled at ctx's deadline, even
+				// when it waits behind other statements in a pooler.
+				pollCtx, cancel = context.WithTimeout(context.Background(), giveBackTimeout)
+				w.once = true
 			}
-			state, token, err := w.poll(ctx)
+			state, token, err := w.poll(pollCtx)
+			cancel()
+			w.once = false
 			if err != nil {
 				return nil, w.place, err
 			}
 			if state == "granted" {
 				return token, w.place, nil
+			}
+			if final {
+				return w.ranOut(ctx) // waiting, or gone at the end of its wait
 			}
 			if state == "gone" {
 				// The place ended without a grant the wait knows of: the
@@ -390,6 +457,24 @@ func (w *lineWait) giveUp() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
 	defer cancel()
+	leavePlace := func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SELECT fencing_line_leave($1::bigint)", w.place)
+		return err
+	}
+	// A place whose number is known is left first, whatever follows, so
+	// that the line moves on even when the wait for a lost statement's
+	// backend fails (pgx's cancel request held up in a pooler, say). A poll
+	// whose answer was lost finds no place if it runs after the leave (a
+	// poll makes none); a grant it made before is given back by the leave,
+	// and one by a poll that began before the leave, by the release below.
+	left := false
+	if w.place != 0 {
+		err := w.s.withConn(ctx, leavePlace)
+		if w.lost == nil {
+			return err
+		}
+		left = err == nil
+	}
 	if w.lost != nil {
 		if err := waitForBackend(ctx, w.s.client, w.lost); err != nil {
 			return err
@@ -397,8 +482,10 @@ func (w *lineWait) giveUp() error {
 	}
 	return w.s.withConn(ctx, func(conn *pgx.Conn) error {
 		if w.place != 0 {
-			if _, err := conn.Exec(ctx, "SELECT fencing_line_leave($1::bigint)", w.place); err != nil {
-				return err
+			if !left {
+				if err := leavePlace(conn); err != nil {
+					return err
+				}
 			}
 		} else if w.joinSent {
 			// The join's answer was lost: joined again (the same place if

@@ -180,6 +180,129 @@ func TestAWaitInLineKeepsItsPlace(t *testing.T) {
 	}
 }
 
+// A candidate that comes back with waits shorter than its poll period
+// (contexts of 200 ms, a poll every 1 s, its other work between them, as the
+// C++ demo's leader scenario's 250 ms attempts) polls its place a little
+// before each context's deadline: when the holder unlocks during one of its
+// waits, it takes the lock within a few attempts, and a third party's plain
+// acquire meanwhile gets nothing. (A wait that left at its deadline without
+// polling left the lock free and its line empty.)
+func TestACandidateThatComesBackWithShortWaitsTakesItsTurn(t *testing.T) {
+	ctx, client, db, name := testCtx(t), newClient(t), connectDB(t), uniqueName(t)
+	rare, err := client.WithLine(LineOptions{Poll: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newSession := func(c *Client, holder string) *Session {
+		s, err := c.NewSession(ctx, SessionOptions{TTL: 10 * time.Second, Holder: holder})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = s.Close(context.Background()) })
+		return s
+	}
+	holder := NewMutex(newSession(client, "holder-"+name), name)
+	candidateSession := newSession(rare, "looping-"+name)
+	candidate := NewMutex(candidateSession, name)
+	if _, err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var attempts []time.Time // when each attempt began
+	lastAttempt := func() (int, time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(attempts) == 0 {
+			return 0, time.Time{}
+		}
+		return len(attempts), attempts[len(attempts)-1]
+	}
+	type taken struct {
+		token   Token
+		attempt int
+		err     error
+	}
+	done := make(chan taken, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			mu.Lock()
+			attempts = append(attempts, time.Now())
+			n := len(attempts)
+			mu.Unlock()
+			attemptCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			token, err := candidate.Lock(attemptCtx)
+			cancel()
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+				done <- taken{token, n, err}
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond): // its other work
+			}
+		}
+	}()
+
+	// 50 ms into its third attempt (or a later one), its place in line: the unlock.
+	releasedIn := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for releasedIn == 0 && time.Now().Before(deadline) {
+		if n, at := lastAttempt(); n >= 3 && time.Since(at) < 50*time.Millisecond {
+			time.Sleep(time.Until(at.Add(50 * time.Millisecond)))
+			if again, _ := lastAttempt(); again == n && placeOf(t, db, candidateSession) != 0 {
+				if err := holder.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+				releasedIn = n
+				continue
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if releasedIn == 0 {
+		t.Fatal("no attempt of the candidate's to unlock during")
+	}
+	var got taken
+	third := 0
+	for waiting := true; waiting; {
+		select {
+		case got = <-done:
+			waiting = false
+		default:
+			if token := queryValue[*string](t, db, "SELECT fencing_acquire($1, 'third', '10 s')::text", name); token != nil {
+				n, _ := lastAttempt()
+				t.Fatalf("a third party's plain acquire took the lock (token %s) after attempt %d of the candidate (unlocked in %d)",
+					*token, n, releasedIn)
+			}
+			third++
+			if time.Now().After(deadline) {
+				t.Fatal("the candidate never took the lock")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got.err != nil {
+		t.Fatalf("the candidate's attempt %d: %v", got.attempt, got.err)
+	}
+	if got.attempt > releasedIn+2 || third == 0 {
+		t.Fatalf("taken at attempt %d, unlocked in %d (%d acquires of a third party meanwhile)", got.attempt, releasedIn, third)
+	}
+	if leader, err := client.Leader(ctx, name); err != nil || leader == nil || leader.Token != got.token ||
+		leader.Holder != "looping-"+name {
+		t.Fatalf("the lock's holder: %+v, %v; want looping-%s with token %d", leader, err, name, got.token)
+	}
+	if err := candidate.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryValue[int64](t, db, "SELECT count(*) FROM fencing_line WHERE session_id = $1", candidateSession.ID()); n != 0 {
+		t.Fatalf("%d places left in line", n)
+	}
+}
+
 // Closing a session ends a wait in line in it at once, reported as the
 // session's loss, and the session's end takes its place with it.
 func TestClosingASessionEndsItsWaitInLine(t *testing.T) {

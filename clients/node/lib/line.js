@@ -32,6 +32,15 @@ export const POLL_LISTENING_MS = 2000; // with LISTEN: a notification wakes the 
 // How long a wait lets the listener take to LISTEN before it joins (it
 // polls on the timer alone if the listener has not by then).
 const LISTEN_STARTUP_MS = 2000;
+// A wait with a deadline polls its place once more just before it, then
+// leaves: a wait shorter than the poll period, or a candidate that comes
+// back with such waits, takes its turn when its place is first (a place
+// that is never polled holds the line up, and leaves the lock free when it
+// leaves).  That last poll is made this long before the deadline -- or the
+// join's round trip before it, if longer: the server ends the place at
+// joined_at + wait, which is the client's deadline give or take a round
+// trip, and a poll that reaches it after that finds the place gone.
+export const LAST_POLL_AHEAD_MS = 20;
 // How many numbers heard are remembered, for a place whose number is heard
 // between its join's send and its answer.
 const REMEMBERED = 4096;
@@ -48,6 +57,13 @@ export const LEAVE = 'SELECT fencing_line_leave($1::bigint) AS left';
 // release answers whether the lease was still ours.  CASE: in this order.
 export const GIVE_BACK = `SELECT CASE WHEN fencing_line_leave($3::bigint) THEN true
                                  ELSE fencing_release($1, $2::fencing_token) END AS released`;
+
+// When (performance.now()) a wait that ends at until makes its last poll,
+// its place joined by a statement sent at sent and answered at answered
+// (Infinity: a wait without a deadline).
+export function lastPollAt(until, sent, answered) {
+  return until - Math.max(LAST_POLL_AHEAD_MS, answered - sent);
+}
 
 // Milliseconds between two polls of a waiting place.
 export function pollPeriodMs(poll, listening) {

@@ -25,7 +25,7 @@ import { connect, defaultHolder, end, interval, keepConfig, mayMend, millis, val
 import { LeaseLostError, LockTimeoutError, SESSION_ENDED } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
 import { checkLockOptions, describeLock, fenced, payloadText } from './lease.js';
-import { GIVE_BACK, JOIN, LEAVE, POLL, Watch, pollPeriodMs } from './line.js';
+import { GIVE_BACK, JOIN, LEAVE, POLL, Watch, lastPollAt, pollPeriodMs } from './line.js';
 import { awaitGrant } from './wait.js';
 
 // A lease in a session: held() is the session's, and false once released.
@@ -224,13 +224,20 @@ export class Session extends EventEmitter {
     try {
       signal?.throwIfAborted();
       let token;
+      let sent = performance.now();
       ({ place, token } = await this.#join(name, waitMs, payload));
+      let last = lastPollAt(until, sent, performance.now());
       watch.follow(place);
-      while (token === null && left() > 0) {
-        await watch.sleep(Math.min(this.#pollMs, left()));
+      while (token === null) {
+        const toLast = last - performance.now();
+        // The last poll (or the join) was just made: leave.  (Within 1 ms:
+        // a timer may fire that much early.)
+        if (toLast <= 1) break;
+        await watch.sleep(Math.min(this.#pollMs, toLast));
+        // The last sleep ends just before the deadline (lastPollAt), and
+        // the place is polled then too.
         signal?.throwIfAborted();
         this.check();
-        if (left() <= 0) break;
         let row;
         try {
           row = await this.#lineRow(POLL, [place]);
@@ -240,11 +247,14 @@ export class Session extends EventEmitter {
         }
         if (row.state === 'granted') {
           token = row.token;
-        } else if (row.state === 'gone' && left() > 0) {
+        } else if (row.state === 'gone') {
           // The server ended the place: its session (the join says so,
           // 55Z05: LeaseLostError), its wait (at the deadline), or a grant
           // that ended before it was seen.  Joined again, at the back.
+          if (left() <= 0) break;
+          sent = performance.now();
           ({ place, token } = await this.#join(name, left(), payload));
+          last = lastPollAt(until, sent, performance.now());
           watch.follow(place);
         }
       }

@@ -211,6 +211,72 @@ describe('the line', () => {
     }
   });
 
+  test('a candidate that comes back with waits shorter than its poll period takes its turn: a plain acquire meanwhile gets nothing', async () => {
+    // 0.2 s waits with a poll every 1 s and its other work between them (as
+    // the C++ demo's leader scenario's 250 ms attempts): each wait polls its
+    // place just before its deadline, so when the holder releases during one
+    // of them the candidate takes the lock within a few attempts.  (A wait
+    // that left at its deadline without polling left the lock free and its
+    // line empty.)
+    const name = newName();
+    const looping = new Client(undefined, { poll: 1 });
+    const holding = await client.session({ ttl: 10 });
+    const candidate = await looping.session({ ttl: 10, holder: `looping-${name}` });
+    const attempts = []; // when each attempt began
+    let stop = false;
+    try {
+      const held = await holding.lock(name);
+      const loop = (async () => {
+        while (!stop) {
+          attempts.push(performance.now());
+          try {
+            return { lease: await candidate.lock(name, { wait: 0.2 }), attempt: attempts.length };
+          } catch (err) {
+            if (!(err instanceof LockTimeoutError)) throw err;
+          }
+          await sleep(100); // its other work
+        }
+        return null;
+      })();
+      loop.catch(() => {}); // awaited below
+      let done = null;
+      loop.then((got) => (done = got), () => (done = {}));
+      // 50 ms into its third attempt (or a later one), its place in line: the release.
+      let releasedIn = 0;
+      const deadline = performance.now() + 10_000;
+      while (releasedIn === 0 && performance.now() < deadline && done === null) {
+        const seen = attempts.length;
+        if (seen >= 3 && performance.now() - attempts[seen - 1] < 50) {
+          await sleep(Math.max(0, attempts[seen - 1] + 50 - performance.now()));
+          if (attempts.length === seen && (await sql1(db, 'SELECT count(*)::int FROM fencing_line WHERE session_id = $1', [candidate.id])) === 1) {
+            assert.equal(await held.release(), true);
+            releasedIn = seen;
+            continue;
+          }
+        }
+        await sleep(2);
+      }
+      assert.ok(releasedIn > 0, 'no attempt of the candidate to release during');
+      let third = 0;
+      while (done === null && performance.now() < deadline) {
+        const stolen = await sql1(db, "SELECT fencing_acquire($1, 'third', '10 s')::text", [name]);
+        assert.equal(stolen, null, `a third party's plain acquire took the lock after attempt ${attempts.length} of the candidate (released in ${releasedIn})`);
+        third += 1;
+        await sleep(10);
+      }
+      const got = await within(loop, 5000, 'the candidate');
+      assert.ok(got?.lease, 'the candidate took the lock');
+      assert.ok(got.attempt <= releasedIn + 2, `taken at attempt ${got.attempt}, released in ${releasedIn}`);
+      assert.ok(third > 0);
+      assert.equal(await sql1(db, "SELECT holder FROM fencing_leases WHERE lock_name = $1 AND state = 'live'", [name]), `looping-${name}`);
+      assert.equal(await got.lease.release(), true);
+      assert.equal(await placesOf(name), 0);
+    } finally {
+      stop = true;
+      await Promise.all([holding.close(), candidate.close()]);
+    }
+  });
+
   test('with listen: true a place is polled as soon as its number is announced', async () => {
     const name = newName();
     const listening = new Client(undefined, { listen: true, poll: 60 }); // the timer alone would be too late

@@ -41,6 +41,15 @@ POLL_LISTENING = 2.0  # with LISTEN: a notification wakes the place sooner
 # How long a wait lets the listener take to LISTEN before it joins (and
 # polls on the timer alone if it has not by then).
 LISTEN_STARTUP = 2.0
+# A wait with a deadline polls its place once more just before it, then
+# leaves: a wait shorter than the poll period, or a candidate that comes
+# back with such waits, takes its turn when its place is first (a place
+# that is never polled holds the line up, and leaves the lock free when it
+# leaves).  That last poll is made this long before the deadline -- or the
+# join's round trip before it, if longer: the server ends the place at
+# joined_at + wait, which is the client's deadline give or take a round
+# trip, and a poll that reaches it after that finds the place gone.
+LAST_POLL_AHEAD = 0.02
 
 JOIN = "SELECT place, token::bigint FROM fencing_line_join(%s, %s, %s::interval, %s::jsonb)"
 POLL_PLACE = "SELECT state, token::bigint FROM fencing_line_poll(ARRAY[%s]::bigint[])"
@@ -58,6 +67,15 @@ def poll_period(poll: Optional[float], listening: bool) -> float:
     if poll <= 0:
         raise ValueError(f"poll must be positive, got {poll}")
     return float(poll)
+
+
+def last_poll_at(end: Optional[float], sent: float, answered: float) -> Optional[float]:
+    """When (time.monotonic()) a wait that ends at end makes its last poll,
+    its place joined by a statement sent at sent and answered at answered;
+    None for a wait without a deadline."""
+    if end is None:
+        return None
+    return end - max(LAST_POLL_AHEAD, answered - sent)
 
 
 class Board:

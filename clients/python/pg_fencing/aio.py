@@ -31,7 +31,7 @@ import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
 from ._line import (CHANNEL as LINE_CHANNEL, JOIN, LEAVE, LISTEN_STARTUP, POLL_PLACE,
-                    RELEASE_AND_LEAVE, Board, Watch, poll_period)
+                    RELEASE_AND_LEAVE, Board, Watch, last_poll_at, poll_period)
 from ._wire import NoAnswer, connect, interval
 from .election import (_READ_LEADER, _UNSET, CHANNEL, Candidacy, Leader, _changed, may_mend,
                        reconnect_delay)
@@ -544,16 +544,18 @@ class Session:
             place: Optional[int] = None
             token = None
             try:
+                sent = time.monotonic()
                 place, token = await self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait),
                                                            payload))
+                last = last_poll_at(end, sent, time.monotonic())
                 watch.follow(place)
                 while token is None:
-                    left = None if end is None else end - time.monotonic()
+                    left = None if last is None else last - time.monotonic()
                     if left is not None and left <= 0:
-                        break
+                        break  # the last poll (or the join) was just made: leave
                     await watch.wait(self._poll if left is None else min(self._poll, left))
-                    if end is not None and time.monotonic() >= end:
-                        break  # the deadline: leave, not poll
+                    # The last sleep ends just before the deadline
+                    # (last_poll_at), and the place is polled then too.
                     self.check()
                     state, token = await self._line_row(POLL_PLACE, (place,))
                     if state == "gone" and token is None:
@@ -562,8 +564,10 @@ class Session:
                         left = None if end is None else end - time.monotonic()
                         if left is not None and left <= 0:
                             break
+                        sent = time.monotonic()
                         place, token = await self._line_row(JOIN, (self.id, lock_name,
                                                                    interval_or_none(left), payload))
+                        last = last_poll_at(end, sent, time.monotonic())
                         watch.follow(place)
                 if token is not None:
                     return int(token), place

@@ -33,7 +33,8 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 import psycopg
 
 from ._heartbeat import Heartbeat, LeaseClock
-from ._line import JOIN, LEAVE, POLL_PLACE, RELEASE_AND_LEAVE, Listener, Watch, poll_period
+from ._line import (JOIN, LEAVE, POLL_PLACE, RELEASE_AND_LEAVE, Listener, Watch, last_poll_at,
+                    poll_period)
 from ._wire import Connection, interval
 from .errors import SESSION_ENDED, LeaseLost, LockTimeout, seconds
 
@@ -259,15 +260,17 @@ class Session:
             place: Optional[int] = None
             token = None
             try:
+                sent = time.monotonic()
                 place, token = self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait), payload))
+                last = last_poll_at(end, sent, time.monotonic())
                 watch.follow(place)
                 while token is None:
-                    left = None if end is None else end - time.monotonic()
+                    left = None if last is None else last - time.monotonic()
                     if left is not None and left <= 0:
-                        break
+                        break  # the last poll (or the join) was just made: leave
                     watch.wait(self._poll if left is None else min(self._poll, left))
-                    if end is not None and time.monotonic() >= end:
-                        break  # the deadline: leave, not poll
+                    # The last sleep ends just before the deadline
+                    # (last_poll_at), and the place is polled then too.
                     self.check()
                     state, token = self._line_row(POLL_PLACE, (place,))
                     if state == "gone" and token is None:
@@ -278,8 +281,10 @@ class Session:
                         left = None if end is None else end - time.monotonic()
                         if left is not None and left <= 0:
                             break
+                        sent = time.monotonic()
                         place, token = self._line_row(JOIN, (self.id, lock_name,
                                                              interval_or_none(left), payload))
+                        last = last_poll_at(end, sent, time.monotonic())
                         watch.follow(place)
                 if token is not None:
                     return int(token), place

@@ -285,6 +285,66 @@ def test_cancelling_a_wait_in_line_leaves_it_and_gives_back_a_grant(db, name):
     run(scenario())
 
 
+def test_a_candidate_that_comes_back_with_short_waits_takes_its_turn(db, name):
+    """The asyncio twin of test_line.py's: a candidate looping on 0.2 s
+    waits with a poll every 1 s polls each place at its deadline too, so
+    it takes the lock within a few attempts of the holder's release, and a
+    third party's plain acquire meanwhile gets nothing."""
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        looping = aio.Client(CONNINFO, poll=1.0)
+        attempts: list = []
+        got: dict = {}
+
+        async def loop(candidate):
+            while True:
+                attempts.append(time.monotonic())
+                try:
+                    got["lease"] = await candidate.lock(name, wait=0.2)
+                    got["attempt"] = len(attempts)
+                    return
+                except aio.LockTimeout:
+                    pass
+                await asyncio.sleep(0.1)  # its other work
+
+        async with await client.session(ttl=30) as holder, \
+                await looping.session(ttl=30, holder="looping-" + name) as candidate:
+            held = await holder.lock(name)
+            task = asyncio.create_task(loop(candidate))
+            try:
+                released_in = None
+                deadline = time.monotonic() + 10
+                while released_in is None and time.monotonic() < deadline and not task.done():
+                    seen = len(attempts)
+                    if seen >= 3 and time.monotonic() - attempts[seen - 1] < 0.05:
+                        await asyncio.sleep(max(0.0, attempts[seen - 1] + 0.05 - time.monotonic()))
+                        if len(attempts) == seen and places_of(db, candidate.id):
+                            assert await held.release()
+                            released_in = seen
+                            continue
+                    await asyncio.sleep(0.002)
+                assert released_in is not None, f"no attempt to release during: {got}"
+                third = 0
+                while not task.done() and time.monotonic() < deadline:
+                    assert db.execute("SELECT fencing_acquire(%s, 'third', '10 s')", (name,)).fetchone()[0] is None, \
+                        f"a third party's plain acquire took the lock after attempt {len(attempts)} of the candidate"
+                    third += 1
+                    await asyncio.sleep(0.01)
+                await task
+                assert got["attempt"] <= released_in + 2, f"taken at attempt {got['attempt']}, released in {released_in}"
+                assert third > 0
+                assert await got["lease"].release()
+                assert places_of(db, candidate.id) == []
+            finally:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+
+    run(scenario())
+
+
 def test_a_listening_client_hears_its_turn_instead_of_polling(db, name):
     async def scenario():
         client = aio.Client(CONNINFO, listen=True, poll=30.0)

@@ -229,54 +229,126 @@ def test_a_wait_keeps_its_place_in_line_however_rarely_it_polls(client, db, name
                 thread.join(25)
 
 
+def test_a_candidate_that_comes_back_with_short_waits_takes_its_turn(client, db, name):
+    """A candidate that loops on waits shorter than its poll period (0.2 s
+    waits, a poll every 1 s, its other work between them: as the C++
+    demo's leader scenario's 250 ms attempts).  Each wait polls its place
+    at its deadline too, so when the holder releases during one of them
+    the candidate takes the lock within a few attempts, and a third
+    party's plain acquire meanwhile gets nothing (a wait that left at its
+    deadline without polling left the lock free and its line empty)."""
+    looping = pg_fencing.Client(CONNINFO, poll=1.0)
+    attempts: list = []  # when each attempt began
+    got: dict = {}
+    stop = threading.Event()
+    with client.session(ttl=30) as holder, looping.session(ttl=30, holder="looping-" + name) as candidate:
+        held = holder.lock(name)
+
+        def loop():
+            try:
+                while not stop.is_set():
+                    attempts.append(time.monotonic())
+                    try:
+                        got["lease"] = candidate.lock(name, wait=0.2)
+                        got["attempt"] = len(attempts)
+                        return
+                    except pg_fencing.LockTimeout:
+                        pass
+                    time.sleep(0.1)  # its other work
+            except Exception as error:
+                got["error"] = error
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        try:
+            # 50 ms into its third attempt (or a later one), its place in line: the release.
+            released_in = None
+            deadline = time.monotonic() + 10
+            while released_in is None and time.monotonic() < deadline and not got:
+                seen = len(attempts)
+                if seen >= 3 and time.monotonic() - attempts[seen - 1] < 0.05:
+                    time.sleep(max(0.0, attempts[seen - 1] + 0.05 - time.monotonic()))
+                    if len(attempts) == seen and places_of(db, candidate.id):
+                        assert held.release()
+                        released_in = seen
+                        continue
+                time.sleep(0.002)
+            assert released_in is not None, f"no attempt to release during: {got}"
+            third = 0
+            while not got and time.monotonic() < deadline:
+                assert db.execute("SELECT fencing_acquire(%s, 'third', '10 s')", (name,)).fetchone()[0] is None, \
+                    f"a third party's plain acquire took the lock after attempt {len(attempts)} of the candidate"
+                third += 1
+                time.sleep(0.01)
+            assert "lease" in got, got
+            assert got["attempt"] <= released_in + 2, f"taken at attempt {got['attempt']}, released in {released_in}"
+            assert third > 0
+            assert live_leases(db, name) == [("looping-" + name, got["lease"].token, candidate.id)]
+            assert got["lease"].release()
+            assert lines_rows(db, name) == 0
+        finally:
+            stop.set()
+            thread.join(5)
+
+
 @pytest.mark.parametrize("how", ["session", "election"])
-def test_a_wait_that_runs_out_leaves_the_line_and_gives_back_a_grant(client, db, name, how):
-    """A wait that runs out leaves the line, holding nothing -- even when
-    the lease was granted to its place just before (here by the test's own
-    poll, as a superuser may, standing for a poll of the candidate's whose
-    answer was lost): the leave gives it back ('released')."""
-    rare = pg_fencing.Client(CONNINFO, poll=10.0)  # no poll of its own before its deadline
+def test_a_wait_that_runs_out_leaves_the_line_and_polls_at_its_deadline(client, db, name, how):
+    """A wait that runs out leaves the line, holding nothing.  Polled on a
+    timer longer than its wait, it still polls its place just before its
+    deadline, and finds the lease granted to its place meanwhile (here by
+    the test's own poll, as a superuser may, standing for a poll of the
+    candidate's whose answer was lost): a place that never polled would
+    hold the line up."""
+    rare = pg_fencing.Client(CONNINFO, poll=10.0)  # no poll on its timer before its deadline
     outcome = {}
     with client.session(ttl=30) as holder:
         held = holder.lock(name)
         if how == "session":
             waiter = rare.session(ttl=10, holder="waiter-" + name)
-            attempt = lambda: waiter.lock(name, wait=3)  # noqa: E731
+            attempt = lambda wait: waiter.lock(name, wait=wait)  # noqa: E731
+            current = lambda: waiter  # noqa: E731
         else:
             election = rare.election(name, holder="waiter-" + name, ttl=10)
-            attempt = lambda: election.campaign(timeout=3)  # noqa: E731
+            attempt = lambda wait: election.campaign(timeout=wait)  # noqa: E731
+            current = lambda: session_of(election)  # noqa: E731
 
-        def run():
+        def run(wait):
             started = time.monotonic()
             try:
-                outcome["result"] = attempt()
+                outcome["result"] = attempt(wait)
             except Exception as error:
                 outcome["result"] = error
             outcome["waited"] = time.monotonic() - started
 
-        thread = threading.Thread(target=run, daemon=True)
+        # The lock stays held: the wait runs out, and leaves its place.
+        run(1)
+        assert isinstance(outcome.get("result"), pg_fencing.LockTimeout), outcome
+        assert 0.9 <= outcome["waited"] < 3, outcome
+        assert lines_rows(db, name) == 0, "it left the line"
+        assert [t for _, t, _ in live_leases(db, name)] == [held.token]
+
+        thread = threading.Thread(target=run, args=(3,), daemon=True)
         thread.start()
-        session = waiter if how == "session" else session_of(election)
+        session = current()
         place = await_place(db, session.id)
         assert held.release()
         state, token = db.execute("SELECT state, token::bigint FROM fencing_line_poll(ARRAY[%s]::bigint[])",
                                   (place,)).fetchone()
         assert state == "granted" and lease_row(db, token) == ("waiter-" + name, "live", session.id)
         thread.join(10)
-    assert isinstance(outcome.get("result"), pg_fencing.LockTimeout), outcome
-    assert 2.9 <= outcome["waited"] < 5, outcome
-    assert lease_row(db, token)[:2] == ("waiter-" + name, "released"), "the grant was given back"
-    assert places_of(db, session.id) == [], "it left the line"
-    assert live_leases(db, name) == []
+    lease = outcome.get("result")
+    assert isinstance(lease, pg_fencing.SessionLease), outcome
+    assert lease.token == token
+    assert 2.5 <= outcome["waited"] < 5, outcome
+    assert live_leases(db, name) == [("waiter-" + name, token, session.id)]
     if how == "session":
-        assert waiter.held(), "the session lives on"
-        assert db.execute("SELECT leases FROM fencing_sessions WHERE session_id = %s",
-                          (session.id,)).fetchone()[0] == 0
+        assert lease.release()
+        assert places_of(db, session.id) == [], "released: its place left too"
         waiter.close()
     else:
-        assert election.session is None and election.lease is None
-        assert db.execute("SELECT count(*) FROM fencing_sessions WHERE session_id = %s AND live",
-                          (session.id,)).fetchone()[0] == 0, "a candidate that gave up closes its session"
+        assert election.resign() is True
+    assert lease_row(db, token)[:2] == ("waiter-" + name, "released")
+    assert lines_rows(db, name) == 0
     with client.lock(name, ttl=5) as after:  # nobody holds it
         assert after.token > token
 

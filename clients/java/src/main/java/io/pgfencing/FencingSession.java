@@ -213,7 +213,10 @@ public final class FencingSession implements AutoCloseable {
         Long followed = null;
         try {
             checkInLine();
+            boolean forever = waitNanos == Wire.FOREVER;
+            long sent = System.nanoTime();
             String[] joined = join(lockName, waitNanos, start, payload);
+            long last = forever ? 0 : Line.lastPollNanos(start + waitNanos, sent, System.nanoTime());
             place = Long.parseLong(joined[0]);
             if (listener != null) {
                 listener.follow(place, mark, watch);
@@ -221,15 +224,13 @@ public final class FencingSession implements AutoCloseable {
             }
             String token = joined[1];
             while (token == null) {
-                long left = waitNanos == Wire.FOREVER ? Long.MAX_VALUE
-                        : waitNanos - (System.nanoTime() - start);
-                if (left <= 0) {
-                    break;
+                long toLast = forever ? Long.MAX_VALUE : last - System.nanoTime();
+                if (toLast <= 0) {
+                    break; // the last poll (or the join) was just made: leave
                 }
-                watch.await(Math.min(pollNanos, left));
-                if (waitNanos != Wire.FOREVER && System.nanoTime() - start >= waitNanos) {
-                    break; // the deadline: leave, not poll
-                }
+                watch.await(Math.min(pollNanos, toLast));
+                // The last sleep ends just before the deadline (Line.lastPollNanos), and the place
+                // is polled then too.
                 checkInLine();
                 String[] polled = lineRow(Line.POLL_PLACE, place);
                 token = polled[1];
@@ -246,7 +247,9 @@ public final class FencingSession implements AutoCloseable {
                         followed = null;
                     }
                     place = null;
+                    sent = System.nanoTime();
                     joined = join(lockName, waitNanos, start, payload);
+                    last = forever ? 0 : Line.lastPollNanos(start + waitNanos, sent, System.nanoTime());
                     place = Long.parseLong(joined[0]);
                     if (listener != null) {
                         listener.follow(place, mark, watch);

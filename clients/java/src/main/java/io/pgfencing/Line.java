@@ -44,6 +44,16 @@ final class Line {
     /** How long a wait lets the listener take to LISTEN before it joins (it polls on the timer
      *  alone if it has not by then). */
     static final long LISTEN_STARTUP_NANOS = TimeUnit.SECONDS.toNanos(2);
+    /**
+     * A wait with a deadline polls its place once more just before it, then leaves: a wait
+     * shorter than the poll period, or a candidate that comes back with such waits, takes its
+     * turn when its place is first (a place that is never polled holds the line up, and leaves
+     * the lock free when it leaves). That last poll is made this long before the deadline -- or
+     * the join's round trip before it, if longer: the server ends the place at joined_at + wait,
+     * which is the client's deadline give or take a round trip, and a poll that reaches it after
+     * that finds the place gone.
+     */
+    static final long LAST_POLL_AHEAD_NANOS = TimeUnit.MILLISECONDS.toNanos(20);
 
     static final String JOIN = "SELECT place, token::bigint FROM fencing_line_join(?::bigint, ?, "
             + "?::interval, ?::jsonb)";
@@ -67,6 +77,12 @@ final class Line {
             throw new IllegalArgumentException("poll must be positive, got " + poll);
         }
         return poll.toNanos();
+    }
+
+    /** When (System.nanoTime()) a wait that ends at {@code end} makes its last poll, its place
+     *  joined by a statement sent at {@code sent} and answered at {@code answered}. */
+    static long lastPollNanos(long end, long sent, long answered) {
+        return end - Math.max(LAST_POLL_AHEAD_NANOS, answered - sent);
     }
 
     /** One wait's wake-up: set when its place is heard, or when its session is closed. */

@@ -4,9 +4,12 @@ import static io.pgfencing.Live.CLIENT;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 import java.sql.Connection;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -87,6 +90,105 @@ class LineTest {
             // until its session closes or joins again; none waits.)
             assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_line l JOIN fencing_lock k "
                     + "USING (lock_id) WHERE k.lock_name = ? AND l.token IS NULL", lock), "places left in line");
+        }
+    }
+
+    /**
+     * A candidate that comes back with waits shorter than its poll period (200 ms waits, a poll
+     * every 1 s, its other work between them: the C++ demo's leader scenario's 250 ms attempts)
+     * polls its place just before each deadline: when the holder releases during one of its
+     * waits, it takes the lock within a few attempts, and a third party's plain acquire meanwhile
+     * gets nothing. (A wait that left at its deadline without polling left the lock free and its
+     * line empty.)
+     */
+    @Test
+    void aCandidateThatComesBackWithShortWaitsTakesItsTurn() throws Exception {
+        String lock = Live.name();
+        String looping = lock + "-looping";
+        FencingClient rare = CLIENT.withPoll(Duration.ofSeconds(1));
+        List<Long> attempts = new ArrayList<>(); // when each attempt began (nanoTime)
+        AtomicReference<Object> got = new AtomicReference<>();
+        int[] gotAt = new int[1];
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(TTL);
+             FencingSession candidate = rare.openSession(TTL.withHolder(looping))) {
+            Lease held = holder.lock(lock);
+            Thread loop = new Thread(() -> {
+                try {
+                    while (!Thread.currentThread().isInterrupted()) {
+                        int n;
+                        synchronized (attempts) {
+                            attempts.add(System.nanoTime());
+                            n = attempts.size();
+                        }
+                        Optional<Lease> lease = candidate.tryLock(lock, 200, TimeUnit.MILLISECONDS);
+                        if (lease.isPresent()) {
+                            gotAt[0] = n;
+                            got.set(lease.get());
+                            return;
+                        }
+                        Thread.sleep(100); // its other work
+                    }
+                } catch (Throwable e) {
+                    got.set(e);
+                }
+            });
+            loop.setDaemon(true);
+            loop.start();
+            try {
+                // 50 ms into its third attempt (or a later one), its place in line: the release.
+                int releasedIn = 0;
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+                while (releasedIn == 0 && System.nanoTime() - deadline < 0 && got.get() == null) {
+                    int seen;
+                    long at;
+                    synchronized (attempts) {
+                        seen = attempts.size();
+                        at = seen == 0 ? 0 : attempts.get(seen - 1);
+                    }
+                    long into = System.nanoTime() - at;
+                    if (seen >= 3 && into < TimeUnit.MILLISECONDS.toNanos(50)) {
+                        TimeUnit.NANOSECONDS.sleep(TimeUnit.MILLISECONDS.toNanos(50) - into);
+                        int now;
+                        synchronized (attempts) {
+                            now = attempts.size();
+                        }
+                        if (now == seen && Live.placesInLine(db, looping) == 1) {
+                            assertTrue(held.release());
+                            releasedIn = seen;
+                            continue;
+                        }
+                    }
+                    Thread.sleep(2);
+                }
+                assertTrue(releasedIn > 0, "no attempt of the candidate's to release during: " + got.get());
+                int third = 0;
+                while (got.get() == null && System.nanoTime() - deadline < 0) {
+                    String stolen = Live.value(db, "SELECT fencing_acquire(?, 'third', '10 s')", lock);
+                    if (stolen != null) {
+                        int seen;
+                        synchronized (attempts) {
+                            seen = attempts.size();
+                        }
+                        fail("a third party's plain acquire took the lock after attempt " + seen
+                                + " of the candidate (released in " + releasedIn + ")");
+                    }
+                    third++;
+                    Thread.sleep(10);
+                }
+                loop.join(5_000);
+                assertTrue(got.get() instanceof Lease, "the candidate: " + got.get());
+                Lease lease = (Lease) got.get();
+                assertTrue(gotAt[0] <= releasedIn + 2, "taken at attempt " + gotAt[0] + ", released in " + releasedIn);
+                assertTrue(third > 0);
+                assertEquals(looping, CLIENT.leader(lock).orElseThrow().holder());
+                assertTrue(lease.release());
+                assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_line l JOIN fencing_lock k "
+                        + "USING (lock_id) WHERE k.lock_name = ? AND l.token IS NULL", lock), "places left in line");
+            } finally {
+                loop.interrupt();
+                loop.join(5_000);
+            }
         }
     }
 }
