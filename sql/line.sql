@@ -127,17 +127,21 @@ SET ROLE ln_other;
 SELECT count(*) AS places_seen FROM fencing_lines;
 RESET ROLE;
 
--- 9. What a review found, each refused or stepped over now.
--- A waiting function, even with a wait of 0, gives way to a place: the
--- waiting room's waiters are behind the line.
+-- 9. What two reviews found, each refused or stepped over now.
+-- The waiting room's waiter (a waiting function, even with a wait of 0) is
+-- served before the line, until every wait is a place; everything else
+-- gives way to the place, acquire_all without a wait included.
 SET ROLE ln_app;
 SELECT fencing_session_open('holder9', '1 hour') AS s_h9 \gset
 SELECT fencing_session_open('waiter9', '1 hour') AS s_w9 \gset
 SELECT token IS NOT NULL AS holds FROM fencing_line_join(:s_h9, 'ln9');
 SELECT place AS p_w9 FROM fencing_line_join(:s_w9, 'ln9') \gset
 SELECT fencing_release('ln9', (SELECT token FROM fencing_leases WHERE lock_name = 'ln9')) AS released;
-SELECT fencing_acquire('ln9', 'jumper', '1 minute', '0 s') IS NULL AS waiting_function_gives_way;
-SELECT fencing_session_acquire_all(:s_h9, ARRAY['ln9'], '0 s') IS NULL AS acquire_all_gives_way;
+SELECT fencing_session_acquire_all(:s_h9, ARRAY['ln9']) IS NULL AS acquire_all_gives_way;
+SELECT fencing_acquire('ln9', 'room-waiter', '1 minute', '0 s') AS room_token \gset
+SELECT :'room_token' <> '' AS room_waiter_served_first;
+SELECT fencing_release('ln9', :'room_token') AS released;
+SELECT fencing_acquire('ln9', 'jumper', '1 minute') IS NULL AS plain_acquire_gives_way;
 -- The first place's session taking the lock by fencing_session_acquire
 -- (not a poll): the place waits no more, and the lock is not kept for it
 -- after its release.

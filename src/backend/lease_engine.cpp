@@ -442,26 +442,21 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
   }
 
   // Nobody takes a free lock from under the first waiter in line: the
-  // line's first place (lease_line.hpp), when a place waits, and the
-  // waiting room's otherwise (which this transaction may hold already, as
-  // the waiting acquires do).  The room's waiters give way to a place, and
-  // the first place's session takes the lock even while one of them holds
-  // the room (a waiter of the room that waits for an exclusive lease of a
-  // shared lock would otherwise keep the lock from everyone until its wait
-  // ends): nobody else may grant then, so none can come between, but for
-  // another attempt of the same session, which the lease row's lock (or,
-  // for a first grant, its insert) turns away.
+  // waiting room's (which this transaction may hold already, as the waiting
+  // acquires do), then the line's first place (lease_line.hpp), unless this
+  // transaction is the room's waiter, which is served first until every
+  // wait is a place in line.  Every grant takes the room, so none can come
+  // between another's look and its write.
   LOCKTAG room = WaitingRoomTag(request.schema, lock_id);
   const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
-  const bool holds_room = in_room != LOCKACQUIRE_NOT_AVAIL;
-  const auto give_back_room = [&] {
-    if (holds_room) (void)LockRelease(&room, ExclusiveLock, false);
-  };
+  if (in_room == LOCKACQUIRE_NOT_AVAIL) return false;
+  const auto give_back_room = [&] { (void)LockRelease(&room, ExclusiveLock, false); };
   int64 line_place = 0;
-  const LineTurn turn = LockHasLine(t, look.lock)
+  const bool room_waiter = in_room != LOCKACQUIRE_OK && WaitsInRoom(room);
+  const LineTurn turn = LockHasLine(t, look.lock) && !room_waiter
                             ? LineTurnOf(ids, lock_id, request.session, &line_place)
                             : LineTurn::kFree;
-  if (turn == LineTurn::kOthers || (!holds_room && turn != LineTurn::kYours)) {
+  if (turn == LineTurn::kOthers) {
     give_back_room();
     return false;
   }
@@ -553,16 +548,6 @@ bool CarryOut(const Tables &t, const AttemptRequest &request, const Look &look,
     written = ReplaceRow(t.lease, lease, counted ? (sessions ? 10 : 9) : 8, columns, values, nulls);
   }
   if (!written) {
-    // Two first grants at once to the first place's session, made without
-    // the room (see above): the other one's insert won.  Refused as a
-    // serialization failure, which the session retries; the error undoes
-    // the mark just raised, which would fence out the other grant.
-    if (!holds_room) {
-      ereport(ERROR, (errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-                      errmsg("fencing lock \"%s\" was granted to the same session at the same time",
-                             text_to_cstring(DatumGetTextPP(request.lock_name))),
-                      errhint("Poll the place again: it has the other grant's token.")));
-    }
     // Cannot happen while the room and the row lock hold; if it did, the
     // error undoes the mark just raised, which would fence out whoever
     // holds the lease instead.
@@ -1554,7 +1539,8 @@ SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_
   // A place waiting in the lock's line is for an exclusive lease, and holds
   // off every new permit and shared lease (exclusive first).
   int64 line_place = 0;
-  if (has_line && LineTurnOf(*t.ids, lock_id, 0, &line_place) != LineTurn::kFree) {
+  const bool room_waiter = in_room != LOCKACQUIRE_OK && WaitsInRoom(room);
+  if (has_line && !room_waiter && LineTurnOf(*t.ids, lock_id, 0, &line_place) != LineTurn::kFree) {
     (void)LockRelease(&room, ExclusiveLock, false);
     return SlotOutcome::kBusy;
   }

@@ -24,13 +24,12 @@
 // Nobody grants a lease to someone else: the candidate takes it in its own
 // transaction, with its own permissions, when it joins or polls.  What the
 // line adds to every grant of a lock that has had a line (fencing_lock.
-// has_line) is one check (LineTurnOf, in the engine's attempt): an
-// exclusive lease goes to the first waiting place's session or to nobody,
-// a permit or a shared lease to nobody while a place waits.  The waiters of
-// the lock's waiting room (the waiting functions, fencing_await) give way
-// to the line too; the first place's attempt is made even while one of
-// them holds the room, which is not needed to keep two grants apart then:
-// nobody else may grant.
+// has_line) is one check (LineTurnOf, in the engine's attempt, in the
+// lock's waiting room): an exclusive lease goes to the first waiting
+// place's session or to nobody, a permit or a shared lease to nobody while
+// a place waits.  The waiters of the lock's waiting room (the waiting
+// functions, fencing_await) hold the room and are served first
+// (WaitsInRoom), until every wait is a place in line.
 //
 // The changes that may free a lock (a release, a revoke, a session's close,
 // an expiry the worker marks, a place's leave) call TellLineAtCommit: just
@@ -359,6 +358,20 @@ bool TakeIfFirst(Oid schema, Oid caller, Place &p, FirstOfLock *cached) {
     cached->lock_id = p.lock_id;
   }
   if (cached->first.place != p.place) return false;
+  // The place's row locked until this transaction ends: a leave of it
+  // waits for the grant's commit and finds the token, which it gives back.
+  // Left meanwhile, or taken: no attempt.
+  {
+    const AsOwner as = BecomeOwner(schema);
+    Oid types[] = {INT8OID};
+    Datum values[] = {Int64GetDatum(p.place)};
+    Run(psprintf("SELECT 1 FROM %s.fencing_line WHERE place = $1 AND token IS NULL FOR UPDATE",
+                 quote_identifier(get_namespace_name(schema))),
+        1, types, values, nullptr, SPI_OK_SELECT);
+    const bool still_waiting = SPI_processed == 1;
+    BecomeCaller(as);
+    if (!still_waiting) return false;
+  }
   int64 token = 0;
   if (!AcquireInSession(schema, caller, p.session, false, p.lock_name, p.payload_null, p.payload,
                         &token)) {

@@ -15,9 +15,10 @@ namespace pg_fencing {
 // use the lock) is `session`'s (kYours, its number in *place) or another's
 // (kOthers).  An exclusive grant goes to the first place's session only,
 // and a permit or a shared lease to nobody while a place waits (exclusive
-// first), whoever holds the lock's waiting room: its waiters give way to
-// the line too.  One probe of an empty index when nobody waits; the places
-// of ended sessions or waits are stepped over, not written.
+// first).  The caller holds the lock's waiting room; the room's waiters
+// are served before the line (lease_wakeup.hpp, WaitsInRoom).  One probe
+// of an empty index when nobody waits; the places of ended sessions or
+// waits are stepped over, not written.
 enum class LineTurn { kFree, kYours, kOthers };
 LineTurn LineTurnOf(const LeaseTableIds &ids, int64 lock_id, int64 session, int64 *place);
 

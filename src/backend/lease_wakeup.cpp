@@ -89,7 +89,54 @@ void WakePendingRooms() {
   });
 }
 
+// The rooms this backend waits in as their waiter: queued for by a waiting
+// function (fencing_enter_waiting_room, for its transaction) or by CALL
+// fencing_await (across its transactions).  Their waiter is served before
+// the lock's line (lease_line.hpp: until every wait is a place in line).
+// A room that a grant took, which its transaction keeps, is not one.
+struct RoomWaited {
+  LOCKTAG tag;
+  bool across;  // held across transactions (fencing_await)
+};
+constexpr int kMostRoomsWaited = 8;
+RoomWaited rooms_waited[kMostRoomsWaited];
+int rooms_waited_count = 0;
+
+bool SameTag(const LOCKTAG &a, const LOCKTAG &b) {
+  return a.locktag_field1 == b.locktag_field1 && a.locktag_field2 == b.locktag_field2 &&
+         a.locktag_field3 == b.locktag_field3 && a.locktag_field4 == b.locktag_field4 &&
+         a.locktag_type == b.locktag_type && a.locktag_lockmethodid == b.locktag_lockmethodid;
+}
+
+void NoteRoomWaited(const LOCKTAG &tag, bool across) {
+  for (int i = 0; i < rooms_waited_count; ++i) {
+    if (SameTag(rooms_waited[i].tag, tag)) return;
+  }
+  if (rooms_waited_count < kMostRoomsWaited) rooms_waited[rooms_waited_count++] = {tag, across};
+}
+
+void ForgetRoomWaited(const LOCKTAG &tag) {
+  for (int i = 0; i < rooms_waited_count; ++i) {
+    if (SameTag(rooms_waited[i].tag, tag)) {
+      rooms_waited[i] = rooms_waited[--rooms_waited_count];
+      return;
+    }
+  }
+}
+
+// At the end of a transaction: its rooms go with it.
+void ForgetTransactionRooms() {
+  int kept = 0;
+  for (int i = 0; i < rooms_waited_count; ++i) {
+    if (rooms_waited[i].across) rooms_waited[kept++] = rooms_waited[i];
+  }
+  rooms_waited_count = kept;
+}
+
 void OnTransactionEvent(XactEvent event, void *) {
+  if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE) {
+    ForgetTransactionRooms();
+  }
   switch (event) {
     case XACT_EVENT_COMMIT:
       WakePendingRooms();
@@ -136,10 +183,20 @@ void SleepUntilWoken(bool has_until, TimestampTz until) {
   CHECK_FOR_INTERRUPTS();
 }
 
+bool WaitsInRoom(const LOCKTAG &room) {
+  for (int i = 0; i < rooms_waited_count; ++i) {
+    if (SameTag(rooms_waited[i].tag, room)) return true;
+  }
+  return false;
+}
+
 bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline) {
   LOCKTAG tag = room;
   // Free: taken at once, no subtransaction needed.
-  if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL) return true;
+  if (LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL) {
+    NoteRoomWaited(tag, true);
+    return true;
+  }
   // Taken: queue in the lock manager (first come, first served) for what is
   // left of the wait, as lock_timeout.  Its 55P03 is the end of the wait,
   // caught in a subtransaction, which a session lock does not belong to.
@@ -157,10 +214,12 @@ bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline) {
         granted_anyway = compat::LockHeldByMe(tag, ExclusiveLock);
         if (granted_anyway && !timed_out) (void)LockRelease(&tag, ExclusiveLock, true);
       });
+  if (queued || granted_anyway) NoteRoomWaited(tag, true);
   return queued || granted_anyway;
 }
 
 void LeaveRoomAcrossTransactions(const LOCKTAG &room) {
+  ForgetRoomWaited(room);
   LOCKTAG tag = room;
   (void)LockRelease(&tag, ExclusiveLock, true);
 }
@@ -204,6 +263,7 @@ PG_FUNCTION_INFO_V1(fencing_enter_waiting_room);
 Datum fencing_enter_waiting_room(PG_FUNCTION_ARGS) {
   LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
   (void)LockAcquire(&room, ExclusiveLock, false, false);
+  NoteRoomWaited(room, false);
   PG_RETURN_VOID();
 }
 
@@ -232,6 +292,7 @@ PG_FUNCTION_INFO_V1(fencing_leave_waiting_room);
 Datum fencing_leave_waiting_room(PG_FUNCTION_ARGS) {
   LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
   if (PG_GETARG_BOOL(1)) {
+    ForgetRoomWaited(room);
     ResourceOwner saved = CurrentResourceOwner;
     CurrentResourceOwner = CurTransactionResourceOwner;
     const bool released = LockRelease(&room, ExclusiveLock, false);

@@ -47,6 +47,11 @@ LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id);
 // (cancel, statement_timeout, terminate).
 void SleepUntilWoken(bool has_until, TimestampTz until);
 
+// Whether this backend holds the room as its waiter (a waiting function's,
+// or CALL fencing_await's), not because a grant of its transaction took it:
+// such a waiter is served before the lock's line.
+bool WaitsInRoom(const LOCKTAG &room);
+
 // The waiting room held across transactions, for fencing_await, which
 // commits between its attempts: queues for *room in arrival order, as a
 // session lock, and returns true once it is first in line; false when the

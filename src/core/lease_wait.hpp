@@ -67,12 +67,18 @@ constexpr std::int64_t WaitingRoomKey(std::int64_t lock_id) noexcept {
 // wakes after the lease's end, not just before it), when it has seen the
 // lease busy: until `until_us` (the earlier of the lease's end and the
 // caller's deadline; microseconds on the same clock as now_us), at most
-// recheck_ms.  has_until false: no end known, recheck_ms.  0: do not sleep.
+// recheck_ms.  has_until false: no end known, recheck_ms.  An end already
+// past (the attempt just made found the lock held up by what the end does
+// not tell: a place in the lock's line ahead of the waiter, which takes the
+// lock when its candidate polls) sleeps kPastDueSleepMs, at most
+// recheck_ms, rather than trying again at once in a loop that would spin.
+// 0: do not sleep.
+constexpr std::int64_t kPastDueSleepMs = 20;
 constexpr std::int64_t WakeupSleepMs(std::int64_t now_us, bool has_until, std::int64_t until_us,
                                      std::int64_t recheck_ms) noexcept {
   if (recheck_ms < 0) recheck_ms = 0;
   if (!has_until) return recheck_ms;
-  if (until_us <= now_us) return 0;
+  if (until_us <= now_us) return recheck_ms < kPastDueSleepMs ? recheck_ms : kPastDueSleepMs;
   // until_us - now_us > 0 cannot overflow to negative unless the span is
   // beyond int64; clamp that case to the recheck interval.
   const std::uint64_t span_us =

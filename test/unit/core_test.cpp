@@ -1028,9 +1028,12 @@ TEST(LeaseWakeupTest, SleepsUntilTheEndRoundedUpAndNoLongerThanTheRecheck) {
   EXPECT_EQ(WakeupSleepMs(0, false, 0, 250), 250);            // no end known
 }
 
-TEST(LeaseWakeupTest, AnEndInThePastMeansNoSleep) {
-  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'000'000, 1000), 0);
-  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 0, 1000), 0);
+// A waiter whose attempt failed although the lease's end has passed (a
+// place in line is ahead of it) sleeps a short while, not 0 in a loop.
+TEST(LeaseWakeupTest, AnEndInThePastSleepsAShortWhile) {
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 1'000'000, 1000), kPastDueSleepMs);
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 0, 1000), kPastDueSleepMs);
+  EXPECT_EQ(WakeupSleepMs(1'000'000, true, 0, 5), 5);  // never past the recheck
   EXPECT_EQ(WakeupSleepMs(0, true, 10'000, -5), 0);
 }
 
@@ -1074,7 +1077,7 @@ TEST(LeaseWakeupTest, ExtremeTimestampsDoNotOverflow) {
   constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   EXPECT_EQ(WakeupSleepMs(kMin, true, kMax, 1000), 1000);
-  EXPECT_EQ(WakeupSleepMs(kMax, true, kMin, 1000), 0);
+  EXPECT_EQ(WakeupSleepMs(kMax, true, kMin, 1000), kPastDueSleepMs);
 }
 
 TEST(LeaseWakeupTest, PendingWakeupsDeduplicateAndReportOverflow) {
