@@ -5,14 +5,17 @@
 -- statement that runs for the whole wait (src/backend/lease_line.cpp).  A
 -- candidate joins with its session and goes away: between its short
 -- round trips it holds no server connection, no snapshot and no
--- transaction id, and costs one row.  The first place in line whose
+-- transaction id, and costs one row.  A place waits for an exclusive
+-- lease, a shared lease or a permit.  The first exclusive place whose
 -- session lives and whose wait has not run out is the only one an
 -- exclusive lease of the lock may go to, besides a waiter of the lock's
--- waiting room (the waiting functions and fencing_await, served first):
--- an acquire of anyone else's answers as for a busy lock.  That place's
--- candidate takes the lease itself, in its own transaction, when it joins
--- or polls (fencing_line_join, fencing_line_poll); every change that may
--- free the lock NOTIFYs fencing_line with the number of the first place,
+-- waiting room (the waiting functions and fencing_await, served first),
+-- and it holds off new shared leases; a semaphore's free permits go to
+-- its permit places in order.  An acquire of anyone else's answers as for
+-- a busy lock.  The place's candidate takes the lease itself, in its own
+-- transaction, when it joins or polls (fencing_line_join,
+-- fencing_line_poll); every change that may free the lock NOTIFYs
+-- fencing_line with the numbers of the places that may be in their turn,
 -- so that a candidate with a connection that can LISTEN polls at once,
 -- and one without polls on a timer.  A place ends with its session (its
 -- row is deleted with the session's), when its wait runs out, or when its
@@ -35,11 +38,18 @@ CREATE TABLE @extschema@.fencing_line (
   -- The lease's token once the place's candidate has taken it; NULL while
   -- it waits.
   token @extschema@.fencing_token,
+  -- What the place waits for, as fencing_session_acquire's kind and
+  -- permits: an exclusive lease, a shared lease, or one permit of a
+  -- semaphore of `permits` permits.  In C collation: the grants look the
+  -- places of one kind up by the index below.
+  kind text COLLATE "C" NOT NULL DEFAULT 'exclusive'
+    CHECK (kind IN ('exclusive', 'shared', 'permit')),
+  permits integer CHECK ((kind = 'permit') = (permits IS NOT NULL)),
   -- One place per session and lock: a join repeated after a lost answer
   -- keeps the place it had.
   CONSTRAINT fencing_line_once UNIQUE (session_id, lock_id)
 );
-CREATE INDEX fencing_line_order ON @extschema@.fencing_line (lock_id, place);
+CREATE INDEX fencing_line_order ON @extschema@.fencing_line (lock_id, kind, place);
 REVOKE ALL ON @extschema@.fencing_line FROM PUBLIC;
 REVOKE ALL ON SEQUENCE @extschema@.fencing_line_place_seq FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_line', '');
@@ -47,14 +57,15 @@ SELECT pg_catalog.pg_extension_config_dump('@extschema@.fencing_line_place_seq',
 COMMENT ON SEQUENCE @extschema@.fencing_line_place_seq IS
   'the numbers of places in line, in order of arrival';
 COMMENT ON TABLE @extschema@.fencing_line IS
-  'one row per place in a lock''s line: a candidate waiting, in its session, for an exclusive lease; written only through the fencing_line_ functions';
+  'one row per place in a lock''s line: a candidate waiting, in its session, for an exclusive lease, a shared lease or a permit; written only through the fencing_line_ functions';
 
 CREATE FUNCTION @extschema@.fencing_line_join(
     session bigint, lock_name text, wait interval DEFAULT NULL, payload jsonb DEFAULT NULL,
+    kind text DEFAULT 'exclusive', permits integer DEFAULT NULL,
     OUT place bigint, OUT token @extschema@.fencing_token)
   AS 'MODULE_PATHNAME', 'fencing_line_join' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION @extschema@.fencing_line_join(bigint, text, interval, jsonb) IS
-  'joins the line for an exclusive lease of the lock in the session, waiting at most wait (NULL: while the session lives), and returns the place; token is the lease''s when the place was first and took it at once; joined again, the same place';
+COMMENT ON FUNCTION @extschema@.fencing_line_join(bigint, text, interval, jsonb, text, integer) IS
+  'joins the line of the lock in the session for a lease of kind (''exclusive'', ''shared'', or ''permit'' with the semaphore''s permits), waiting at most wait (NULL: while the session lives), and returns the place; token is the lease''s when the place took it at once; joined again, the same place';
 
 CREATE FUNCTION @extschema@.fencing_line_poll(places bigint[])
   RETURNS TABLE (place bigint, lock_name text, state text, token @extschema@.fencing_token)
@@ -74,6 +85,7 @@ COMMENT ON FUNCTION @extschema@.fencing_line_leave(bigint) IS
 CREATE VIEW @extschema@.fencing_lines WITH (security_barrier) AS
   SELECT k.lock_name, l.place,
          pg_catalog.row_number() OVER (PARTITION BY l.lock_id ORDER BY l.place) AS position,
+         l.kind,
          s.holder, s.holder_role AS role, l.session_id, l.joined_at, l.wait_until,
          s.expires_at > pg_catalog.clock_timestamp()
            AND (l.wait_until IS NULL OR l.wait_until > pg_catalog.clock_timestamp()) AS live

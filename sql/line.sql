@@ -11,7 +11,8 @@ BEGIN
   EXECUTE query;
   RETURN 'no error';
 EXCEPTION WHEN OTHERS THEN
-  RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '[0-9]{6,}', 'N', 'g');
+  RETURN SQLSTATE || ': ' || regexp_replace(regexp_replace(SQLERRM, '[0-9]{6,}', 'N', 'g'),
+                                            'place [0-9]+', 'place N', 'g');
 END $$;
 CREATE ROLE ln_app;
 CREATE ROLE ln_other;
@@ -77,7 +78,7 @@ SELECT CASE place WHEN :p_short THEN 'short wait' WHEN :p_brief THEN 'ended sess
   FROM fencing_line_poll(ARRAY[:p_short, :p_brief, :p_last]);
 
 -- 5. Exclusive first: while a place waits, a lock's shared leases give
--- way to it.  A semaphore has no line.
+-- way to it.  A semaphore has no place for an exclusive lease.
 SELECT fencing_acquire_shared('ln_sh', 'reader', '1 hour') IS NOT NULL AS reader_holds;
 SELECT place AS p_writer, token IS NULL AS writer_waits
   FROM fencing_line_join(:s_first, 'ln_sh') \gset
@@ -191,3 +192,74 @@ SELECT state FROM fencing_line_poll(ARRAY[:p_live]);
 RESET ROLE;
 SELECT count(*) AS dead_places_left FROM fencing_line l JOIN fencing_lock k USING (lock_id)
  WHERE k.lock_name = 'ln9d' AND l.place < :p_live;
+
+-- 10. Shared leases and permits wait in line too (kind => 'shared' or
+-- 'permit', as for fencing_session_acquire).  A semaphore's free permits
+-- go to its places in order, as many at once as are free, and a permit
+-- taken outside the line gives way to them.
+SET ROLE ln_app;
+SELECT fencing_session_open('p1', '1 hour') AS s_p1 \gset
+SELECT fencing_session_open('p2', '1 hour') AS s_p2 \gset
+SELECT fencing_session_open('p3', '1 hour') AS s_p3 \gset
+SELECT fencing_acquire_permit('ln_sem10', 'out1', 2, '1 hour') AS t_out1 \gset
+SELECT fencing_acquire_permit('ln_sem10', 'out2', 2, '1 hour') AS t_out2 \gset
+SELECT place AS p_p1, token IS NULL AS waits
+  FROM fencing_line_join(:s_p1, 'ln_sem10', NULL, NULL, 'permit', 2) \gset
+SELECT place AS p_p2 FROM fencing_line_join(:s_p2, 'ln_sem10', NULL, NULL, 'permit', 2) \gset
+SELECT place AS p_p3 FROM fencing_line_join(:s_p3, 'ln_sem10', kind => 'permit', permits => 2) \gset
+SELECT :'waits' AS first_permit_place_waits;
+CREATE TEMP VIEW permit_line AS
+  SELECT CASE place WHEN :p_p1 THEN 'p1' WHEN :p_p2 THEN 'p2' WHEN :p_p3 THEN 'p3' END AS who,
+         state, token IS NOT NULL AS has_token
+    FROM fencing_line_poll(ARRAY[:p_p1, :p_p2, :p_p3]);
+SELECT kind, position FROM fencing_lines WHERE lock_name = 'ln_sem10' ORDER BY place;
+-- One permit freed: it is the first place's; not a permit outside the
+-- line's, nor the second place's (polled before the first).
+SELECT fencing_release('ln_sem10', :'t_out1') AS released;
+SELECT fencing_acquire_permit('ln_sem10', 'outsider', 2, '1 hour') IS NULL AS outsider_gives_way;
+SELECT state FROM fencing_line_poll(ARRAY[:p_p2]);
+SELECT * FROM permit_line;
+-- Two freed at once: both waiting places take one, the later polled first.
+SELECT fencing_release('ln_sem10', :'t_out2') AS released;
+SELECT fencing_line_leave(:p_p1) AS p1_left_giving_back;
+SELECT state FROM fencing_line_poll(ARRAY[:p_p3]);
+SELECT state FROM fencing_line_poll(ARRAY[:p_p2]);
+SELECT count(*) AS permits_held_in_sessions FROM fencing_permits
+ WHERE lock_name = 'ln_sem10' AND holder IN ('p2', 'p3') AND live;
+-- A shared place waits while the exclusive lease lives; an exclusive place
+-- that joins after it goes first all the same (exclusive first); then the
+-- shared place takes its lease, beside a shared lease from outside the
+-- line.
+SELECT fencing_acquire('ln_sh10', 'writer', '1 hour') AS t_w10 \gset
+SELECT place AS p_sh, token IS NULL AS waits
+  FROM fencing_line_join(:s_p1, 'ln_sh10', kind => 'shared') \gset
+SELECT :'waits' AS shared_place_waits;
+SELECT place AS p_ex FROM fencing_line_join(:s_p2, 'ln_sh10') \gset
+SELECT fencing_release('ln_sh10', :'t_w10') AS released;
+SELECT state FROM fencing_line_poll(ARRAY[:p_sh]);
+SELECT state FROM fencing_line_poll(ARRAY[:p_ex]);
+SELECT fencing_line_leave(:p_ex) AS writer_left_giving_back;
+SELECT state FROM fencing_line_poll(ARRAY[:p_sh]);
+SELECT fencing_acquire_shared('ln_sh10', 'reader', '1 hour') IS NOT NULL AS reader_beside_it;
+-- Bad kinds, and a join again for something else.
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L)', :s_p3, 'ln10', 'both'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => NULL)', :s_p3, 'ln10'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L)', :s_p3, 'ln10', 'permit'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L, permits => 0)', :s_p3, 'ln10', 'permit'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, permits => 2)', :s_p3, 'ln10'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, payload => %L, kind => %L)', :s_p3, 'ln10', '{}', 'shared'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L)', :s_p1, 'ln_sem10', 'shared'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L, permits => 3)', :s_p1, 'ln_sem10', 'permit'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L, permits => 2)', :s_p3, 'ln_sh10', 'permit'));
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L, permits => 3)', :s_p3, 'ln_sem10', 'permit'));
+SELECT place AS p_ex3 FROM fencing_line_join(:s_p3, 'ln_ex10') \gset
+SELECT pg_temp.try(format('SELECT fencing_line_join(%s, %L, kind => %L)', :s_p3, 'ln_ex10', 'shared'));
+RESET ROLE;
+-- Another role cannot see or take ln_app's permit places.
+SET ROLE ln_other;
+SELECT state FROM fencing_line_poll(ARRAY[:p_p2, :p_p3]);
+SELECT fencing_line_leave(:p_p2) AS left_anothers_place;
+RESET ROLE;
+SET ROLE ln_app;
+SELECT state FROM fencing_line_poll(ARRAY[:p_p2]);
+RESET ROLE;

@@ -1374,7 +1374,7 @@ KindFit FitOfLock(const Tables &t, HeapTuple lock, const SlotRequest &request) {
 // here (the SQL that checked its owner asks for it).
 SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
                             const SlotRequest &request, int64 lock_id, bool may_convert,
-                            int64 *token) {
+                            bool line_counts, int64 *token) {
   const LeaseTableIds &ids = *t.ids;
   Snapshot snapshot = TakeSnapshot();
   const TimestampTz now = GetCurrentTimestamp();
@@ -1431,6 +1431,8 @@ SlotOutcome AttemptSlotOnce(const Tables &t, Relation permit, Relation key,
     free_count =
         PGF_CORE(FreePermitSlots(slots.seen, slots.count, request.permits, now, free));
     if (free_count == 0) return SlotOutcome::kBusy;
+    // The free permits go to the places waiting for one first.
+    if (line_counts && LineHoldsOffPermit(ids, lock_id, free_count)) return SlotOutcome::kBusy;
   }
   PreventCommandIfReadOnly(request.what);
 
@@ -1536,11 +1538,13 @@ SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_
   LOCKTAG room = WaitingRoomTag(request.lease.schema, lock_id);
   const LockAcquireResult in_room = LockAcquire(&room, ExclusiveLock, false, true);
   if (in_room == LOCKACQUIRE_NOT_AVAIL) return SlotOutcome::kBusy;
-  // A place waiting in the lock's line is for an exclusive lease, and holds
-  // off every new permit and shared lease (exclusive first).
-  int64 line_place = 0;
+  // The lock's line (lease_line.hpp), but for the room's waiter, served
+  // first: a place waiting for an exclusive lease holds off every new
+  // shared lease (exclusive first); places waiting for permits take the
+  // free ones first (judged with the free permits counted).
   const bool room_waiter = in_room != LOCKACQUIRE_OK && WaitsInRoom(room);
-  if (has_line && !room_waiter && LineTurnOf(*t.ids, lock_id, 0, &line_place) != LineTurn::kFree) {
+  const bool line_counts = has_line && !room_waiter;
+  if (line_counts && request.want == LockKind::kShared && LineHoldsOffShared(*t.ids, lock_id)) {
     (void)LockRelease(&room, ExclusiveLock, false);
     return SlotOutcome::kBusy;
   }
@@ -1549,7 +1553,8 @@ SlotOutcome AttemptSlot(const Tables &t, const SlotRequest &request, int64 lock_
   constexpr int kMaxLooks = 3;
   SlotOutcome outcome = SlotOutcome::kLookAgain;
   for (int looks = 0; looks < kMaxLooks && outcome == SlotOutcome::kLookAgain; ++looks) {
-    outcome = AttemptSlotOnce(t, permit, key, request, lock_id, may_convert, token);
+    outcome = AttemptSlotOnce(t, permit, key, request, lock_id, may_convert,
+                              line_counts && request.want == LockKind::kSemaphore, token);
   }
   index_close(key, NoLock);
   table_close(permit, NoLock);
@@ -1615,6 +1620,26 @@ bool AcquireInSession(Oid schema, Oid caller, int64 session, bool lock_name_null
                      payload_null, payload_null ? Datum(0) : PointerGetDatum(PG_DETOAST_DATUM(payload)));
   if (!AcquireForCaller(request, name, caller, token)) return false;
   CheckSessionOutlived(schema, session, in_use, name);
+  return true;
+}
+
+bool AcquireSlotInSession(Oid schema, Oid caller, int64 session, Datum lock_name, bool shared,
+                          int permits, int64 *token) {
+  static const Oid kArgTypes[] = {OIDOID, INT8OID, TEXTOID, INTERVALOID,
+                                  JSONBOID, TEXTOID, INT4OID};
+  FmgrInfo *in_sql = ExtensionFunction(schema, "fencing_session_acquire_as", 7, kArgTypes);
+  const Datum args[] = {ObjectIdGetDatum(caller),
+                        Int64GetDatum(session),
+                        lock_name,
+                        Datum(0),
+                        Datum(0),
+                        CStringGetTextDatum(shared ? "shared" : "permit"),
+                        Int32GetDatum(permits)};
+  const bool nulls[] = {false, false, false, true, true, false, shared};
+  bool is_null = false;
+  const Datum got = CallExtensionFunction(in_sql, 7, args, nulls, &is_null);
+  if (is_null) return false;
+  *token = DatumGetInt64(got);
   return true;
 }
 

@@ -21,6 +21,12 @@ void RefuseUnlessSessionOfCaller(Oid schema, Oid caller, int64 session);
 bool AcquireInSession(Oid schema, Oid caller, int64 session, bool lock_name_null, Datum lock_name,
                       bool payload_null, Datum payload, int64 *token);
 
+// fencing_session_acquire(session, lock_name, NULL, NULL, kind, permits)
+// for a shared lease (shared) or one permit of a semaphore of `permits`,
+// with caller's privileges: whether it was taken (*token).
+bool AcquireSlotInSession(Oid schema, Oid caller, int64 session, Datum lock_name, bool shared,
+                          int permits, int64 *token);
+
 // Releases the live lease of lock_name (text) under token as
 // fencing_release(lock_name, token) does, for the login role holder_role
 // (a name: the lease's own, which the caller has checked it may act for):

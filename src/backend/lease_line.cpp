@@ -1,46 +1,57 @@
 // See lease_line.hpp.
 //
-// A lock's line is its rows of fencing_line in place order (the index
-// fencing_line_order on (lock_id, place)).  The place that counts is the
-// first that waits: no token yet, its wait not run out, its session live,
-// its session's role allowed to use the lock.  Places before it that wait
-// no more are stepped over; they go with their session's row (ON DELETE
+// A lock's line is its rows of fencing_line in place order, one kind at a
+// time (the index fencing_line_order on (lock_id, kind, place)).  A place
+// counts while it waits: no token yet, its wait not run out, its session
+// live, its session's role allowed to use the lock.  Places that wait no
+// more are stepped over; they go with their session's row (ON DELETE
 // CASCADE, when the session is closed or swept), when their candidate
 // polls or leaves, or when a poll of the same lock finds them in its way.
+// Whose turn it is:
+//   exclusive  the first exclusive place, before any shared place (as
+//              waiting writers go before readers in the waiting room)
+//   shared     every shared place, once no exclusive place waits and the
+//              exclusive lease has ended: shared leases exclude nobody
+//   permit     the permit places in order, as many as permits are free
 //
 // Every call reads at READ COMMITTED (the line as committed now).
 //
-//   join    fencing_line_join(session, lock_name, wait, payload): the
-//           caller's session checked (55Z05 for anything else) and the
-//           lock's use (created as any acquire creates it, or 42501); the
-//           place inserted, or the one the session already has; then, if
-//           the place is first, the lease taken at once
-//   poll    fencing_line_poll(places): each place's state; a first place
-//           takes the lease, in the caller's transaction, through the one
-//           acquire in a session there is (AcquireInSession)
+//   join    fencing_line_join(session, lock_name, wait, payload, kind,
+//           permits): the caller's session checked (55Z05 for anything
+//           else) and the lock's use (created as any acquire creates it,
+//           or 42501); the place inserted, or the one the session already
+//           has; then, if the place is in its turn, the lease taken at once
+//   poll    fencing_line_poll(places): each place's state; a place in its
+//           turn takes the lease, in the caller's transaction, through the
+//           one acquire in a session there is for its kind
+//           (AcquireInSession, AcquireSlotInSession)
 //   leave   fencing_line_leave(place): the place deleted, and a lease it
 //           had taken given back as fencing_release() gives one back
 //
 // Nobody grants a lease to someone else: the candidate takes it in its own
 // transaction, with its own permissions, when it joins or polls.  What the
 // line adds to every grant of a lock that has had a line (fencing_lock.
-// has_line) is one check (LineTurnOf, in the engine's attempt, in the
-// lock's waiting room): an exclusive lease goes to the first waiting
-// place's session or to nobody, a permit or a shared lease to nobody while
-// a place waits.  The waiters of the lock's waiting room (the waiting
-// functions, fencing_await) hold the room and are served first
-// (WaitsInRoom), until every wait is a place in line.
+// has_line) is one check, in the engine's attempt, in the lock's waiting
+// room: an exclusive lease goes to the first exclusive place's session or
+// to nobody (LineTurnOf), a shared lease to nobody while an exclusive
+// place waits (LineHoldsOffShared), a permit only to a taker with fewer
+// permit places ahead of it than permits are free (LineHoldsOffPermit).
+// The waiters of the lock's waiting room (the waiting functions,
+// fencing_await) hold the room and are served first (WaitsInRoom), until
+// every wait is a place in line.
 //
 // The changes that may free a lock (a release, a revoke, a session's close,
-// an expiry the worker marks, a place's leave) call TellLineAtCommit: just
-// before the commit, NOTIFY fencing_line with the first place's number,
-// which tells a listener nothing but a number.
+// an expiry the worker marks, a place's leave, a permit place's grant)
+// call TellLineAtCommit: just before the commit, NOTIFY fencing_line with
+// the numbers of the places that may be in their turn, which tells a
+// listener nothing but numbers.
 #include "lease_line.hpp"
 
 extern "C" {
 #include "access/genam.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "executor/spi.h"
@@ -69,27 +80,33 @@ namespace {
 
 constexpr const char *kChannel = "fencing_line";
 
-// The first place that waits for lock_id as committed now.
-struct FirstPlace {
-  int64 place;    // 0: no place waits
-  int64 session;  // its session
-  int stepped;    // places before it that wait no more (their session or
-                  // wait ended, or their role may no longer use the lock)
-};
+// The kinds of place (fencing_line.kind).
+constexpr const char *kExclusive = "exclusive";
+constexpr const char *kShared = "shared";
+constexpr const char *kPermit = "permit";
 
-FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
-  FirstPlace first = {0, 0, 0};
-  if (!OidIsValid(ids.line)) return first;
+// Walks the places of lock_id of one kind that wait, as committed now, in
+// place order (the index fencing_line_order on (lock_id, kind, place)),
+// calling on_live(place, session) for each that is live, until it answers
+// false.  Returns how many places it stepped over on the way: places that
+// wait no more (their session or wait ended, or their role may no longer
+// use the lock).
+template <typename OnLive>
+int WalkLine(const LeaseTableIds &ids, int64 lock_id, const char *kind, OnLive on_live) {
+  int stepped = 0;
+  if (!OidIsValid(ids.line)) return stepped;
   Relation line = table_open(ids.line, AccessShareLock);
   Relation order = index_open(ids.line_order, AccessShareLock);
   Relation sessions = nullptr;
   Relation session_key = nullptr;
   Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-  ScanKeyData key;
-  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
+  ScanKeyData keys[2];
+  ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_INT8EQ,
                          Int64GetDatum(lock_id));
-  IndexScanDesc scan = compat::IndexBeginScan(line, order, snapshot, 1);
-  index_rescan(scan, &key, 1, nullptr, 0);
+  ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid, C_COLLATION_OID,
+                         F_TEXTEQ, CStringGetTextDatum(kind));
+  IndexScanDesc scan = compat::IndexBeginScan(line, order, snapshot, 2);
+  index_rescan(scan, keys, 2, nullptr, 0);
   TupleTableSlot *slot = table_slot_create(line, nullptr);
   const TimestampTz now = GetCurrentTimestamp();
   // The lock's owner and users, read at the first place that is live.
@@ -97,13 +114,14 @@ FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
   Oid owner = InvalidOid;
   Datum users = Datum(0);
   bool users_null = true;
-  while (first.place == 0 && index_getnext_slot(scan, ForwardScanDirection, slot)) {
+  bool go_on = true;
+  while (go_on && index_getnext_slot(scan, ForwardScanDirection, slot)) {
     bool is_null = false;
     (void)slot_getattr(slot, ids.line_token, &is_null);
     if (!is_null) continue;  // has taken its lease: waits no more
     const Datum until = slot_getattr(slot, ids.line_wait_until, &is_null);
     if (!is_null && DatumGetTimestampTz(until) <= now) {
-      ++first.stepped;
+      ++stepped;
       continue;
     }
     const int64 in_session = DatumGetInt64(slot_getattr(slot, ids.line_session_id, &is_null));
@@ -114,7 +132,7 @@ FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
     HeapTuple row = FetchRowByNumber(sessions, session_key, in_session, snapshot);
     if (row == nullptr ||
         DatumGetTimestampTz(RowColumn(sessions, row, ids.session_expires_at, &is_null)) <= now) {
-      ++first.stepped;
+      ++stepped;
       continue;
     }
     if (!lock_read) {
@@ -133,11 +151,10 @@ FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
     // given to another owner) holds no place in its line.
     const Oid role = DatumGetObjectId(RowColumn(sessions, row, ids.session_holder_role, &is_null));
     if (!OidIsValid(owner) || !RoleMayUseLock(role, owner, users, users_null)) {
-      ++first.stepped;
+      ++stepped;
       continue;
     }
-    first.place = DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null));
-    first.session = in_session;
+    go_on = on_live(DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null)), in_session);
   }
   index_endscan(scan);
   ExecDropSingleTupleTableSlot(slot);
@@ -148,8 +165,48 @@ FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
   }
   index_close(order, NoLock);
   table_close(line, NoLock);
+  return stepped;
+}
+
+// The first place that waits for an exclusive lease of lock_id as
+// committed now.
+struct FirstPlace {
+  int64 place;    // 0: no place waits
+  int64 session;  // its session
+  int stepped;    // places before it that wait no more
+};
+
+FirstPlace FirstWaitingPlace(const LeaseTableIds &ids, int64 lock_id) {
+  FirstPlace first = {0, 0, 0};
+  first.stepped = WalkLine(ids, lock_id, kExclusive, [&](int64 place, int64 session) {
+    first.place = place;
+    first.session = session;
+    return false;
+  });
   return first;
 }
+
+// How many live places wait for a permit of lock_id before `before` (0:
+// all of them), counted up to `most`.
+int PermitPlacesAhead(const LeaseTableIds &ids, int64 lock_id, int64 before, int most) {
+  int ahead = 0;
+  if (most <= 0) return ahead;
+  (void)WalkLine(ids, lock_id, kPermit, [&](int64 place, int64) {
+    if (before != 0 && place >= before) return false;
+    return ++ahead < most;
+  });
+  return ahead;
+}
+
+// The place this backend is taking a permit or a shared lease for, inside
+// the engine's attempt (TakeInTurn): a grant then counts the places ahead
+// of it, not itself.  Cleared when the attempt returns, and at the end of
+// the (sub)transaction that an error leaves it set in.
+struct Served {
+  int64 lock_id;
+  int64 place;  // 0: none
+};
+Served served = {0, 0};
 
 // Whether the transaction reads what has committed now, as the line must:
 // 25000 at REPEATABLE READ or SERIALIZABLE, whose snapshot would show a
@@ -215,6 +272,9 @@ struct Place {
   bool session_live;
   bool may_use;       // its session's role may still use the lock
   bool lease_live;    // has_token, and that lease lives in the session
+  const char *kind;   // kExclusive, kShared or kPermit
+  int permits;        // for kPermit: the semaphore's number of permits
+  bool exclusive_held;  // the lock's exclusive lease lives, now
 };
 
 // Reads the places of `places` (an int8[] datum), in its order.  A place
@@ -226,16 +286,21 @@ Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
   Run(psprintf("SELECT q.place, l.place IS NOT NULL, l.lock_id, l.session_id, k.lock_name, "
                "l.payload, l.token, l.wait_until <= clock_timestamp(), x.holder_role, "
                "x.expires_at > clock_timestamp(), "
-               "e.token OPERATOR(%s.=) l.token AND e.ended IS NULL "
-               "AND e.session_id = l.session_id, "
-               "%s.fencing_role_may_use(x.holder_role::oid, k.owner, k.users) "
+               "CASE WHEN l.kind = 'exclusive' THEN e.token OPERATOR(%s.=) l.token "
+               "AND e.ended IS NULL AND e.session_id = l.session_id "
+               "ELSE EXISTS (SELECT FROM %s.fencing_permit p WHERE p.token OPERATOR(%s.=) l.token "
+               "AND p.ended IS NULL AND p.session_id = l.session_id) END, "
+               "%s.fencing_role_may_use(x.holder_role::oid, k.owner, k.users), "
+               "l.kind, l.permits, "
+               "%s.fencing_lease_end(e.expires_at, e.ended, ex.expires_at) > clock_timestamp() "
                "FROM unnest($1) WITH ORDINALITY AS q(place, n) "
                "LEFT JOIN %s.fencing_line l ON l.place = q.place "
                "LEFT JOIN %s.fencing_lock k ON k.lock_id = l.lock_id "
                "LEFT JOIN %s.fencing_session x ON x.session_id = l.session_id "
                "LEFT JOIN %s.fencing_lease e ON e.lock_name = k.lock_name "
+               "LEFT JOIN %s.fencing_session ex ON ex.session_id = e.session_id "
                "ORDER BY q.n",
-               s, s, s, s, s, s),
+               s, s, s, s, s, s, s, s, s, s),
       1, types, values, nullptr, SPI_OK_SELECT);
   *count = static_cast<int>(SPI_processed);
   Place *read = static_cast<Place *>(SPI_palloc(sizeof(Place) * Max(*count, 1)));
@@ -270,6 +335,12 @@ Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
     p.lease_live = p.has_token && !is_null && DatumGetBool(lease_live);
     const Datum may_use = SPI_getbinval(row, desc, 12, &is_null);
     p.may_use = !is_null && DatumGetBool(may_use);
+    const char *kind = TextDatumGetCString(SPI_getbinval(row, desc, 13, &is_null));
+    p.kind = strcmp(kind, kShared) == 0 ? kShared : strcmp(kind, kPermit) == 0 ? kPermit : kExclusive;
+    const Datum permits = SPI_getbinval(row, desc, 14, &is_null);
+    p.permits = is_null ? 0 : DatumGetInt32(permits);
+    const Datum held = SPI_getbinval(row, desc, 15, &is_null);
+    p.exclusive_held = !is_null && DatumGetBool(held);
   }
   return read;
 }
@@ -329,7 +400,7 @@ const char *StateName(PlaceState state) {
 
 // The place's state as read, with the places that are over deleted
 // (inside BecomeOwner).  kWaiting for a place that may take its lease now
-// if it is first in line (TakeIfFirst, as the caller).
+// if it is in its turn (TakeInTurn, as the caller).
 PlaceState Judge(const char *s, const Place &p) {
   if (!p.found || !p.session_live) return PlaceState::kGone;
   if (p.has_token) {
@@ -350,32 +421,59 @@ struct FirstOfLock {
   FirstPlace first;
 };
 
-// A waiting place first in its lock's line takes the lease, as the caller,
-// through the one acquire in a session there is; whether it did (p.token).
-bool TakeIfFirst(Oid schema, Oid caller, Place &p, FirstOfLock *cached) {
+// Locks the place's row until this transaction ends, if it still waits: a
+// leave of it waits for the grant's commit and finds the token, which it
+// gives back.  False when it has been left or has taken its lease.
+bool HoldPlace(Oid schema, int64 place) {
+  const AsOwner as = BecomeOwner(schema);
+  Oid types[] = {INT8OID};
+  Datum values[] = {Int64GetDatum(place)};
+  Run(psprintf("SELECT 1 FROM %s.fencing_line WHERE place = $1 AND token IS NULL FOR UPDATE",
+               quote_identifier(get_namespace_name(schema))),
+      1, types, values, nullptr, SPI_OK_SELECT);
+  const bool still_waiting = SPI_processed == 1;
+  BecomeCaller(as);
+  return still_waiting;
+}
+
+// A waiting place whose turn it is takes its lease, as the caller, through
+// the one acquire in a session there is for its kind; whether it did
+// (p.token).  An exclusive place's turn is when it is the first exclusive
+// place in line.  A shared place's, when no exclusive place waits and the
+// lock's exclusive lease has ended; a permit place's, when fewer places
+// than the semaphore has permits wait for one before it: those are looked
+// at here, before the attempt, so that most polls of a long line make
+// none, and the attempt judges again, in the lock's waiting room, with
+// the free permits counted (LineHoldsOffPermit).
+bool TakeInTurn(Oid schema, Oid caller, Place &p, FirstOfLock *cached, bool joining) {
+  const LeaseTableIds &ids = LeaseTablesOf(schema);
   if (cached->lock_id != p.lock_id) {
-    cached->first = FirstWaitingPlace(LeaseTablesOf(schema), p.lock_id);
+    cached->first = FirstWaitingPlace(ids, p.lock_id);
     cached->lock_id = p.lock_id;
   }
-  if (cached->first.place != p.place) return false;
-  // The place's row locked until this transaction ends: a leave of it
-  // waits for the grant's commit and finds the token, which it gives back.
-  // Left meanwhile, or taken: no attempt.
-  {
-    const AsOwner as = BecomeOwner(schema);
-    Oid types[] = {INT8OID};
-    Datum values[] = {Int64GetDatum(p.place)};
-    Run(psprintf("SELECT 1 FROM %s.fencing_line WHERE place = $1 AND token IS NULL FOR UPDATE",
-                 quote_identifier(get_namespace_name(schema))),
-        1, types, values, nullptr, SPI_OK_SELECT);
-    const bool still_waiting = SPI_processed == 1;
-    BecomeCaller(as);
-    if (!still_waiting) return false;
-  }
   int64 token = 0;
-  if (!AcquireInSession(schema, caller, p.session, false, p.lock_name, p.payload_null, p.payload,
-                        &token)) {
-    return false;
+  if (p.kind == kExclusive) {
+    if (cached->first.place != p.place || !HoldPlace(schema, p.place)) return false;
+    if (!AcquireInSession(schema, caller, p.session, false, p.lock_name, p.payload_null,
+                          p.payload, &token)) {
+      return false;
+    }
+  } else if (!joining) {
+    if (cached->first.place != 0) return false;  // exclusive first
+    if (p.kind == kShared && p.exclusive_held) return false;
+    if (p.kind == kPermit && PermitPlacesAhead(ids, p.lock_id, p.place, p.permits) >= p.permits) {
+      return false;
+    }
+  }
+  if (p.kind != kExclusive) {
+    if (!HoldPlace(schema, p.place)) return false;
+    served = {p.lock_id, p.place};
+    const bool taken = AcquireSlotInSession(schema, caller, p.session, p.lock_name,
+                                            p.kind == kShared, p.permits, &token);
+    served = {0, 0};
+    if (!taken) return false;
+    // The next permit place may be in its turn too, with a permit left.
+    if (p.kind == kPermit) TellLineAtCommit(schema, p.lock_id);
   }
   p.has_token = true;
   p.token = token;
@@ -386,13 +484,13 @@ bool TakeIfFirst(Oid schema, Oid caller, Place &p, FirstOfLock *cached) {
 // Settles places as read: those first in line take their leases
 // (states[i] is what the candidate is told), and the places in the way of
 // the callers' own, which wait no more, are deleted.
-void Settle(Oid schema, Oid caller, Place *places, PlaceState *states, int count) {
+void Settle(Oid schema, Oid caller, Place *places, PlaceState *states, int count, bool joining) {
   FirstOfLock cached = {0, {0, 0, 0}};
   bool taken = false;
   int64 swept_lock = 0;
   for (int i = 0; i < count; ++i) {
     if (states[i] != PlaceState::kWaiting) continue;
-    if (TakeIfFirst(schema, caller, places[i], &cached)) {
+    if (TakeInTurn(schema, caller, places[i], &cached, joining)) {
       states[i] = PlaceState::kGranted;
       taken = true;
     } else if (cached.lock_id == places[i].lock_id && cached.first.stepped > 0 &&
@@ -415,6 +513,49 @@ void Settle(Oid schema, Oid caller, Place *places, PlaceState *states, int count
   BecomeCaller(as);
 }
 
+// The kind of place fencing_line_join() was asked for (its arguments 3, 4
+// and 5: payload, kind, permits), checked as fencing_session_acquire()
+// checks them: 22023 for anything else.
+const char *CheckPlaceKind(FunctionCallInfo fcinfo, const char *lock_name) {
+  const char *asked = PG_ARGISNULL(4) ? "NULL" : TextDatumGetCString(PG_GETARG_DATUM(4));
+  const char *kind = strcmp(asked, kExclusive) == 0 ? kExclusive
+                     : strcmp(asked, kShared) == 0  ? kShared
+                     : strcmp(asked, kPermit) == 0  ? kPermit
+                                                    : nullptr;
+  if (kind == nullptr) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("kind must be 'exclusive', 'shared' or 'permit', got %s (lock \"%s\")",
+                           PG_ARGISNULL(4) ? "NULL" : quote_literal_cstr(asked), lock_name)));
+  }
+  if (kind == kPermit) {
+    const int permits = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
+    if (permits < 1 || permits > 1000) {
+      ereport(ERROR,
+              (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+               errmsg("permits must be between 1 and 1000, got %s (semaphore \"%s\")",
+                      PG_ARGISNULL(5) ? "NULL" : psprintf("%d", permits), lock_name),
+               errhint("kind => 'permit' takes permits => N, the semaphore's number of permits.")));
+    }
+  } else if (!PG_ARGISNULL(5)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("permits are for kind => 'permit', not '%s' (lock \"%s\")", kind,
+                           lock_name)));
+  }
+  if (kind != kExclusive && !PG_ARGISNULL(3)) {
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("a payload is for an exclusive lease, not kind '%s' (lock \"%s\")",
+                           kind, lock_name)));
+  }
+  return kind;
+}
+
+// "an exclusive lease", "a shared lease" or "one of N permits", for messages.
+const char *PlaceKindText(const char *kind, int permits) {
+  if (kind == kExclusive) return "an exclusive lease";
+  if (kind == kShared) return "a shared lease";
+  return psprintf("one of %d permits", permits);
+}
+
 // The line's functions exist from 1.10 on, with their table.
 void RequireLine(Oid schema) {
   if (!OidIsValid(LeaseTablesOf(schema).line)) {
@@ -432,15 +573,35 @@ struct ToTell {
 ToTell to_tell[kMostTold];
 int to_tell_count = 0;
 
+// The places of a lock told at once when no exclusive place waits: the
+// first shared and permit places, each of which may be in its turn.
+constexpr int kMostToldPlaces = 16;
+
+void TellPlace(int64 place) {
+  Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(place)));
+}
+
 // Just before the commit (before PostgreSQL queues the transaction's
-// NOTIFYs): the first place of each lock, as committed now, told.
+// NOTIFYs): the places of each lock that may take their lease now, as
+// committed now, told -- the first exclusive place, or, when none waits,
+// the first shared and permit places.
 void TellLines() {
   for (int i = 0; i < to_tell_count; ++i) {
     // The extension dropped in the same transaction: nobody to tell.
     if (!OidIsValid(get_relname_relid("fencing_line", to_tell[i].schema))) continue;
-    const FirstPlace first = FirstWaitingPlace(LeaseTablesOf(to_tell[i].schema), to_tell[i].lock_id);
+    const LeaseTableIds &ids = LeaseTablesOf(to_tell[i].schema);
+    const int64 lock_id = to_tell[i].lock_id;
+    const FirstPlace first = FirstWaitingPlace(ids, lock_id);
     if (first.place != 0) {
-      Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(first.place)));
+      TellPlace(first.place);
+      continue;
+    }
+    int told = 0;
+    for (const char *kind : {kShared, kPermit}) {
+      (void)WalkLine(ids, lock_id, kind, [&](int64 place, int64) {
+        TellPlace(place);
+        return ++told < kMostToldPlaces;
+      });
     }
   }
 }
@@ -462,6 +623,13 @@ void OnTransactionEvent(XactEvent event, void *) {
     default:
       break;
   }
+  served = {0, 0};
+}
+
+// An error inside a place's attempt, caught by a subtransaction: the
+// attempt is over.
+void OnSubTransactionEvent(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+  if (event == SUBXACT_EVENT_ABORT_SUB) served = {0, 0};
 }
 
 }  // namespace
@@ -488,7 +656,19 @@ void TellLineAtCommit(Oid schema, int64 lock_id) {
   if (to_tell_count < kMostTold) to_tell[to_tell_count++] = {schema, lock_id};
 }
 
-void RegisterLineCallbacks() { RegisterXactCallback(OnTransactionEvent, nullptr); }
+void RegisterLineCallbacks() {
+  RegisterXactCallback(OnTransactionEvent, nullptr);
+  RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
+}
+
+bool LineHoldsOffShared(const LeaseTableIds &ids, int64 lock_id) {
+  return FirstWaitingPlace(ids, lock_id).place != 0;
+}
+
+bool LineHoldsOffPermit(const LeaseTableIds &ids, int64 lock_id, int free_count) {
+  const int64 before = served.lock_id == lock_id ? served.place : 0;
+  return PermitPlacesAhead(ids, lock_id, before, free_count) >= free_count;
+}
 
 }  // namespace pg_fencing
 
@@ -523,32 +703,36 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
     lock_id = AuthorizeLock(schema, lock_name, caller, true, InvalidOid);
     traits = LockTraitsOf(schema, lock_name);
   }
-  if (traits.kind == LockKind::kSemaphore) {
+  const char *kind = CheckPlaceKind(fcinfo, lock_name);
+  if (kind == kExclusive && traits.kind == LockKind::kSemaphore) {
     ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                     errmsg("fencing lock \"%s\" is a semaphore, not an exclusive lock", lock_name),
-                    errdetail("The line holds waits for exclusive leases."),
-                    errhint("Take one of its permits with fencing_acquire_permit().")));
+                    errhint("Wait for one of its permits: kind => 'permit', permits => N.")));
   }
 
   // In the call's memory: what is palloc'd inside BecomeOwner goes with it.
   const char *s = quote_identifier(get_namespace_name(schema));
   const char *sequence = quote_literal_cstr(psprintf("%s.fencing_line_place_seq", s));
   AsOwner as = BecomeOwner(schema);
-  Oid types[] = {INT8OID, INT8OID, JSONBOID, INTERVALOID};
-  Datum values[] = {Int64GetDatum(lock_id), Int64GetDatum(session),
+  Oid types[] = {INT8OID, INT8OID, JSONBOID, INTERVALOID, TEXTOID, INT4OID};
+  Datum values[] = {Int64GetDatum(lock_id),
+                    Int64GetDatum(session),
                     PG_ARGISNULL(3) ? Datum(0) : PG_GETARG_DATUM(3),
-                    PG_ARGISNULL(2) ? Datum(0) : PG_GETARG_DATUM(2)};
-  const char nulls[] = {' ', ' ', PG_ARGISNULL(3) ? 'n' : ' ', PG_ARGISNULL(2) ? 'n' : ' ', '\0'};
+                    PG_ARGISNULL(2) ? Datum(0) : PG_GETARG_DATUM(2),
+                    CStringGetTextDatum(kind),
+                    PG_ARGISNULL(5) ? Datum(0) : PG_GETARG_DATUM(5)};
+  const char nulls[] = {' ', ' ', PG_ARGISNULL(3) ? 'n' : ' ', PG_ARGISNULL(2) ? 'n' : ' ', ' ',
+                        PG_ARGISNULL(5) ? 'n' : ' ', '\0'};
   // Joined again (a retry after a lost answer): the place it has, unless
   // that one is over, when it joins anew at the back.
   Place p = {};
   for (int tries = 0; tries < 2; ++tries) {
     Run(psprintf("INSERT INTO %s.fencing_line "
-                 "(place, lock_id, session_id, payload, joined_at, wait_until) "
-                 "VALUES (nextval(%s), $1, $2, $3, clock_timestamp(), NULL) "
+                 "(place, lock_id, session_id, payload, joined_at, wait_until, kind, permits) "
+                 "VALUES (nextval(%s), $1, $2, $3, clock_timestamp(), NULL, $5, $6) "
                  "ON CONFLICT ON CONSTRAINT fencing_line_once DO NOTHING",
                  s, sequence),
-        4, types, values, nulls, SPI_OK_INSERT);
+        6, types, values, nulls, SPI_OK_INSERT);
     // The lock has a line from now on: its grants look at it.
     Run(psprintf("UPDATE %s.fencing_lock SET has_line = true WHERE lock_id = $1 AND NOT has_line",
                  s),
@@ -568,12 +752,23 @@ Datum fencing_line_join(PG_FUNCTION_ARGS) {
     if (!over) break;
     DeletePlace(s, p.place);
   }
+  // Joined again for something else: the place it has is not that.
+  if (p.found && (p.kind != kind || p.permits != (PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5)))) {
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("fencing session %lld already has place %lld in the line of lock \"%s\", "
+                    "for %s",
+                    static_cast<long long>(session), static_cast<long long>(p.place), lock_name,
+                    PlaceKindText(p.kind, p.permits)),
+             errhint("Leave that place first (fencing_line_leave(%lld)), or join as it did.",
+                     static_cast<long long>(p.place))));
+  }
   PlaceState state = Judge(s, p);
   BecomeCaller(as);
   // The place's attempt, its wait not yet counted (a new place has no end
   // yet, so that a wait of 0 makes its one attempt here); then the end of
   // its wait, from when it joined, and a place whose wait is over leaves.
-  Settle(schema, caller, &p, &state, 1);
+  Settle(schema, caller, &p, &state, 1, true);
   if (state == PlaceState::kWaiting && !PG_ARGISNULL(2)) {
     as = BecomeOwner(schema);
     Oid wait_types[] = {INT8OID, INTERVALOID};
@@ -621,7 +816,7 @@ Datum fencing_line_poll(PG_FUNCTION_ARGS) {
   PlaceState *states = static_cast<PlaceState *>(SPI_palloc(sizeof(PlaceState) * Max(count, 1)));
   for (int i = 0; i < count; ++i) states[i] = Judge(s, places[i]);
   BecomeCaller(as);
-  Settle(schema, caller, places, states, count);
+  Settle(schema, caller, places, states, count, false);
   for (int i = 0; i < count; ++i) {
     const Place &p = places[i];
     const bool shown = p.found && states[i] != PlaceState::kGone;
@@ -671,9 +866,13 @@ Datum fencing_line_leave(PG_FUNCTION_ARGS) {
     if (has_token) {
       Oid lease_types[] = {TEXTOID, TokenTypeOid(schema)};
       Datum lease_values[] = {p.lock_name, Int64GetDatum(token)};
-      Run(psprintf("SELECT e.holder_role FROM %s.fencing_lease e WHERE e.lock_name = $1 "
-                   "AND e.token OPERATOR(%s.=) $2 AND e.ended IS NULL",
-                   s, s),
+      Run(p.kind == kExclusive
+              ? psprintf("SELECT e.holder_role FROM %s.fencing_lease e WHERE e.lock_name = $1 "
+                         "AND e.token OPERATOR(%s.=) $2 AND e.ended IS NULL",
+                         s, s)
+              : psprintf("SELECT p.holder_role FROM %s.fencing_permit p WHERE p.lock_name = $1 "
+                         "AND p.token OPERATOR(%s.=) $2 AND p.ended IS NULL",
+                         s, s),
           2, lease_types, lease_values, nullptr, SPI_OK_SELECT);
       bool is_null = true;
       if (SPI_processed == 1) {

@@ -1,6 +1,7 @@
-// The line (1.10): a wait for an exclusive lease kept as a row of
-// fencing_line, a place in arrival order, instead of a statement that runs
-// for the whole wait.  See lease_line.cpp.
+// The line (1.10): a wait in a session for an exclusive lease, a shared
+// lease or a permit kept as a row of fencing_line, a place in arrival
+// order, instead of a statement that runs for the whole wait.  See
+// lease_line.cpp.
 #pragma once
 
 #include "boundary.hpp"
@@ -9,18 +10,31 @@
 
 namespace pg_fencing {
 
-// Whose turn it is in lock_id's line as committed now (the latest
-// snapshot): nobody waits (kFree), or the first place that waits (its
-// session live, its wait not run out, its session's role still allowed to
-// use the lock) is `session`'s (kYours, its number in *place) or another's
-// (kOthers).  An exclusive grant goes to the first place's session only,
-// and a permit or a shared lease to nobody while a place waits (exclusive
-// first).  The caller holds the lock's waiting room; the room's waiters
-// are served before the line (lease_wakeup.hpp, WaitsInRoom).  One probe
-// of an empty index when nobody waits; the places of ended sessions or
-// waits are stepped over, not written.
+// Whose turn it is for an exclusive lease in lock_id's line as committed
+// now (the latest snapshot): no place waits for one (kFree), or the first
+// that does (its session live, its wait not run out, its session's role
+// still allowed to use the lock) is `session`'s (kYours, its number in
+// *place) or another's (kOthers).  An exclusive grant goes to the first
+// exclusive place's session only; places for shared leases and permits
+// do not hold it off (exclusive first).  The caller holds the lock's
+// waiting room; the room's waiters are served before the line
+// (lease_wakeup.hpp, WaitsInRoom).  One probe of an empty index when
+// nobody waits; the places of ended sessions or waits are stepped over,
+// not written.
 enum class LineTurn { kFree, kYours, kOthers };
 LineTurn LineTurnOf(const LeaseTableIds &ids, int64 lock_id, int64 session, int64 *place);
+
+// Whether the line holds off a new shared lease of lock_id: while a place
+// waits for an exclusive lease (exclusive first).  Places for shared
+// leases hold off nothing; each takes its lease when it polls.
+bool LineHoldsOffShared(const LeaseTableIds &ids, int64 lock_id);
+
+// Whether the line holds off a new permit of the semaphore lock_id, with
+// free_count of its permits free: when as many places wait for a permit
+// ahead of the grant -- ahead of the place this backend is taking it for
+// (a poll's attempt), or any place, for a grant outside the line.  So the
+// permits go to the places in order, as many at once as are free.
+bool LineHoldsOffPermit(const LeaseTableIds &ids, int64 lock_id, int free_count);
 
 // Records on the place that its session has taken the lease under token
 // (a grant to the first place's session made by fencing_session_acquire
@@ -28,7 +42,8 @@ LineTurn LineTurnOf(const LeaseTableIds &ids, int64 lock_id, int64 session, int6
 void RecordLineGrant(Oid schema, int64 place, int64 token);
 
 // NOTIFY fencing_line with the number of the first place that waits for
-// lock_id, at the commit of the current transaction (looked up then, just
+// an exclusive lease of lock_id (when none does, one NOTIFY for each of
+// the first shared and permit places, up to 16), at the commit of the current transaction (looked up then, just
 // before the commit): for every change that may free the lock.  Nothing on
 // a rollback, and nothing for a prepared transaction (PREPARE refuses a
 // NOTIFY): its candidates learn by polling.  A candidate listening on the

@@ -65,8 +65,8 @@ struct LeaseTableIds {
   // The session's hold key (1.9; InvalidAttrNumber before: the hold is
   // keyed by the session's id).
   AttrNumber session_hold_key;
-  // fencing_line and its index on (lock_id, place) (1.10; InvalidOid
-  // before), and the columns a look at the line reads.
+  // fencing_line and its index on (lock_id, kind, place) (1.10;
+  // InvalidOid before), and the columns a look at the line reads.
   Oid line, line_order;
   AttrNumber lock_has_line;
   AttrNumber line_place, line_session_id, line_wait_until, line_token;
