@@ -1898,26 +1898,6 @@ CREATE FUNCTION @extschema@.fencing_waiting_room(lock_id bigint) RETURNS bigint
 COMMENT ON FUNCTION @extschema@.fencing_waiting_room(bigint) IS
   'the numbers of a lock''s waiting room (pg_locks: classid 1178947139, objid the lock''s lock_id, objsubid 3 from 1.4: no SQL advisory lock can take it)';
 
--- Queues in the room until the end of the transaction, for at most
--- lock_timeout.
-CREATE FUNCTION @extschema@.fencing_enter_waiting_room(lock_id bigint) RETURNS void
-  AS 'MODULE_PATHNAME', 'fencing_enter_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION @extschema@.fencing_enter_waiting_room(bigint) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_enter_waiting_room(bigint) IS
-  'queues in a lock''s waiting room until the end of the transaction, for at most lock_timeout; internal to the waiting fencing_acquire';
-
--- The room without waiting: true if this transaction holds it now.
-CREATE FUNCTION @extschema@.fencing_try_waiting_room(lock_id bigint) RETURNS boolean
-  AS 'MODULE_PATHNAME', 'fencing_try_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_try_waiting_room(bigint) IS
-  'takes a lock''s waiting room until the end of the transaction if nobody is in it; internal';
-CREATE FUNCTION @extschema@.fencing_leave_waiting_room(lock_id bigint, queued boolean) RETURNS void
-  AS 'MODULE_PATHNAME', 'fencing_leave_waiting_room' LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint, boolean) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_leave_waiting_room(bigint, boolean) IS
-  'gives back the waiting room an attempt took and granted nothing in (queued: that a waiting acquire queued for); internal';
-
 -- Hand-over without polling (src/backend/lease_wakeup.cpp): the first
 -- waiter of a lock, the one in its room, sleeps on its latch, and the
 -- commit of a transaction that frees the lease or moves its end sets it.
@@ -1928,12 +1908,6 @@ CREATE FUNCTION @extschema@.fencing_wake_waiters_at_commit(lock_id bigint) RETUR
 REVOKE ALL ON FUNCTION @extschema@.fencing_wake_waiters_at_commit(bigint) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_wake_waiters_at_commit(bigint) IS
   'when the current transaction commits, wakes the first acquirer waiting for the lock to look at its lease again; for every change that frees a lease or moves its end; internal';
-
-CREATE FUNCTION @extschema@.fencing_wait_for_wakeup(until timestamptz) RETURNS void
-  AS 'MODULE_PATHNAME', 'fencing_wait_for_wakeup' LANGUAGE C VOLATILE PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz) IS
-  'sleeps until woken by fencing_wake_waiters_at_commit, until the given time (NULL: none) or for pg_fencing.wait_recheck, whichever comes first; internal';
 
 -- When an exclusive grant can next be made, as things stand: after the
 -- lease (fencing_leases.available_at), and on a shared lock after its
@@ -1972,36 +1946,6 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_permit_available_at(bigint) FROM PUBL
 COMMENT ON FUNCTION @extschema@.fencing_permit_available_at(bigint) IS
   'when a permit or a shared lease of the lock may next be granted, as things stand; internal';
 
--- The waiting part of every waiting acquire: checks the wait, queues in the
--- lock's room and returns the deadline; NULL when the caller is still
--- queued behind others at the deadline.  The room is queued with
--- lock_timeout, whose largest value, INT_MAX milliseconds, is the longest
--- wait.
-CREATE FUNCTION @extschema@.fencing_queue_for(lock_name text, lock_id bigint, wait interval)
-  RETURNS timestamptz LANGUAGE plpgsql
-  SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
-  checked boolean := @extschema@.fencing_check_wait(wait, lock_name);
-  deadline timestamptz;
-BEGIN
-  deadline := clock_timestamp() + wait;
-  BEGIN
-    -- The time to the deadline, as the clock counts it (an interval's own
-    -- epoch counts a month as 30 days).
-    PERFORM set_config('lock_timeout',
-      greatest(1, ceil(extract(epoch FROM deadline - clock_timestamp()) * 1000))::bigint::text, true);
-    PERFORM @extschema@.fencing_enter_waiting_room(lock_id);
-    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
-  EXCEPTION WHEN lock_not_available THEN
-    RETURN NULL;
-  END;
-  RETURN deadline;
-END $$;
-REVOKE ALL ON FUNCTION @extschema@.fencing_queue_for(text, bigint, interval) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.fencing_queue_for(text, bigint, interval) IS
-  'checks a wait and queues in the lock''s waiting room for at most that long; internal to the waiting acquires';
-
 -- Every acquire that may wait needs to see other transactions' commits
 -- while it loops, and the permit attempts judge the slots as committed.
 CREATE FUNCTION @extschema@.fencing_require_read_committed(what text, hint text) RETURNS void
@@ -2017,53 +1961,19 @@ REVOKE ALL ON FUNCTION @extschema@.fencing_require_read_committed(text, text) FR
 COMMENT ON FUNCTION @extschema@.fencing_require_read_committed(text, text) IS
   'raises 25000 outside READ COMMITTED; internal';
 
--- The waiting loop of every acquire function: queues in the room, then,
--- first in line, makes an attempt (fencing_try_acquire for an exclusive
--- lease, fencing_try_permit for a permit or a shared one) whenever it is
--- woken (fencing_wake_waiters_at_commit), the lock may have become
--- available (a lease's or a slot's end, plus the lock-delay) or the wait is
--- over.  The whole wait is one statement, so it holds its snapshot.
+-- The waiting loop of every acquire function, in C beside fencing_await's
+-- (src/backend/lease_await.cpp): queues in the lock's waiting room until
+-- the end of the transaction, then, first in line, makes an attempt
+-- (fencing_try_acquire for an exclusive lease, fencing_try_permit for a
+-- permit or a shared one) whenever it is woken by a release's commit, the
+-- lock may have become available (fencing_available_at,
+-- fencing_permit_available_at) or the wait is over.  The whole wait is one
+-- statement, so it holds its snapshot.
 CREATE FUNCTION @extschema@.fencing_wait_to_acquire(
     lock_name text, lock_id bigint, holder text, permits integer, ttl interval, wait interval,
     payload jsonb, exclusive boolean)
-  RETURNS @extschema@.fencing_token LANGUAGE plpgsql
-  SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  deadline CONSTANT timestamptz := @extschema@.fencing_queue_for(lock_name, lock_id, wait);
-  saved_lock_timeout CONSTANT text := current_setting('lock_timeout');
-  granted @extschema@.fencing_token;
-BEGIN
-  IF deadline IS NULL THEN
-    RETURN NULL;  -- still queued behind others at the deadline
-  END IF;
-  LOOP
-    -- An attempt may wait for the writes in flight under the lock (a fence
-    -- gate) or for a row; never past the deadline.
-    PERFORM set_config('lock_timeout', greatest(1, ceil(extract(epoch FROM
-      deadline - clock_timestamp()) * 1000))::bigint::text, true);
-    BEGIN
-      IF exclusive THEN
-        granted := @extschema@.fencing_try_acquire(lock_name, holder, ttl, lock_id, payload);
-      ELSE
-        granted := @extschema@.fencing_try_permit(lock_id, holder, permits, ttl);
-      END IF;
-    EXCEPTION WHEN lock_not_available THEN
-      granted := NULL;
-    END;
-    PERFORM set_config('lock_timeout', saved_lock_timeout, true);
-    IF granted IS NOT NULL THEN
-      RETURN granted;
-    END IF;
-    EXIT WHEN clock_timestamp() >= deadline;
-    PERFORM @extschema@.fencing_wait_for_wakeup(least(deadline,
-      CASE WHEN exclusive THEN @extschema@.fencing_available_at(lock_name)
-           ELSE @extschema@.fencing_permit_available_at(lock_id) END));
-  END LOOP;
-  -- Nothing granted: the next in line may try, even while the caller
-  -- stays in its transaction.
-  PERFORM @extschema@.fencing_leave_waiting_room(lock_id, true);
-  RETURN NULL;
-END $$;
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_wait_to_acquire'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, integer, interval, interval, jsonb, boolean) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, integer, interval, interval, jsonb, boolean) IS
   'queues for a lock and makes attempts until one succeeds or the wait is over; internal to the waiting acquires';

@@ -98,3 +98,21 @@ CREATE VIEW @extschema@.fencing_lines WITH (security_barrier) AS
 GRANT SELECT ON @extschema@.fencing_lines TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_lines IS
   'the places waiting in the lines of the locks the current role may use (every lock for pg_read_all_stats), in order, with their candidates; live: its session lives and its wait has not run out, judged now';
+
+-- The waiting room exists once, in C: the waiting loop of the function
+-- forms (fencing_acquire, fencing_acquire_permit and fencing_acquire_shared
+-- with a wait) is C beside fencing_await's (src/backend/lease_await.cpp),
+-- and the SQL pieces it was made of go.  Their C symbols stay, for
+-- databases not yet updated.
+DROP FUNCTION @extschema@.fencing_queue_for(text, bigint, interval);
+DROP FUNCTION @extschema@.fencing_enter_waiting_room(bigint);
+DROP FUNCTION @extschema@.fencing_try_waiting_room(bigint);
+DROP FUNCTION @extschema@.fencing_leave_waiting_room(bigint, boolean);
+DROP FUNCTION @extschema@.fencing_wait_for_wakeup(timestamptz);
+CREATE OR REPLACE FUNCTION @extschema@.fencing_wait_to_acquire(
+    lock_name text, lock_id bigint, holder text, permits integer, ttl interval, wait interval,
+    payload jsonb, exclusive boolean)
+  RETURNS @extschema@.fencing_token AS 'MODULE_PATHNAME', 'fencing_wait_to_acquire'
+  LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.fencing_wait_to_acquire(text, bigint, text, integer, interval, interval, jsonb, boolean) IS
+  'queues for a lock and makes attempts until one succeeds or the wait is over; internal to the waiting acquires';

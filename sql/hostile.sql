@@ -64,7 +64,7 @@ SELECT fencing_protect_as('fencing_app'::regrole, 'mine', 'tok', '{}', 'h-tenant
 -- Nor wake another lock's waiter, sleep in the waiting machinery, revoke a
 -- lease or set a lock's delay.
 SELECT fencing_wake_waiters_at_commit(1);
-SELECT fencing_wait_for_wakeup(now());
+SELECT fencing_wait_to_acquire('h-tenant-7', 1, 'x', NULL, '1 minute', '1 s', NULL, true);
 SELECT fencing_revoke('h-tenant-7');
 SELECT fencing_set_lock_delay('h-tenant-7', '1 hour');
 -- Nor take the lock through the waiting acquire's attempt, even if a DBA

@@ -140,7 +140,7 @@ SELECT fencing_stats_reset();
 -- Holding a lock's fence gate would stop every writer under it.
 SELECT fencing_lock_fence_gate(1);
 -- Nor may it queue in a waiting room but through fencing_acquire.
-SELECT fencing_enter_waiting_room(1);
+SELECT fencing_wait_to_acquire('obs-b', 1, 'x', NULL, '1 minute', '1 s', NULL, true);
 -- The setting is a superuser's.
 SET pg_fencing.history_size = 1000000;
 RESET ROLE;

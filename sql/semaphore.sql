@@ -207,12 +207,10 @@ SELECT pg_temp.outcome(format('UPDATE counters SET tok = %s WHERE id = 1', :'p6'
 SELECT pg_temp.outcome('SELECT fencing_try_permit(1, ''evil'', 3, ''1 hour'')');
 SELECT pg_temp.outcome('SELECT fencing_acquire_permits_as(10, ''pool'', ''evil'', 3, ''1 hour'', NULL)');
 SELECT pg_temp.outcome('SELECT fencing_lock_permit_gate(1, 1)');
-SELECT pg_temp.outcome('SELECT fencing_try_waiting_room(1)');
 SELECT pg_temp.outcome(format('SELECT fencing_move_permit_end(1, %L, %L, NULL)', :'p6', '1 hour'));
 SELECT pg_temp.outcome('SELECT fencing_end_shared_holders(1, ''0'')');
 SELECT pg_temp.outcome('SELECT fencing_try_permit_gate(1, 1)');
 SELECT pg_temp.outcome('SELECT fencing_share_fence_gate(1)');
-SELECT pg_temp.outcome('SELECT fencing_leave_waiting_room(1, true)');
 SELECT pg_temp.outcome('SELECT fencing_forget_fence(''pool'')');
 SELECT pg_temp.outcome('SELECT fencing_lock_of_kind(1, ''semaphore'', 3, true)');
 SELECT pg_temp.outcome('SELECT fencing_wait_to_acquire(''pool'', 1, ''evil'', 3, ''1 hour'', ''1 s'', NULL, false)');

@@ -30,6 +30,11 @@
 // The transactions it commits are its own: inside a transaction block (or
 // a function, or a procedure called from one) it cannot commit, and says
 // so.  Each runs at READ COMMITTED, as the waiting acquires require.
+//
+// The waiting functions' own loop is here too (fencing_wait_to_acquire, C
+// from 1.10): the same attempts and the same judgement of when the lock
+// may come free (NextFreeAt), inside one statement, the room held until
+// the transaction ends.  The room itself is lease_wakeup.cpp's.
 #include "boundary.hpp"
 
 extern "C" {
@@ -241,33 +246,43 @@ bool SessionEnd(const AwaitRequest &r, TimestampTz *at) {
   return true;
 }
 
-// When the next attempt should be made: when the lock may next be granted,
-// as the function forms' waiting loop judges it
-// (extension/pg_fencing--1.3--1.4.sql), or at the session's end, when the
-// attempt says the session has ended (and leaves the lock's room to the
-// next in line).  Read as the tables' owner, in the attempt's transaction.
-// False: not known.
+// When the lock may next be granted as things stand, for an exclusive
+// lease (its lease's end, plus the lock-delay after an expiry; on a shared
+// lock its shared holders' too) or for a permit or a shared lease (a
+// semaphore's first slot to come free): fencing_available_at and
+// fencing_permit_available_at, under the active snapshot, by a role that
+// reads the tables.  False: not known (no lease yet).
+bool NextFreeAt(Oid schema, bool exclusive, Datum lock_name, int64 lock_id, TimestampTz *at) {
+  bool is_null = false;
+  Datum next;
+  if (exclusive) {
+    static const Oid kTypes[] = {TEXTOID};
+    FmgrInfo *fn = ExtensionFunction(schema, "fencing_available_at", 1, kTypes);
+    const Datum args[] = {lock_name};
+    next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
+  } else {
+    static const Oid kTypes[] = {INT8OID};
+    FmgrInfo *fn = ExtensionFunction(schema, "fencing_permit_available_at", 1, kTypes);
+    const Datum args[] = {Int64GetDatum(lock_id)};
+    next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
+  }
+  *at = is_null ? 0 : DatumGetTimestampTz(next);
+  return !is_null;
+}
+
+// When the next attempt should be made: when the lock may next be granted
+// (NextFreeAt), or at the session's end, when the attempt says the session
+// has ended (and leaves the lock's room to the next in line).  Read as the
+// tables' owner, in the attempt's transaction.  False: not known.
 bool NextChance(const AwaitRequest &r, int64 lock_id, TimestampTz *at) {
   Oid saved_user;
   int saved_context;
   GetUserIdAndSecContext(&saved_user, &saved_context);
   SetUserIdAndSecContext(ExtensionTableOwner(r.schema),
                          saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  bool is_null = false;
-  Datum next;
-  if (r.kind == AwaitKind::kExclusive) {
-    static const Oid kTypes[] = {TEXTOID};
-    FmgrInfo *fn = ExtensionFunction(r.schema, "fencing_available_at", 1, kTypes);
-    const Datum args[] = {r.args[kLockName]};
-    next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
-  } else {
-    static const Oid kTypes[] = {INT8OID};
-    FmgrInfo *fn = ExtensionFunction(r.schema, "fencing_permit_available_at", 1, kTypes);
-    const Datum args[] = {Int64GetDatum(lock_id)};
-    next = CallExtensionFunction(fn, 1, args, nullptr, &is_null);
-  }
-  bool known = !is_null;
-  TimestampTz chance = known ? DatumGetTimestampTz(next) : 0;
+  TimestampTz chance = 0;
+  bool known = NextFreeAt(r.schema, r.kind == AwaitKind::kExclusive, r.args[kLockName], lock_id,
+                          &chance);
   if (r.in_session) {
     TimestampTz session_end = 0;
     // No row: it was closed or swept; the next attempt says so at once.
@@ -388,5 +403,98 @@ extern "C" {
 // no holder and no ttl of its own.
 PG_FUNCTION_INFO_V1(fencing_await);
 Datum fencing_await(PG_FUNCTION_ARGS) { return Await(fcinfo, RequestFrom(fcinfo)); }
+
+// fencing_wait_to_acquire(lock_name text, lock_id bigint, holder text,
+// permits integer, ttl interval, wait interval, payload jsonb, exclusive
+// boolean) RETURNS fencing_token (in C from 1.10; PL/pgSQL with
+// fencing_queue_for before): the waiting loop of the waiting functions
+// (fencing_acquire, fencing_acquire_permit and fencing_acquire_shared
+// with a wait), which have checked the lock and its use.  It queues in the
+// lock's waiting room until the end of the transaction, then, first in
+// line, makes an attempt (fencing_try_acquire for an exclusive lease,
+// fencing_try_permit for a permit or a shared one) whenever it is woken
+// (a release's commit), the lock may have come free (NextFreeAt) or the
+// wait is over.  Each attempt's lock waits end at the deadline too.  The
+// whole wait is one statement, so it holds its snapshot: CALL
+// fencing_await is the same wait between commits.  NULL when the wait ran
+// out; the room is then given back, so that the caller's transaction
+// holds up nobody.  Not PUBLIC's.
+PG_FUNCTION_INFO_V1(fencing_wait_to_acquire);
+Datum fencing_wait_to_acquire(PG_FUNCTION_ARGS) {
+  for (int arg : {0, 1, 2, 4, 5, 7}) {
+    if (PG_ARGISNULL(arg)) elog(ERROR, "pg_fencing: fencing_wait_to_acquire() got a NULL argument");
+  }
+  const Oid schema = ExtensionSchema(fcinfo);
+  const Datum lock_name = PointerGetDatum(PG_GETARG_TEXT_PP(0));
+  const char *name = TextDatumGetCString(lock_name);
+  const int64 lock_id = PG_GETARG_INT64(1);
+  const bool exclusive = PG_GETARG_BOOL(7);
+  CheckWait(PG_GETARG_DATUM(5), name);
+  const TimestampTz deadline = DatumGetTimestampTz(DirectFunctionCall2(
+      timestamptz_pl_interval, TimestampTzGetDatum(GetCurrentTimestamp()), PG_GETARG_DATUM(5)));
+  const LOCKTAG room = WaitingRoomTag(schema, lock_id);
+  // Still queued behind others at the deadline: nothing.
+  if (!QueueForRoomInTransaction(room, deadline)) PG_RETURN_NULL();
+
+  FmgrInfo *attempt = nullptr;
+  Datum args[5];
+  bool nulls[5] = {false, false, false, false, false};
+  int nargs = 0;
+  if (exclusive) {
+    static const Oid kTypes[] = {TEXTOID, TEXTOID, INTERVALOID, INT8OID, JSONBOID};
+    attempt = ExtensionFunction(schema, "fencing_try_acquire", 5, kTypes);
+    args[0] = lock_name;
+    args[1] = PG_GETARG_DATUM(2);
+    args[2] = PG_GETARG_DATUM(4);
+    args[3] = Int64GetDatum(lock_id);
+    args[4] = PG_ARGISNULL(6) ? Datum(0) : PG_GETARG_DATUM(6);
+    nulls[4] = PG_ARGISNULL(6);
+    nargs = 5;
+  } else {
+    static const Oid kTypes[] = {INT8OID, TEXTOID, INT4OID, INTERVALOID};
+    attempt = ExtensionFunction(schema, "fencing_try_permit", 4, kTypes);
+    args[0] = Int64GetDatum(lock_id);
+    args[1] = PG_GETARG_DATUM(2);
+    args[2] = PG_ARGISNULL(3) ? Datum(0) : PG_GETARG_DATUM(3);
+    nulls[2] = PG_ARGISNULL(3);
+    args[3] = PG_GETARG_DATUM(4);
+    nargs = 4;
+  }
+  MemoryContext loop = AllocSetContextCreate(CurrentMemoryContext, "fencing_wait_to_acquire",
+                                             ALLOCSET_SMALL_SIZES);
+  for (;;) {
+    MemoryContextReset(loop);
+    const MemoryContext saved = MemoryContextSwitchTo(loop);
+    bool granted = false;
+    int64 token = 0;
+    const TimestampTz now = GetCurrentTimestamp();
+    (void)WithLockTimeout(
+        PGF_CORE(QueueTimeoutMs(now, deadline)),
+        [&] {
+          bool is_null = false;
+          const Datum got = CallExtensionFunction(attempt, nargs, args, nulls, &is_null);
+          granted = !is_null;
+          token = granted ? DatumGetInt64(got) : 0;
+        },
+        [](bool) {});
+    MemoryContextSwitchTo(saved);
+    if (granted) {
+      MemoryContextDelete(loop);
+      PG_RETURN_INT64(token);
+    }
+    if (GetCurrentTimestamp() >= deadline) break;
+    // The lock as committed now, not as the statement's snapshot saw it.
+    MemoryContextSwitchTo(loop);
+    PushActiveSnapshot(GetTransactionSnapshot());
+    TimestampTz next = 0;
+    const bool known = NextFreeAt(schema, exclusive, lock_name, lock_id, &next);
+    PopActiveSnapshot();
+    MemoryContextSwitchTo(saved);
+    SleepUntilWoken(true, known && next < deadline ? next : deadline);
+  }
+  MemoryContextDelete(loop);
+  LeaveRoomInTransaction(room);
+  PG_RETURN_NULL();
+}
 
 }  // extern "C"

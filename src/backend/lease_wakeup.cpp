@@ -36,6 +36,7 @@ extern "C" {
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -156,9 +157,8 @@ void OnTransactionEvent(XactEvent event, void *) {
 }  // namespace
 
 LOCKTAG WaitingRoomTag(Oid schema, int64 lock_id) {
-  static const Oid kArgTypes[] = {INT8OID};
-  const bool own_field =
-      ExtensionFunctionIfExists(schema, "fencing_enter_waiting_room", 1, kArgTypes) != nullptr;
+  // The room has its own field from 1.4 on, which made fencing_permit.
+  const bool own_field = OidIsValid(get_relname_relid("fencing_permit", schema));
   return RoomTag(PGF_CORE(WaitingRoomKey(lock_id)), own_field ? kRoomField : uint16{1});
 }
 
@@ -216,6 +216,30 @@ bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline) {
       });
   if (queued || granted_anyway) NoteRoomWaited(tag, true);
   return queued || granted_anyway;
+}
+
+bool QueueForRoomInTransaction(const LOCKTAG &room, TimestampTz deadline) {
+  LOCKTAG tag = room;
+  // In a subtransaction, whose lock on the room passes to the caller's
+  // transaction when it finishes: a 55P03 at the deadline rolls back only
+  // the queueing.
+  const TimestampTz now = GetCurrentTimestamp();
+  const bool queued = WithLockTimeout(
+      PGF_CORE(QueueTimeoutMs(now, deadline)),
+      [&] { (void)LockAcquire(&tag, ExclusiveLock, false, false); }, [](bool) {});
+  if (queued) NoteRoomWaited(tag, false);
+  return queued;
+}
+
+void LeaveRoomInTransaction(const LOCKTAG &room) {
+  ForgetRoomWaited(room);
+  LOCKTAG tag = room;
+  // Queued in a subtransaction that finished: the lock is the current
+  // transaction's.
+  ResourceOwner saved = CurrentResourceOwner;
+  CurrentResourceOwner = CurTransactionResourceOwner;
+  (void)LockRelease(&tag, ExclusiveLock, false);
+  CurrentResourceOwner = saved;
 }
 
 void LeaveRoomAcrossTransactions(const LOCKTAG &room) {
@@ -292,12 +316,7 @@ PG_FUNCTION_INFO_V1(fencing_leave_waiting_room);
 Datum fencing_leave_waiting_room(PG_FUNCTION_ARGS) {
   LOCKTAG room = WaitingRoomTag(ExtensionSchema(fcinfo), PG_GETARG_INT64(0));
   if (PG_GETARG_BOOL(1)) {
-    ForgetRoomWaited(room);
-    ResourceOwner saved = CurrentResourceOwner;
-    CurrentResourceOwner = CurTransactionResourceOwner;
-    const bool released = LockRelease(&room, ExclusiveLock, false);
-    CurrentResourceOwner = saved;
-    (void)released;
+    LeaveRoomInTransaction(room);
   } else {
     (void)LockRelease(&room, ExclusiveLock, false);
   }

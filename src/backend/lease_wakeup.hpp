@@ -62,6 +62,14 @@ bool WaitsInRoom(const LOCKTAG &room);
 bool QueueForRoomAcrossTransactions(const LOCKTAG &room, TimestampTz deadline);
 void LeaveRoomAcrossTransactions(const LOCKTAG &room);
 
+// The waiting room held until the end of the transaction, for the waiting
+// functions, which wait inside one statement: queues for *room in arrival
+// order and returns true once it is first in line; false when the deadline
+// came first.  Leave it, when nothing was granted, so that the caller's
+// transaction holds up nobody after the wait.
+bool QueueForRoomInTransaction(const LOCKTAG &room, TimestampTz deadline);
+void LeaveRoomInTransaction(const LOCKTAG &room);
+
 // Runs body() in an internal subtransaction.  Returns true when body() ran
 // to its end (what it took, locks included, then belongs to the current
 // transaction); false when one of its lock waits ran out (55P03: the
