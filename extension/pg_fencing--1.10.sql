@@ -2092,25 +2092,8 @@ COMMENT ON FUNCTION @extschema@.fencing_rejection_log() IS
 -- Every lock the role may use (every lock for pg_read_all_stats), with
 -- zeros where nothing happened since the last reset.  waiting: the
 -- sessions in the lock's waiting room, from pg_locks.
-CREATE VIEW @extschema@.fencing_lock_stats WITH (security_barrier) AS
-  SELECT k.lock_name,
-         coalesce(c.grants, 0) AS grants, coalesce(c.renewals, 0) AS renewals,
-         coalesce(c.releases, 0) AS releases, coalesce(c.expiries, 0) AS expiries,
-         coalesce(c.takeovers, 0) AS takeovers, coalesce(c.revokes, 0) AS revokes,
-         (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks p
-           WHERE p.locktype = 'advisory' AND p.classid = 1178947139 AND p.objid = k.lock_id::oid
-             AND p.objsubid = 3
-             AND p.database = (SELECT d.oid FROM pg_catalog.pg_database d
-                                WHERE d.datname = pg_catalog.current_database())) AS waiting,
-         coalesce(c.stale_rejections, 0) AS stale_rejections,
-         coalesce(c.missing_rejections, 0) AS missing_rejections
-    FROM @extschema@.fencing_lock k
-    LEFT JOIN @extschema@.fencing_lock_counters() c ON c.lock_name = k.lock_name
-   WHERE @extschema@.fencing_role_may_read(
-           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
-GRANT SELECT ON @extschema@.fencing_lock_stats TO PUBLIC;
-COMMENT ON VIEW @extschema@.fencing_lock_stats IS
-  'per lock: grants, renewals, releases, expiries, takeovers and revokes committed, sessions waiting, and writes refused under it, since fencing_stats_reset(); needs shared_preload_libraries = ''pg_fencing''';
+-- fencing_lock_stats comes after the line (section 12), whose places its
+-- waiting counts.
 
 CREATE VIEW @extschema@.fencing_table_stats AS
   SELECT c.relid, c.stale_rejections, c.missing_rejections
@@ -3038,3 +3021,30 @@ CREATE VIEW @extschema@.fencing_lines WITH (security_barrier) AS
 GRANT SELECT ON @extschema@.fencing_lines TO PUBLIC;
 COMMENT ON VIEW @extschema@.fencing_lines IS
   'the places waiting in the lines of the locks the current role may use (every lock for pg_read_all_stats), in order, with their candidates; live: its session lives and its wait has not run out, judged now';
+
+-- Per lock, the statistics of section 9; waiting counts the sessions in
+-- its waiting room and the live places in its line.
+CREATE VIEW @extschema@.fencing_lock_stats WITH (security_barrier) AS
+  SELECT k.lock_name,
+         coalesce(c.grants, 0) AS grants, coalesce(c.renewals, 0) AS renewals,
+         coalesce(c.releases, 0) AS releases, coalesce(c.expiries, 0) AS expiries,
+         coalesce(c.takeovers, 0) AS takeovers, coalesce(c.revokes, 0) AS revokes,
+         (SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks p
+           WHERE p.locktype = 'advisory' AND p.classid = 1178947139 AND p.objid = k.lock_id::oid
+             AND p.objsubid = 3
+             AND p.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                                WHERE d.datname = pg_catalog.current_database()))
+         + (SELECT pg_catalog.count(*) FROM @extschema@.fencing_line l
+              JOIN @extschema@.fencing_session s ON s.session_id = l.session_id
+             WHERE l.lock_id = k.lock_id AND l.token IS NULL
+               AND s.expires_at > pg_catalog.clock_timestamp()
+               AND (l.wait_until IS NULL OR l.wait_until > pg_catalog.clock_timestamp())) AS waiting,
+         coalesce(c.stale_rejections, 0) AS stale_rejections,
+         coalesce(c.missing_rejections, 0) AS missing_rejections
+    FROM @extschema@.fencing_lock k
+    LEFT JOIN @extschema@.fencing_lock_counters() c ON c.lock_name = k.lock_name
+   WHERE @extschema@.fencing_role_may_read(
+           (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
+GRANT SELECT ON @extschema@.fencing_lock_stats TO PUBLIC;
+COMMENT ON VIEW @extschema@.fencing_lock_stats IS
+  'per lock: grants, renewals, releases, expiries, takeovers and revokes committed, waiters (sessions in its waiting room and live places in its line), and writes refused under it, since fencing_stats_reset(); needs shared_preload_libraries = ''pg_fencing''';

@@ -267,6 +267,23 @@ is( sql(
 	'fencing_rejections records each refused write, the token refused by fencing_present() on no table (client_addr is NULL over a unix socket)');
 is( sql("SELECT waiting FROM fencing_lock_stats WHERE lock_name = 'watched'"),
 	'0', 'nobody waiting');
+# Places in the lock's line (1.10) are its waiters too: two live ones
+# count, a place whose wait has run out does not (nor the holder's).
+sql("SELECT fencing_create_lock('watched-line', 'tenant_a')");
+my $holder_session = sql("SELECT fencing_session_open('in-line-0', '1 hour')", 'tenant_a');
+sql("SELECT token IS NOT NULL FROM fencing_line_join($holder_session, 'watched-line')", 'tenant_a');
+for my $n (1 .. 2)
+{
+	my $s = sql("SELECT fencing_session_open('in-line-$n', '1 hour')", 'tenant_a');
+	sql("SELECT place FROM fencing_line_join($s, 'watched-line')", 'tenant_a');
+}
+my $brief = sql("SELECT fencing_session_open('in-line-brief', '1 hour')", 'tenant_a');
+sql("SELECT place FROM fencing_line_join($brief, 'watched-line', '10 ms')", 'tenant_a');
+sql("SELECT pg_sleep(0.05)");
+is( sql("SELECT waiting FROM fencing_lock_stats WHERE lock_name = 'watched-line'"),
+	'2', 'the live places waiting in the lock\'s line count as its waiters');
+sql("SELECT fencing_session_close(session_id) FROM fencing_sessions WHERE holder LIKE 'in-line-%'",
+	'tenant_a');
 
 # ---- Permits (1.4): announced and counted as leases are ----------------------------
 
@@ -386,7 +403,7 @@ is( sql(
 is( sql("SELECT count(*) FROM fencing_lock_stats", 'monitor')
 	  . ' '
 	  . sql("SELECT count(*) FROM fencing_rejections WHERE role IS NOT NULL", 'monitor'),
-	'7 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, quiet, b-lock, watched-sem, quiet-sem, quiet-shared, race-sem) and every refused write in full');
+	'8 4', 'pg_monitor (pg_read_all_stats) sees every lock (watched, watched-line, quiet, b-lock, watched-sem, quiet-sem, quiet-shared, race-sem) and every refused write in full');
 like(sql_error('SELECT fencing_stats_reset()', 'tenant_a'),
 	qr/permission denied/, 'only a superuser resets the statistics');
 
