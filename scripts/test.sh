@@ -264,6 +264,7 @@ run_suite "unit tests under ASan and UBSan" sanitized_unit_tests
 run_suite "pg_regress and isolation" regress_and_isolation
 run_suite "pg_regress and isolation, the guard's fast paths off" regress_fast_paths_off
 run_suite "stress with faults and history checker (test/stress)" stress_run
+run_suite "stress, a fleet of 500 candidates in line through PgBouncer under faults (test/stress/fleet.sh, about 65 s)" test/stress/fleet.sh build
 run_suite "fuzzing the core (libFuzzer, ${FUZZ_SECONDS:-30} s)" fuzz_core
 run_suite "random SQL (sqlsmith)" sqlsmith_run
 run_suite "client integration (GoogleTest + libpqxx)" client_integration_tests

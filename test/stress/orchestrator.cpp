@@ -24,6 +24,7 @@
 #include "checker.hpp"
 #include "cluster.hpp"
 #include "common.hpp"
+#include "fleet.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
 #include "process.hpp"
 #include "worker.hpp"
@@ -973,6 +974,19 @@ int RunOrchestrator(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   using namespace pg_fencing::stress;
+  if (argc > 1 && std::string(argv[1]) == "--fleet-worker") {
+    try {
+      return RunFleetWorker(
+          ParseFleetWorkerArguments(std::vector<std::string>(argv + 2, argv + argc)));
+    } catch (const std::exception &error) {
+      std::fprintf(stderr, "pg_fencing_stress --fleet-worker: %s\n", error.what());
+      return 2;
+    }
+  }
+  // Fleet mode has an orchestrator of its own (fleet_orchestrator.cpp).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--fleet") return RunFleetOrchestrator(argc, argv);
+  }
   if (argc > 1 && std::string(argv[1]) == "--worker") {
     try {
       return RunWorker(ParseWorkerArguments(std::vector<std::string>(argv + 2, argv + argc)));
