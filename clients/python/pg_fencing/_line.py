@@ -1,21 +1,27 @@
-"""The line (pg_fencing 1.10): a wait for an exclusive lease in a session
-as a place the database keeps, instead of a statement that runs for the
-whole wait (CALL fencing_await) and holds a server connection meanwhile.
+"""The line (pg_fencing 1.10): a wait in a session -- for an exclusive
+lease, a shared lease or a permit -- as a place the database keeps,
+instead of a statement that runs for the whole wait (CALL fencing_await)
+and holds a server connection meanwhile.
 
-    join    SELECT place, token FROM fencing_line_join(session, lock, wait, payload)
+    join    SELECT place, token FROM fencing_line_join(session, lock, wait, payload, kind, permits)
     poll    SELECT state, token FROM fencing_line_poll(ARRAY[place])
     leave   SELECT fencing_line_leave(place)
 
 Each is one short statement in autocommit, so between them the candidate
 holds no transaction, no snapshot and -- through a transaction-pooling
 PgBouncer -- no server connection: what it costs the server is one row of
-fencing_line.  The place that is first in line takes the lease itself
-when it joins or polls; nobody else may take the lock meanwhile, so
-arrival order holds however long the wait.  A place is polled every
+fencing_line.  A place in its turn takes the lease itself when it joins
+or polls (the first exclusive place; a shared place once no exclusive
+place waits and the exclusive lease has ended; a permit place while the
+semaphore has a free permit for each permit place ahead of it); nobody
+else may take what it waits for meanwhile, so arrival order holds however
+long the wait.  A place is polled every
 `poll` seconds (POLL without LISTEN, so that a hand-over is seen within
 a second), and at once when a Listener hears its number on the channel
 fencing_line (NOTIFYed at the commit of every change that may free the
-lock, with the number of the first waiting place).  LISTEN is optional:
+lock, with the number of the first place waiting for an exclusive lease,
+or, when none waits, of each of the first 16 waiting for a shared lease or
+a permit).  LISTEN is optional:
 through a transaction pooler it cannot be relied on (the LISTEN stays on
 whichever server connection ran it), and the timer alone is enough.
 
@@ -51,7 +57,8 @@ LISTEN_STARTUP = 2.0
 # trip, and a poll that reaches it after that finds the place gone.
 LAST_POLL_AHEAD = 0.02
 
-JOIN = "SELECT place, token::bigint FROM fencing_line_join(%s, %s, %s::interval, %s::jsonb)"
+JOIN = ("SELECT place, token::bigint FROM fencing_line_join(%s, %s, %s::interval, %s::jsonb, "
+        "kind => %s, permits => %s::integer)")
 POLL_PLACE = "SELECT state, token::bigint FROM fencing_line_poll(ARRAY[%s]::bigint[])"
 LEAVE = "SELECT fencing_line_leave(%s)"
 # A lease taken through the line: released, then its place (kept by the

@@ -10,14 +10,16 @@ task of its own on its own AsyncConnection, each renewal given up at the
 safe deadline (asyncio.wait_for; the connection is then closed); held() is
 judged on the monotonic clock as in the threaded client, so an event loop
 that was blocked (or a process that was paused) wakes up to held() False.
-A wait in a session for an exclusive lease, and a campaign, is a place in
-the lock's line (1.10, pg_fencing._line): short statements, no server
-connection held between them; with aio.Client(listen=True) one connection
-per client LISTENs on fencing_line, read by the event loop, and wakes the
-place whose number it hears.  Cancelling the awaiting task leaves the line
-(giving back a grant made meanwhile).  The other waits are CALL
-fencing_await, holding no snapshot while they sleep, and cancelling the
-awaiting task cancels the wait (the statement is cancelled with it).
+A wait in a session (for an exclusive lease, a shared lease or a permit),
+and a campaign, is a place in the lock's line (1.10, pg_fencing._line):
+short statements, no server connection held between them; with
+aio.Client(listen=True) one connection per client LISTENs on
+fencing_line, read by the event loop, and wakes the place whose number it
+hears.  Cancelling the awaiting task leaves the line (giving back a grant
+made meanwhile).  The other waits (a lease of its own, lock_all) are one
+statement (CALL fencing_await, a waiting function), holding no snapshot
+while they sleep, and cancelling the awaiting task cancels the wait (the
+statement is cancelled with it).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
 
@@ -424,6 +426,8 @@ class Session:
         self._listener = listener
         self._poll = poll_period(poll, listener is not None)
         self._has_line: Optional[bool] = None  # whether the server has the line (1.10)
+        # How many places the session has in each lock's line: see _wait().
+        self._places: Dict[str, int] = {}
         self._nudges: set = set()  # the events of the waits in line, set by close()
         self._beat = _AsyncHeartbeat("session", self.ttl, heartbeat, self._renew,
                                      self._drop_heartbeat, "the session ended, or was closed",
@@ -458,41 +462,25 @@ class Session:
 
     async def lock(self, lock_name: str, *, wait: Optional[float] = None, kind: str = "exclusive",
                    permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
-        """As the threaded Session.lock(): a wait for an exclusive lease is
-        a place in the lock's line; cancelling the task leaves it."""
+        """As the threaded Session.lock(): a wait, of any kind, is a place in
+        the lock's line; cancelling the task leaves it."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if payload is not None and kind != "exclusive":
             raise ValueError("a payload needs an exclusive lease")
         if wait is not None and wait < 0:
             raise ValueError(f"wait must not be negative, got {wait}")
-        if kind == "exclusive" and wait is not None:
-            token, place = await self._wait_exclusive(lock_name, wait, payload)
+        if wait is not None:
+            token, place = await self._wait(lock_name, wait, kind, permits, payload)
             if token is None:
                 raise LockTimeout(f'lock "{lock_name}" is busy (waited {seconds(wait)})')
             return SessionLease(self, lock_name, kind, token, place)
-        # The line holds exclusive leases only: a wait for a shared lease or
-        # a permit stays one statement (CALL fencing_await) on the work
-        # connection, taking its turn there.
-        async with self._on_work(wait, f'lock "{lock_name}"') as (conn, left):
-            if left is None:
-                row = await _in_read_committed(
-                    conn, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, "
-                    "kind => %s, permits => %s::integer)", (self.id, lock_name, payload, kind, permits))
-            else:
-                try:
-                    row = await _row(conn,
-                                     "CALL fencing_await(%s, session => %s, wait => %s::interval, "
-                                     "kind => %s, permits => %s::integer, payload => %s::jsonb)",
-                                     (lock_name, self.id, interval(left), kind, permits, payload))
-                except asyncio.CancelledError:
-                    # The wait is cancelled on the server; the session goes on,
-                    # on a new work connection made at the next turn.
-                    await _cancelled(conn)
-                    raise
+        async with self._on_work(None, f'lock "{lock_name}"') as (conn, _):
+            row = await _in_read_committed(
+                conn, "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, "
+                "kind => %s, permits => %s::integer)", (self.id, lock_name, payload, kind, permits))
         if row[0] is None:
-            raise LockTimeout(f'lock "{lock_name}" is busy'
-                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
+            raise LockTimeout(f'lock "{lock_name}" is busy')
         return SessionLease(self, lock_name, kind, int(row[0]))
 
     async def lock_all(self, lock_names: Sequence[str], *,
@@ -507,24 +495,57 @@ class Session:
                               + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
-    async def _wait_exclusive(self, lock_name: str, wait: Optional[float],
-                              payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
-        """As the threaded Session._wait_exclusive(): in line (1.10), or CALL
-        fencing_await in the session on an older server."""
-        if self._has_line is not False:
+    async def _wait(self, lock_name: str, wait: Optional[float], kind: str = "exclusive",
+                    permits: Optional[int] = None,
+                    payload: Optional[str] = None) -> Tuple[Optional[int], Optional[int]]:
+        """As the threaded Session._wait(): in line (1.10), or CALL
+        fencing_await in the session where the line cannot hold the wait (a
+        server before 1.10; a second shared lease or permit of a lock where
+        the session has a place already)."""
+        if self._has_line is not False and self._take_place(lock_name, kind):
             try:
-                return await self._wait_in_line(lock_name, wait, payload)
+                token, place = await self._wait_in_line(lock_name, wait, kind, permits, payload)
             except psycopg.errors.UndefinedFunction as error:
+                self._forget_place(lock_name)
                 if "fencing_line_join" not in str(error):
                     raise
                 self._has_line = False
+            except BaseException:
+                self._forget_place(lock_name)
+                raise
+            else:
+                if token is None:
+                    self._forget_place(lock_name)
+                return token, place
+        return await self._await_in_session(lock_name, wait, kind, permits, payload)
+
+    def _take_place(self, lock_name: str, kind: str) -> bool:
+        if kind != "exclusive" and self._places.get(lock_name, 0) > 0:
+            return False
+        self._places[lock_name] = self._places.get(lock_name, 0) + 1
+        return True
+
+    def _forget_place(self, lock_name: str) -> None:
+        left = self._places.get(lock_name, 0) - 1
+        if left > 0:
+            self._places[lock_name] = left
+        else:
+            self._places.pop(lock_name, None)
+
+    async def _await_in_session(self, lock_name: str, wait: Optional[float], kind: str,
+                                permits: Optional[int],
+                                payload: Optional[str]) -> Tuple[Optional[int], None]:
+        """As the threaded Session._await_in_session(); cancelled, the
+        statement is cancelled on the server, and the session goes on, on a
+        new work connection made at the next turn."""
         end = None if wait is None else time.monotonic() + wait
         while True:
             chunk = 30.0 if end is None else max(0.0, end - time.monotonic())
             async with self._on_work(chunk, f'lock "{lock_name}"') as (conn, left):
                 try:
                     row = await _row(conn, "CALL fencing_await(%s, session => %s, wait => %s::interval, "
-                                     "payload => %s::jsonb)", (lock_name, self.id, interval(left), payload))
+                                     "kind => %s, permits => %s::integer, payload => %s::jsonb)",
+                                     (lock_name, self.id, interval(left), kind, permits, payload))
                 except asyncio.CancelledError:
                     await _cancelled(conn)
                     raise
@@ -533,7 +554,8 @@ class Session:
             if end is not None:
                 return None, None
 
-    async def _wait_in_line(self, lock_name: str, wait: Optional[float],
+    async def _wait_in_line(self, lock_name: str, wait: Optional[float], kind: str,
+                            permits: Optional[int],
                             payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
         """As the threaded Session._wait_in_line(): (token, place) once
         granted, (None, None) when the wait ran out and the place was left;
@@ -546,7 +568,7 @@ class Session:
             try:
                 sent = time.monotonic()
                 place, token = await self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait),
-                                                           payload))
+                                                           payload, kind, permits))
                 last = last_poll_at(end, sent, time.monotonic())
                 watch.follow(place)
                 while token is None:
@@ -566,7 +588,8 @@ class Session:
                             break
                         sent = time.monotonic()
                         place, token = await self._line_row(JOIN, (self.id, lock_name,
-                                                                   interval_or_none(left), payload))
+                                                                   interval_or_none(left), payload,
+                                                                   kind, permits))
                         last = last_poll_at(end, sent, time.monotonic())
                         watch.follow(place)
                 if token is not None:
@@ -739,6 +762,8 @@ class Session:
     async def _release(self, lock_name: str, token: int, place: Optional[int] = None) -> bool:
         """Never queues behind another task's wait (_free_connection); a
         lease taken through the line leaves its place too."""
+        if place is not None:
+            self._forget_place(lock_name)
         if self._closed:
             return False
         async with self._free_connection() as conn:
@@ -832,7 +857,7 @@ class Election:
             self.session = session
             left = None if end is None else max(0.0, end - time.monotonic())
             try:
-                token, place = await session._wait_exclusive(self.lock_name, left, payload)
+                token, place = await session._wait(self.lock_name, left, payload=payload)
                 granted = token is not None and candidacy.lead()
             except LeaseLost:
                 token, granted = None, False

@@ -152,7 +152,7 @@ class Election:
             self.session = session
             left = None if end is None else max(0.0, end - time.monotonic())
             try:
-                token, place = session._wait_exclusive(self.lock_name, left, payload)
+                token, place = session._wait(self.lock_name, left, payload=payload)
                 granted = token is not None and candidacy.lead()
             except LeaseLost:
                 token, granted = None, False

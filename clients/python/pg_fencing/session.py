@@ -12,15 +12,18 @@ the heartbeat's (a renewal never queues behind another statement; the
 close goes there too, so that it ends a wait on another thread instead of
 queueing behind it) and the work connection.
 
-A wait for an exclusive lease (lock(name, wait=...)) is a place in the
-lock's line (1.10, pg_fencing._line): joined, then polled, each a short
-statement on the work connection, so that the wait holds no server
+A wait for a lease of any kind (lock(name, wait=..., kind=...)) is a place
+in the lock's line (1.10, pg_fencing._line): joined, then polled, each a
+short statement on the work connection, so that the wait holds no server
 connection -- through a transaction pooler, none at all between polls.
-The waits for a shared lease or a permit, which the line does not hold,
-and lock_all() are still one statement that waits (CALL fencing_await,
-fencing_session_acquire_all): they take turns on the work connection, the
-wait for the turn counting against theirs.  A release, a poll, or an
-acquire without a wait, that finds it busy uses a connection of its own.
+lock_all(wait=...) is still one statement that waits
+(fencing_session_acquire_all), and so is a wait the line cannot hold
+(CALL fencing_await in the session: on a server before 1.10, or for a
+second shared lease or permit of a lock where the session has a place,
+see Session._wait): such waits take turns on the work connection, the
+wait for the turn counting against theirs.  A release, a statement of the
+line, or an acquire without a wait, that finds it busy uses a connection
+of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from typing import Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import psycopg
 
@@ -118,6 +121,10 @@ class Session:
         self._listener = listener
         self._poll = poll_period(poll, listener is not None)
         self._has_line: Optional[bool] = None  # whether the server has the line (1.10)
+        # How many places the session has in each lock's line (waiting, or
+        # kept by a lease taken through it): see _wait().
+        self._places: Dict[str, int] = {}
+        self._places_lock = threading.Lock()
         self._nudges: set = set()  # the Watch events of the waits in line, set by close()
         self._nudge_lock = threading.Lock()
         self._beat = Heartbeat("session", self.ttl, heartbeat, renew=self._renew,
@@ -155,46 +162,35 @@ class Session:
     def lock(self, lock_name: str, *, wait: Optional[float] = None, kind: str = "exclusive",
              permits: Optional[int] = None, payload: Optional[str] = None) -> SessionLease:
         """Takes lock_name in the session, of any kind; LockTimeout when it
-        stays busy.  A wait for an exclusive lease is a place in the lock's
-        line (1.10): short statements, no server connection held between
-        them, arrival order kept; at its end the place is left, giving back
-        a grant made meanwhile.  A wait for a shared lease or a permit is
-        CALL fencing_await(..., session =>): no snapshot held while it
-        sleeps, but a connection held for the whole wait."""
+        stays busy.  A wait (for an exclusive lease, a shared lease or a
+        permit alike) is a place in the lock's line (1.10): short
+        statements, no server connection held between them, arrival order
+        kept; at its end the place is left, giving back a grant made
+        meanwhile."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if payload is not None and kind != "exclusive":
             raise ValueError("a payload needs an exclusive lease")
         if wait is not None and wait < 0:
             raise ValueError(f"wait must not be negative, got {wait}")
-        if kind == "exclusive" and wait is not None:
-            token, place = self._wait_exclusive(lock_name, wait, payload)
+        if wait is not None:
+            token, place = self._wait(lock_name, wait, kind, permits, payload)
             if token is None:
                 raise LockTimeout(f'lock "{lock_name}" is busy (waited {seconds(wait)})')
             return SessionLease(self, lock_name, kind, token, place)
-        # The line holds exclusive leases only: a wait for a shared lease or
-        # a permit stays one statement (CALL fencing_await) on the work
-        # connection, taking its turn there.
-        with self._on_work(wait, f'lock "{lock_name}"') as (conn, left):
-            if left is None:
-                conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
-                try:
-                    token = conn.row(
-                        "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, kind => %s, "
-                        "permits => %s::integer)", (self.id, lock_name, payload, kind, permits))[0]
-                    conn.row("COMMIT")
-                except BaseException:
-                    if not conn.closed:
-                        conn.row("ROLLBACK")
-                    raise
-            else:
+        with self._on_work(None, f'lock "{lock_name}"') as (conn, _):
+            conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
+            try:
                 token = conn.row(
-                    "CALL fencing_await(%s, session => %s, wait => %s::interval, kind => %s, "
-                    "permits => %s::integer, payload => %s::jsonb)",
-                    (lock_name, self.id, interval(left), kind, permits, payload))[0]
+                    "SELECT fencing_session_acquire(%s, %s, payload => %s::jsonb, kind => %s, "
+                    "permits => %s::integer)", (self.id, lock_name, payload, kind, permits))[0]
+                conn.row("COMMIT")
+            except BaseException:
+                if not conn.closed:
+                    conn.row("ROLLBACK")
+                raise
         if token is None:
-            raise LockTimeout(f'lock "{lock_name}" is busy'
-                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
+            raise LockTimeout(f'lock "{lock_name}" is busy')
         return SessionLease(self, lock_name, kind, int(token))
 
     def lock_all(self, lock_names: Sequence[str], *, wait: Optional[float] = None) -> List[SessionLease]:
@@ -218,35 +214,76 @@ class Session:
                               + (f" (waited {seconds(wait)})" if wait is not None else ""))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
 
-    def _wait_exclusive(self, lock_name: str, wait: Optional[float],
-                        payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
-        """(token, place) of an exclusive lease waited for in line (1.10),
-        (None, None) when the wait ran out; on a server before 1.10 (no
-        fencing_line_join) CALL fencing_await in the session, as before:
-        (token, None)."""
-        if self._has_line is not False:
+    def _wait(self, lock_name: str, wait: Optional[float], kind: str = "exclusive",
+              permits: Optional[int] = None,
+              payload: Optional[str] = None) -> Tuple[Optional[int], Optional[int]]:
+        """(token, place) of a lease of lock_name waited for in line (1.10),
+        (None, None) when the wait ran out.  CALL fencing_await in the
+        session instead, (token, None), where the line cannot hold the wait:
+        on a server before 1.10 (no fencing_line_join), and for a shared
+        lease or a permit of a lock where the session has a place already
+        (the line keeps one place per session and lock, and a join again
+        answers that place and its lease: for an exclusive lease the one
+        fencing_session_acquire gives again too, but a second shared lease
+        or permit is another lease)."""
+        if self._has_line is not False and self._take_place(lock_name, kind):
             try:
-                return self._wait_in_line(lock_name, wait, payload)
+                token, place = self._wait_in_line(lock_name, wait, kind, permits, payload)
             except psycopg.errors.UndefinedFunction as error:
+                self._forget_place(lock_name)
                 if "fencing_line_join" not in str(error):
                     raise
                 self._has_line = False
+            except BaseException:
+                self._forget_place(lock_name)
+                raise
+            else:
+                if token is None:
+                    self._forget_place(lock_name)
+                return token, place
+        return self._await_in_session(lock_name, wait, kind, permits, payload)
+
+    def _take_place(self, lock_name: str, kind: str) -> bool:
+        """Counts a wait's place in lock_name's line; False (nothing counted)
+        for a shared lease or a permit when the session has one there."""
+        with self._places_lock:
+            if kind != "exclusive" and self._places.get(lock_name, 0) > 0:
+                return False
+            self._places[lock_name] = self._places.get(lock_name, 0) + 1
+            return True
+
+    def _forget_place(self, lock_name: str) -> None:
+        """A place counted by _take_place() left: its wait ended without a
+        lease, or its lease was released."""
+        with self._places_lock:
+            left = self._places.get(lock_name, 0) - 1
+            if left > 0:
+                self._places[lock_name] = left
+            else:
+                self._places.pop(lock_name, None)
+
+    def _await_in_session(self, lock_name: str, wait: Optional[float], kind: str,
+                          permits: Optional[int],
+                          payload: Optional[str]) -> Tuple[Optional[int], None]:
+        """CALL fencing_await in the session, on the work connection in its
+        turn: (token, None), (None, None) when the wait ran out."""
         end = None if wait is None else time.monotonic() + wait
         while True:
             # In turns of 30 s at most when it waits as long as the session lives.
             chunk = 30.0 if end is None else max(0.0, end - time.monotonic())
             with self._on_work(chunk, f'lock "{lock_name}"') as (conn, left):
                 token = conn.row("CALL fencing_await(%s, session => %s, wait => %s::interval, "
-                                 "payload => %s::jsonb)",
-                                 (lock_name, self.id, interval(left), payload))[0]
+                                 "kind => %s, permits => %s::integer, payload => %s::jsonb)",
+                                 (lock_name, self.id, interval(left), kind, permits, payload))[0]
             if token is not None:
                 return int(token), None
             if end is not None:
                 return None, None
 
-    def _wait_in_line(self, lock_name: str, wait: Optional[float],
+    def _wait_in_line(self, lock_name: str, wait: Optional[float], kind: str,
+                      permits: Optional[int],
                       payload: Optional[str]) -> Tuple[Optional[int], Optional[int]]:
-        """Waits for an exclusive lease of lock_name as a place in its line,
+        """Waits for a lease of lock_name of the kind as a place in its line,
         wait seconds at most (None: as long as the session lives): (token,
         place) once granted; (None, None) when the wait ran out, the place
         left (a grant made meanwhile given back).  Joined, then polled every
@@ -261,7 +298,8 @@ class Session:
             token = None
             try:
                 sent = time.monotonic()
-                place, token = self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait), payload))
+                place, token = self._line_row(JOIN, (self.id, lock_name, interval_or_none(wait), payload,
+                                                     kind, permits))
                 last = last_poll_at(end, sent, time.monotonic())
                 watch.follow(place)
                 while token is None:
@@ -283,7 +321,8 @@ class Session:
                             break
                         sent = time.monotonic()
                         place, token = self._line_row(JOIN, (self.id, lock_name,
-                                                             interval_or_none(left), payload))
+                                                             interval_or_none(left), payload,
+                                                             kind, permits))
                         last = last_poll_at(end, sent, time.monotonic())
                         watch.follow(place)
                 if token is not None:
@@ -466,6 +505,8 @@ class Session:
         """Never queues behind another thread's wait (_free_connection).  A
         lease taken through the line leaves its place too (the server keeps
         it while the lease lives)."""
+        if place is not None:
+            self._forget_place(lock_name)
         if self._closed:
             return False
         with self._free_connection() as conn:

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -130,6 +131,17 @@ def pgbouncer():
     test/t/003_pgbouncer.pl starts one: transaction pooling, five server
     connections for everyone (default_pool_size = 5), on a free loopback
     port.  Its conninfo; stopped at the end of the module."""
+    yield from running_pgbouncer(pool_size=5)
+
+
+@pytest.fixture(scope="module")
+def pgbouncer_pool_of_1():
+    """The same PgBouncer with one server connection for everyone: a
+    statement that holds it for a wait holds up every other client."""
+    yield from running_pgbouncer(pool_size=1)
+
+
+def running_pgbouncer(pool_size: int):
     if not os.access(PGBOUNCER, os.X_OK):
         pytest.skip(f"PgBouncer is not installed ({PGBOUNCER})")
     with psycopg.connect(CONNINFO) as conn:
@@ -149,7 +161,7 @@ listen_port = {port}
 unix_socket_dir =
 auth_type = any
 pool_mode = transaction
-default_pool_size = 5
+default_pool_size = {pool_size}
 max_client_conn = 400
 server_check_delay = 0
 logfile = {directory}/pgbouncer.log
@@ -183,3 +195,29 @@ pidfile = {directory}/pgbouncer.pid
             bouncer.kill()
             bouncer.wait()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def short_statements_go_through(conninfo: str, count: int = 10, bound: float = 3.0) -> bool:
+    """Whether another client's count short statements (SELECT 1, one after
+    another, on a connection of its own) all run within bound seconds.  A
+    statement that does not come back in time is left to finish in a
+    daemon thread."""
+    done = threading.Event()
+
+    def run() -> None:
+        with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
+            for _ in range(count):
+                conn.execute("SELECT 1")
+                time.sleep(0.05)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done.wait(bound)
+
+
+def line_kinds(db, lock_name: str) -> list:
+    """The places waiting in the lock's line, as fencing_lines shows them:
+    [(holder, kind, position)], in order."""
+    return [tuple(r) for r in db.execute(
+        "SELECT holder, kind, position FROM fencing_lines WHERE lock_name = %s ORDER BY place",
+        (lock_name,)).fetchall()]

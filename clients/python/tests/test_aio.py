@@ -9,7 +9,8 @@ import psycopg
 import pytest
 
 from pg_fencing import aio
-from conftest import CONNINFO, places_of, protected_table, waits_on_the_server
+from conftest import (CONNINFO, line_kinds, places_of, protected_table, short_statements_go_through,
+                      waits_on_the_server)
 
 
 def run(coroutine):
@@ -72,15 +73,12 @@ def test_cancelling_a_wait_ends_it_on_the_server(db, name):
     run(scenario())
 
 
-async def until_on_the_server(db, kind: str, session, application_name: str) -> bool:
-    """The wait is on the server, polled without blocking the event loop for
-    5 s at most: an exclusive lease's as a place in line (1.10), a shared
-    one's as a CALL fencing_await running."""
+async def until_on_the_server(db, session) -> bool:
+    """The session's wait, of any kind, is a place in line (1.10), polled
+    without blocking the event loop for 5 s at most."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        if kind == "exclusive" and places_of(db, session.id):
-            return True
-        if kind != "exclusive" and waits_on_the_server(db, application_name) == 1:
+        if places_of(db, session.id):
             return True
         await asyncio.sleep(0.02)
     return False
@@ -96,7 +94,7 @@ def test_closing_a_session_ends_its_wait_in_another_task(db, name, kind):
             waiter = await client.session(ttl=60, holder="closed-" + name)
             application = "pg_fencing session closed-" + name
             waiting = asyncio.create_task(waiter.lock(name, wait=20, kind=kind))
-            assert await until_on_the_server(db, kind, waiter, application), "the wait is on the server"
+            assert await until_on_the_server(db, waiter), "the wait is on the server"
             closing = asyncio.create_task(waiter.close())
             done, _ = await asyncio.wait({closing}, timeout=5)
             closed_in_time = closing in done
@@ -107,8 +105,6 @@ def test_closing_a_session_ends_its_wait_in_another_task(db, name, kind):
         assert closed_in_time, "close() waited for the session's wait in another task"
         assert ended_in_time, "the wait went on after the close"
         assert isinstance(waiting.exception(), aio.LeaseLost), waiting
-        if kind != "exclusive":
-            assert waiting.exception().__cause__.sqlstate == "55Z05"
         assert closing.result() == 0, "the session held no lease"
         assert waits_on_the_server(db, application) == 0
         assert places_of(db, waiter.id) == []
@@ -128,7 +124,7 @@ def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, n
             await holder.lock(name + "_busy")
             mine = await session.lock(name + "_mine")
             waiting = asyncio.create_task(session.lock(name + "_busy", wait=20, kind=kind))
-            assert await until_on_the_server(db, kind, session, "pg_fencing session busy-" + name)
+            assert await until_on_the_server(db, session)
             released = asyncio.create_task(mine.release())
             done, _ = await asyncio.wait({released}, timeout=5)
             assert released in done and released.result() is True, "the release waited behind the wait"
@@ -139,13 +135,8 @@ def test_another_tasks_wait_in_the_session_holds_up_no_release_and_no_lock(db, n
             timed = asyncio.create_task(session.lock(name + "_other", wait=0.3, kind=kind))
             done, _ = await asyncio.wait({timed}, timeout=5)
             assert timed in done
-            if kind == "exclusive":
-                # A wait in line holds the work connection only for its polls.
-                assert isinstance(timed.result(), aio.SessionLease), timed
-            else:
-                assert isinstance(timed.exception(), aio.LockTimeout) \
-                    and "busy with another task's wait" in str(timed.exception()), \
-                    "lock(wait=0.3) waited past its time for the session's turn"
+            # A wait in line holds the work connection only for its polls.
+            assert isinstance(timed.result(), aio.SessionLease), timed
             states = dict(db.execute("SELECT lock_name, state FROM fencing_leases WHERE lock_name = ANY(%s)",
                                      ([name + "_mine", name + "_free"],)).fetchall())
             assert states == {name + "_mine": "released", name + "_free": "live"}, states
@@ -404,5 +395,97 @@ def test_candidates_wait_in_line_through_a_transaction_pooler(db, name, pgbounce
                           "WHERE k.lock_name = %s", (name,)).fetchone()[0] == 0
         assert db.execute("SELECT count(*) FROM fencing_sessions WHERE holder = ANY(%s) AND live",
                           ([c.holder for c in candidates],)).fetchone()[0] == 0
+
+    run(scenario())
+
+
+async def held_by_the_waiting_kind(holder, name: str, kind: str) -> list:
+    """As test_line.py's: both permits of a semaphore of 2, or a live
+    exclusive lease (for a shared lease)."""
+    if kind == "permit":
+        return [await holder.lock(name, kind="permit", permits=2) for _ in range(2)]
+    return [await holder.lock(name)]
+
+
+@pytest.mark.parametrize("kind", ["permit", "shared"])
+def test_a_sessions_wait_for_a_permit_or_a_shared_lease_holds_no_server_connection(
+        db, name, pgbouncer_pool_of_1, kind):
+    """The asyncio twin of test_line.py's: through a PgBouncer with one
+    server connection (transaction pooling), a task's wait in a session for
+    a permit or a shared lease is a place in line, another client's
+    statements go on through the pool meanwhile, and it takes its lease
+    when one is freed."""
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        pooled = aio.Client(pgbouncer_pool_of_1, poll=0.2)
+        permits = 2 if kind == "permit" else None
+        async with await client.session(ttl=30) as holder, \
+                await pooled.session(ttl=30, holder="pooled-" + name) as waiter:
+            held = await held_by_the_waiting_kind(holder, name, kind)
+            waiting = asyncio.create_task(waiter.lock(name, wait=20, kind=kind, permits=permits))
+            try:
+                await asyncio.sleep(0.5)  # the wait has begun
+                assert await asyncio.to_thread(short_statements_go_through, pgbouncer_pool_of_1), \
+                    "another client's statements were held up by the wait through the pool of 1"
+                assert not waiting.done(), waiting
+                assert line_kinds(db, name) == [("pooled-" + name, kind, 1)], "a place in line"
+                freed = time.monotonic()
+                assert await held[0].release()
+                lease = await asyncio.wait_for(waiting, 5)
+                assert time.monotonic() - freed < 3
+                assert lease.kind == kind and lease.held() and lease.place is not None
+                assert db.execute("SELECT holder, session_id FROM fencing_permits WHERE token = %s::fencing_token "
+                                  "AND live", (lease.token,)).fetchone() == ("pooled-" + name, waiter.id)
+                assert await lease.release()
+                assert places_of(db, waiter.id) == [], "released: its place left too"
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+                await asyncio.wait({waiting}, timeout=10)
+
+    run(scenario())
+
+
+def test_permits_go_to_the_waits_in_the_order_they_came(db, name):
+    """The asyncio twin of test_line.py's: tasks waiting in sessions A, B, C
+    (A polling every 2 s, B and C every 0.1 s) for one of 2 permits, both
+    held; one freed is A's, the next B's."""
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        slow = aio.Client(CONNINFO, poll=2.0)
+        fast = aio.Client(CONNINFO, poll=0.1)
+        async with await client.session(ttl=30) as holder, \
+                await slow.session(ttl=30, holder="A") as a, \
+                await fast.session(ttl=30, holder="B") as b, \
+                await fast.session(ttl=30, holder="C") as c:
+            held = await held_by_the_waiting_kind(holder, name, "permit")
+            waits = {}
+            try:
+                for session in (a, b, c):
+                    waits[session.holder] = asyncio.create_task(
+                        session.lock(name, wait=20, kind="permit", permits=2))
+                    await until_place(db, session)
+                assert line_kinds(db, name) == [("A", "permit", 1), ("B", "permit", 2), ("C", "permit", 3)]
+                await asyncio.sleep(0.3)
+                assert not any(t.done() for t in waits.values())
+                assert await held[0].release()
+                done, _ = await asyncio.wait(waits.values(), timeout=5, return_when=asyncio.FIRST_COMPLETED)
+                assert done == {waits["A"]}, f"the first permit freed went to {done}"
+                first = waits["A"].result()
+                assert line_kinds(db, name) == [("B", "permit", 1), ("C", "permit", 2)]
+                assert await held[1].release()
+                second = await asyncio.wait_for(asyncio.shield(waits["B"]), 5)
+                await asyncio.sleep(0.3)
+                assert not waits["C"].done()
+                assert await first.release()
+                third = await asyncio.wait_for(asyncio.shield(waits["C"]), 5)
+                assert first.token < second.token < third.token
+                assert await second.release() and await third.release()
+                assert line_kinds(db, name) == []
+            finally:
+                for task in waits.values():
+                    if not task.done():
+                        task.cancel()
+                await asyncio.wait(waits.values(), timeout=10)
 
     run(scenario())

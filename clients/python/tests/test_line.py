@@ -16,7 +16,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 import pg_fencing
-from conftest import CONNINFO, await_place, places_of
+from conftest import CONNINFO, await_place, line_kinds, places_of, short_statements_go_through
 
 FLEET = 40
 FLEET_SECONDS = 15.0
@@ -380,6 +380,115 @@ def test_an_interrupted_wait_leaves_the_line_and_gives_back_a_grant(client, db, 
         assert lease_row(db, token)[1] == "released", "the grant was given back"
         assert places_of(db, waiter.id) == [] and waiter.held()
         assert waiter.lock(name).token > token, "the session goes on, the lock free"
+
+
+def live_permits(db, lock_name: str) -> list:
+    """The live permits or shared leases of the lock: [(holder, token, session_id)]."""
+    return [tuple(r) for r in db.execute(
+        "SELECT holder, token::bigint, session_id FROM fencing_permits WHERE lock_name = %s AND live",
+        (lock_name,)).fetchall()]
+
+
+def held_by_the_waiting_kind(holder, name: str, kind: str) -> list:
+    """What keeps a waiter for a lease of the kind waiting: both permits of
+    a semaphore of 2, or (for a shared lease) a live exclusive lease."""
+    if kind == "permit":
+        return [holder.lock(name, kind="permit", permits=2) for _ in range(2)]
+    return [holder.lock(name)]
+
+
+@pytest.mark.parametrize("kind", ["permit", "shared"])
+def test_a_sessions_wait_for_a_permit_or_a_shared_lease_holds_no_server_connection(
+        client, db, name, pgbouncer_pool_of_1, kind):
+    """A session's wait for a permit (a semaphore of 2, both held) or a
+    shared lease (behind a live exclusive lease), through a PgBouncer in
+    transaction pooling with one server connection, is a place in line:
+    it holds that connection only for its short statements, so another
+    client's statements go on through the same pool meanwhile; and it
+    takes its lease when one is freed (a CALL fencing_await would hold the
+    pool's one connection for the whole wait)."""
+    pooled = pg_fencing.Client(pgbouncer_pool_of_1, poll=0.2)
+    permits = 2 if kind == "permit" else None
+    with client.session(ttl=30) as holder, pooled.session(ttl=30, holder="pooled-" + name) as waiter:
+        held = held_by_the_waiting_kind(holder, name, kind)
+        got = {}
+
+        def wait():
+            try:
+                got["lease"] = waiter.lock(name, wait=20, kind=kind, permits=permits)
+            except Exception as error:
+                got["error"] = error
+
+        thread = threading.Thread(target=wait, daemon=True)
+        thread.start()
+        try:
+            time.sleep(0.5)  # the wait has begun
+            assert short_statements_go_through(pgbouncer_pool_of_1), \
+                "another client's statements were held up by the wait through the pool of 1"
+            assert thread.is_alive() and got == {}, got
+            assert line_kinds(db, name) == [("pooled-" + name, kind, 1)], "a place in line"
+            assert short_statements_go_through(pgbouncer_pool_of_1)
+            freed = time.monotonic()
+            assert held[0].release()
+            thread.join(5)
+            assert "lease" in got, got
+            lease = got["lease"]
+            assert time.monotonic() - freed < 3
+            assert lease.kind == kind and lease.held() and lease.place is not None
+            assert ("pooled-" + name, lease.token, waiter.id) in live_permits(db, name)
+            assert lease.release()
+            assert lines_rows(db, name) == 0, "released: its place left too"
+        finally:
+            thread.join(25)
+
+
+def test_permits_go_to_the_waits_in_the_order_they_came(client, db, name):
+    """Three session waits for one of 2 permits (both held), begun in the
+    order A, B, C: A polls every 2 s, B and C every 0.1 s.  One permit
+    freed is A's, though B and C poll first; the next is B's."""
+    slow = pg_fencing.Client(CONNINFO, poll=2.0)
+    fast = pg_fencing.Client(CONNINFO, poll=0.1)
+    got = {}
+    with client.session(ttl=30) as holder, slow.session(ttl=30, holder="A") as a, \
+            fast.session(ttl=30, holder="B") as b, fast.session(ttl=30, holder="C") as c:
+        held = held_by_the_waiting_kind(holder, name, "permit")
+
+        def wait(session):
+            try:
+                got[session.holder] = (session.lock(name, wait=20, kind="permit", permits=2),
+                                       time.monotonic())
+            except Exception as error:
+                got[session.holder] = (error, time.monotonic())
+
+        threads = []
+        try:
+            for session in (a, b, c):
+                threads.append(threading.Thread(target=wait, args=(session,), daemon=True))
+                threads[-1].start()
+                await_place(db, session.id)
+            assert line_kinds(db, name) == [("A", "permit", 1), ("B", "permit", 2), ("C", "permit", 3)]
+            time.sleep(0.3)
+            assert got == {}, got
+            assert held[0].release()
+            threads[0].join(5)
+            assert list(got) == ["A"], f"the first permit freed went to {list(got)}"
+            assert isinstance(got["A"][0], pg_fencing.SessionLease), got
+            assert line_kinds(db, name) == [("B", "permit", 1), ("C", "permit", 2)]
+            assert held[1].release()
+            threads[1].join(5)
+            assert sorted(got) == ["A", "B"], f"the second permit freed went to {sorted(got)}"
+            assert isinstance(got["B"][0], pg_fencing.SessionLease), got
+            time.sleep(0.3)
+            assert "C" not in got and threads[2].is_alive()
+            assert got["A"][0].release()
+            threads[2].join(5)
+            assert isinstance(got.get("C", (None,))[0], pg_fencing.SessionLease), got
+            assert got["C"][1] > got["B"][1] > got["A"][1]
+            assert got["B"][0].release() and got["C"][0].release()
+            assert lines_rows(db, name) == 0
+        finally:
+            for thread in threads:
+                thread.join(25)
 
 
 def test_a_listening_client_hears_its_turn_instead_of_polling(client, db, name):

@@ -135,36 +135,32 @@ def test_a_wait_in_a_session_holds_no_snapshot_and_gets_the_lock_once_released(c
         assert got["lease"].token > held.token and got["lease"].held()
         assert got["lease"].place == place
 
-        # A shared lease, which the line does not hold: CALL fencing_await,
-        # asleep on the server without snapshot and xid.
+        # A shared lease: a place in line too, behind the live exclusive
+        # lease; no statement runs between its polls.
         waiter = threading.Thread(target=lambda: got.update(shared=other.lock(name, wait=10, kind="shared")))
         waiter.start()
+        shared_place = await_place(db, other.id)
         app = f"pg_fencing session {other.holder}"[:63]
-        seen = []
-        deadline = time.monotonic() + 5
-        while len(seen) < 5 and time.monotonic() < deadline:
-            row = db.execute("SELECT backend_xmin IS NULL AND backend_xid IS NULL FROM pg_stat_activity "
-                             "WHERE application_name = %s AND state = 'active' AND wait_event_type = 'Extension'",
-                             (app,)).fetchone()
-            if row is not None:
-                seen.append(row[0])
+        states = []
+        for _ in range(5):
+            states += [r[0] for r in db.execute("SELECT state FROM pg_stat_activity WHERE application_name = %s",
+                                                (app,)).fetchall()]
             time.sleep(0.1)
         assert waiter.is_alive(), "it stopped waiting while the lock was held"
+        assert places_of(db, other.id) == [(shared_place, name, False)]
+        assert states.count("active") <= 1 and "idle in transaction" not in states, states
         assert got["lease"].release()
         assert places_of(db, session.id) == [], "the release left the place"
         waiter.join(5)
-        assert seen == [True] * 5, f"asleep in its wait, without snapshot and xid: {seen}"
         assert got["shared"].token > got["lease"].token and got["shared"].held()
+        assert got["shared"].place == shared_place
 
 
-def wait_is_on_the_server(db, kind: str, session, application: str) -> bool:
-    """An exclusive lease's wait is a place in line (1.10); a shared one's a
-    CALL fencing_await running."""
+def wait_is_on_the_server(db, session) -> bool:
+    """The session's wait, of any kind, is a place in line (1.10)."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        if kind == "exclusive" and places_of(db, session.id):
-            return True
-        if kind != "exclusive" and waits_on_the_server(db, application) == 1:
+        if places_of(db, session.id):
             return True
         time.sleep(0.02)
     return False
@@ -187,7 +183,7 @@ def test_closing_a_session_ends_its_wait_on_another_thread(client, db, name, kin
 
         waiting = threading.Thread(target=wait_for_the_lock, daemon=True)
         waiting.start()
-        assert wait_is_on_the_server(db, kind, waiter, application), "the wait is on the server"
+        assert wait_is_on_the_server(db, waiter), "the wait is on the server"
         closing = threading.Thread(target=lambda: outcome.update(closed=waiter.close()), daemon=True)
         closing.start()
         closing.join(5)
@@ -200,8 +196,6 @@ def test_closing_a_session_ends_its_wait_on_another_thread(client, db, name, kin
     assert closed_in_time, "close() waited for the session's wait on another thread"
     assert ended_in_time, "the wait went on after the close"
     assert isinstance(outcome.get("error"), pg_fencing.LeaseLost), outcome
-    if kind != "exclusive":
-        assert outcome["error"].__cause__.sqlstate == "55Z05"
     assert outcome["closed"] == 0, "the session held no lease"
     assert waits_on_the_server(db, application) == 0
     assert places_of(db, waiter.id) == []
@@ -224,7 +218,7 @@ def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(cli
 
         waiting = threading.Thread(target=wait_for_the_busy_lock, daemon=True)
         waiting.start()
-        assert wait_is_on_the_server(db, kind, session, "pg_fencing session busy-" + name)
+        assert wait_is_on_the_server(db, session)
         outcome = {}
 
         def release_then_lock():
@@ -241,14 +235,9 @@ def test_another_threads_wait_in_the_session_holds_up_no_release_and_no_lock(cli
         assert outcome.get("released") is True, "the release waited behind the wait"
         assert isinstance(outcome.get("at_once"), pg_fencing.SessionLease), \
             f"a lock without a wait queued behind the wait: {outcome}"
-        if kind == "exclusive":
-            # A wait in line holds the work connection only for its polls:
-            # another thread's wait takes its turn at once.
-            assert isinstance(outcome.get("timed"), pg_fencing.SessionLease), outcome
-        else:
-            assert isinstance(outcome.get("timed"), pg_fencing.LockTimeout) \
-                and "busy with another thread's wait" in str(outcome["timed"]), \
-                f"lock(wait=0.3) waited past its time for the session's turn: {outcome}"
+        # A wait in line holds the work connection only for its polls:
+        # another thread's wait takes its turn at once.
+        assert isinstance(outcome.get("timed"), pg_fencing.SessionLease), outcome
         assert leases_of(db, [name + "_mine", name + "_free"]) == {
             name + "_mine": ("released", mine.token, None),
             name + "_free": ("live", outcome["at_once"].token, session.id)}
@@ -262,3 +251,38 @@ def test_a_bad_heartbeat_is_refused_before_connecting():
         nowhere.session(ttl=1.0, heartbeat=1.0)
     with pytest.raises(ValueError, match="ttl"):
         nowhere.session(ttl=0)
+
+
+def test_a_session_that_took_a_permit_in_line_waits_for_another_one(client, db, name):
+    """The line keeps one place per session and lock, and a join again
+    answers that place's lease: a second wait for a permit of a semaphore
+    whose permit the session took through the line waits for another
+    permit (CALL fencing_await in the session) instead of answering the
+    first one's token."""
+    with client.session(ttl=30) as session, client.session(ttl=30) as other:
+        first = session.lock(name, wait=5, kind="permit", permits=2)
+        assert first.place is not None, "taken through the line"
+        theirs = other.lock(name, kind="permit", permits=2)
+        got = {}
+        thread = threading.Thread(
+            target=lambda: got.update(second=session.lock(name, wait=10, kind="permit", permits=2)),
+            daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        assert got == {} and thread.is_alive(), f"no permit was free: {got}"
+        assert theirs.release()
+        thread.join(5)
+        second = got["second"]
+        assert second.token != first.token and first.held() and second.held()
+
+        def live_tokens():
+            return {r[0] for r in db.execute("SELECT token::bigint FROM fencing_permits WHERE lock_name = %s "
+                                             "AND live AND session_id = %s", (name, session.id))}
+
+        assert live_tokens() == {first.token, second.token}
+        assert first.release()
+        assert live_tokens() == {second.token} and places_of(db, session.id) == []
+        third = session.lock(name, wait=5, kind="permit", permits=2)
+        assert third.place is not None and live_tokens() == {second.token, third.token}
+        assert second.release() and third.release()
+        assert live_tokens() == set()
