@@ -2968,6 +2968,11 @@ CREATE TABLE @extschema@.fencing_line (
   kind text COLLATE "C" NOT NULL DEFAULT 'exclusive'
     CHECK (kind IN ('exclusive', 'shared', 'permit')),
   permits integer CHECK ((kind = 'permit') = (permits IS NOT NULL)),
+  -- Kept by a waiting statement (CALL fencing_await with a session), which
+  -- holds the place's lock-manager tag while it waits and is woken through
+  -- it: a place whose tag nobody holds (the CALL ended, was cancelled, its
+  -- backend died) waits no more.
+  by_call boolean NOT NULL DEFAULT false,
   -- One place per session and lock: a join repeated after a lost answer
   -- keeps the place it had.
   CONSTRAINT fencing_line_once UNIQUE (session_id, lock_id)

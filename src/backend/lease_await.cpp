@@ -56,6 +56,8 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
+#include "lease_engine.hpp"
+#include "lease_line.hpp"
 #include "lease_wait.hpp"
 #include "lease_wakeup.hpp"
 #include "locks.hpp"
@@ -351,6 +353,123 @@ bool WaitAndAttempt(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
   return granted;
 }
 
+// One statement of the line, as the caller (its functions check it), in
+// the current transaction: its first row's column 1 (a bigint) and 2 (a
+// bigint or a text), each NULL when there is none.
+struct LineAnswer {
+  bool has_first;
+  int64 first;
+  bool has_second;
+  Datum second;  // in the caller's memory
+};
+
+LineAnswer RunLineStatement(const char *sql, int count, Oid *types, Datum *values,
+                            const char *nulls) {
+  if (SPI_execute_with_args(sql, count, types, values, nulls, false, 1) != SPI_OK_SELECT) {
+    elog(ERROR, "pg_fencing: a statement of fencing_await's line failed");
+  }
+  LineAnswer answer = {false, 0, false, Datum(0)};
+  if (SPI_processed == 0) return answer;
+  bool is_null = false;
+  const Datum first = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &is_null);
+  answer.has_first = !is_null;
+  answer.first = is_null ? 0 : DatumGetInt64(first);
+  if (SPI_tuptable->tupdesc->natts > 1) {
+    const Datum second = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &is_null);
+    const Form_pg_attribute type = TupleDescAttr(SPI_tuptable->tupdesc, 1);
+    answer.has_second = !is_null;
+    if (!is_null) answer.second = SPI_datumTransfer(second, type->attbyval, type->attlen);
+  }
+  return answer;
+}
+
+// The wait of a CALL with a session as a place in the lock's line (1.10):
+// joined, then polled after each wake-up, each in a short transaction of
+// its own, so that it keeps its turn among the candidates that poll from
+// outside and holds no snapshot between.  The CALL holds the place's tag
+// (lease_line.hpp) while it waits, so that the commit that tells the place
+// wakes it, and so that the place waits no more once the CALL is over,
+// whichever way it ends.  A place gone (its session ended, or closed) is
+// said with the session's 55Z05, as an attempt would; the wait run out,
+// with NULL.
+bool WaitInLine(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
+  const char *s = quote_identifier(get_namespace_name(r.schema));
+  Interval *left = static_cast<Interval *>(palloc0(sizeof(Interval)));
+  left->time = Max(deadline - GetCurrentTimestamp(), 0);
+  Oid join_types[] = {INT8OID, TEXTOID, INTERVALOID, JSONBOID, TEXTOID, INT4OID};
+  Datum join_values[] = {r.args[kSession], r.args[kLockName], IntervalPGetDatum(left),
+                         r.args[kPayload],  r.args[kKind],     r.args[kPermits]};
+  const char join_nulls[] = {' ', ' ', ' ', r.nulls[kPayload] ? 'n' : ' ',
+                             r.nulls[kKind] ? 'n' : ' ', r.nulls[kPermits] ? 'n' : ' ', '\0'};
+  const LineAnswer joined = RunLineStatement(
+      psprintf("SELECT place, token::bigint FROM %s.fencing_line_join($1, $2, $3, $4, "
+               "kind => coalesce($5, 'exclusive'), permits => $6)",
+               s),
+      6, join_types, join_values, join_nulls);
+  if (!joined.has_first) elog(ERROR, "pg_fencing: fencing_line_join() answered no place");
+  const int64 place = joined.first;
+  if (joined.has_second) {
+    *token = DatumGetInt64(joined.second);
+    CommitAndBegin();
+    return true;
+  }
+  LOCKTAG tag = PlaceTag(place);
+  (void)LockAcquire(&tag, ExclusiveLock, true, true);
+  MarkPlaceKeptByCall(r.schema, place);
+  const int64 lock_id = AuthorizeLock(r.schema, r.lock_name, GetUserId(), false, InvalidOid);
+  CommitAndBegin();
+
+  MemoryContext polls = AllocSetContextCreate(CurrentMemoryContext, "fencing_await polls",
+                                              ALLOCSET_SMALL_SIZES);
+  bool granted = false;
+  bool gone = false;
+  PG_TRY();
+  {
+    Oid place_types[] = {INT8OID};
+    Datum place_values[] = {Int64GetDatum(place)};
+    for (;;) {
+      MemoryContextReset(polls);
+      const MemoryContext saved = MemoryContextSwitchTo(polls);
+      const LineAnswer polled = RunLineStatement(
+          psprintf("SELECT token::bigint, state FROM %s.fencing_line_poll(ARRAY[$1])", s), 1,
+          place_types, place_values, nullptr);
+      const char *state = polled.has_second ? TextDatumGetCString(polled.second) : "gone";
+      granted = strcmp(state, "granted") == 0;
+      gone = strcmp(state, "gone") == 0;
+      if (granted) *token = polled.first;
+      TimestampTz next = 0;
+      bool next_known = false;
+      if (!granted && !gone) {
+        PushActiveSnapshot(GetTransactionSnapshot());
+        next_known = NextChance(r, lock_id, &next);
+        PopActiveSnapshot();
+      }
+      MemoryContextSwitchTo(saved);
+      CommitAndBegin();
+      if (granted || gone) break;
+      if (GetCurrentTimestamp() >= deadline) {
+        (void)RunLineStatement(psprintf("SELECT 1::bigint FROM %s.fencing_line_leave($1)", s), 1,
+                               place_types, place_values, nullptr);
+        CommitAndBegin();
+        break;
+      }
+      InvalidateCatalogSnapshot();
+      SleepUntilWoken(true, next_known && next < deadline ? next : deadline);
+    }
+  }
+  PG_CATCH();
+  {
+    (void)LockRelease(&tag, ExclusiveLock, true);
+    PG_RE_THROW();
+  }
+  PG_END_TRY();
+  (void)LockRelease(&tag, ExclusiveLock, true);
+  MemoryContextDelete(polls);
+  // Its session ended or was closed: said as an attempt says it.
+  if (gone) RefuseUnlessSessionOfCaller(r.schema, GetUserId(), DatumGetInt64(r.args[kSession]));
+  return granted;
+}
+
 // Both forms of the procedure: the attempts and the wait; the row of its
 // INOUT token, the grant's or NULL when the wait ran out.
 Datum Await(FunctionCallInfo fcinfo, const AwaitRequest &request) {
@@ -372,6 +491,19 @@ Datum Await(FunctionCallInfo fcinfo, const AwaitRequest &request) {
   // session's isolation level: the attempts start in a fresh one.
   CommitAndBegin();
   int64 token = 0;
+  // In a session, a place in the lock's line, unless the session has one
+  // there already (a second permit or shared lease of one lock, which the
+  // line, one place per session and lock, cannot hold): that waits in the
+  // lock's waiting room, as every wait did before 1.10.
+  if (request.in_session &&
+      !SessionHasPlace(request.schema, DatumGetInt64(request.args[kSession]),
+                       request.args[kLockName])) {
+    const bool granted = WaitInLine(request, deadline, &token);
+    SPI_finish();
+    Datum value = Int64GetDatum(token);
+    bool is_null = !granted;
+    return HeapTupleGetDatum(heap_form_tuple(row_type, &value, &is_null));
+  }
   PushActiveSnapshot(GetTransactionSnapshot());
   bool granted = AttemptWithin(request, deadline, &token);
   PopActiveSnapshot();

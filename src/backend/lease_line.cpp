@@ -52,6 +52,8 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_collation.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "executor/spi.h"
@@ -73,7 +75,8 @@ extern "C" {
 #include "lease_arguments.hpp"
 #include "lease_engine.hpp"
 #include "locks.hpp"
-#include "pg_compat.hpp"  // IndexBeginScan
+#include "pg_compat.hpp"  // IndexBeginScan, LockHeldByMe, ProcOfVirtualTransaction
+#include "post_commit.hpp"
 
 namespace pg_fencing {
 namespace {
@@ -84,6 +87,27 @@ constexpr const char *kChannel = "fencing_line";
 constexpr const char *kExclusive = "exclusive";
 constexpr const char *kShared = "shared";
 constexpr const char *kPermit = "permit";
+
+// A place kept by a waiting CALL fencing_await (fencing_line.by_call) is
+// kept while the CALL holds its tag (PlaceTag), a session lock: the CALL
+// gives it up on every way out, and the lock manager on its backend's exit.
+bool PlaceKept(int64 place) {
+  LOCKTAG tag = PlaceTag(place);
+  if (compat::LockHeldByMe(tag, ExclusiveLock)) return true;
+  // GetLockConflicts leaves out this backend, which was looked at above.
+  const VirtualTransactionId *holders = GetLockConflicts(&tag, ExclusiveLock, nullptr);
+  return VirtualTransactionIdIsValid(*holders);
+}
+
+// Sets the latch of the CALL waiting on place, if one does.
+void WakePlaceHolder(int64 place) {
+  LOCKTAG tag = PlaceTag(place);
+  const VirtualTransactionId *holders = GetLockConflicts(&tag, ExclusiveLock, nullptr);
+  for (; VirtualTransactionIdIsValid(*holders); ++holders) {
+    PGPROC *proc = compat::ProcOfVirtualTransaction(*holders);
+    if (proc != nullptr) SetLatch(&proc->procLatch);
+  }
+}
 
 // Walks the places of lock_id of one kind that wait, as committed now, in
 // place order (the index fencing_line_order on (lock_id, kind, place)),
@@ -124,6 +148,11 @@ int WalkLine(const LeaseTableIds &ids, int64 lock_id, const char *kind, OnLive o
       ++stepped;
       continue;
     }
+    const int64 place = DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null));
+    if (DatumGetBool(slot_getattr(slot, ids.line_by_call, &is_null)) && !PlaceKept(place)) {
+      ++stepped;  // its CALL is over
+      continue;
+    }
     const int64 in_session = DatumGetInt64(slot_getattr(slot, ids.line_session_id, &is_null));
     if (sessions == nullptr) {
       sessions = table_open(ids.session, AccessShareLock);
@@ -154,7 +183,7 @@ int WalkLine(const LeaseTableIds &ids, int64 lock_id, const char *kind, OnLive o
       ++stepped;
       continue;
     }
-    go_on = on_live(DatumGetInt64(slot_getattr(slot, ids.line_place, &is_null)), in_session);
+    go_on = on_live(place, in_session);
   }
   index_endscan(scan);
   ExecDropSingleTupleTableSlot(slot);
@@ -275,6 +304,7 @@ struct Place {
   const char *kind;   // kExclusive, kShared or kPermit
   int permits;        // for kPermit: the semaphore's number of permits
   bool exclusive_held;  // the lock's exclusive lease lives, now
+  bool by_call;       // kept by a waiting CALL fencing_await
 };
 
 // Reads the places of `places` (an int8[] datum), in its order.  A place
@@ -291,7 +321,7 @@ Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
                "ELSE EXISTS (SELECT FROM %s.fencing_permit p WHERE p.token OPERATOR(%s.=) l.token "
                "AND p.ended IS NULL AND p.session_id = l.session_id) END, "
                "%s.fencing_role_may_use(x.holder_role::oid, k.owner, k.users), "
-               "l.kind, l.permits, "
+               "l.kind, l.permits, l.by_call, "
                "%s.fencing_lease_end(e.expires_at, e.ended, ex.expires_at) > clock_timestamp() "
                "FROM unnest($1) WITH ORDINALITY AS q(place, n) "
                "LEFT JOIN %s.fencing_line l ON l.place = q.place "
@@ -339,7 +369,9 @@ Place *ReadPlaces(const char *s, Oid caller, Datum places, int *count) {
     p.kind = strcmp(kind, kShared) == 0 ? kShared : strcmp(kind, kPermit) == 0 ? kPermit : kExclusive;
     const Datum permits = SPI_getbinval(row, desc, 14, &is_null);
     p.permits = is_null ? 0 : DatumGetInt32(permits);
-    const Datum held = SPI_getbinval(row, desc, 15, &is_null);
+    const Datum by_call = SPI_getbinval(row, desc, 15, &is_null);
+    p.by_call = !is_null && DatumGetBool(by_call);
+    const Datum held = SPI_getbinval(row, desc, 16, &is_null);
     p.exclusive_held = !is_null && DatumGetBool(held);
   }
   return read;
@@ -408,7 +440,7 @@ PlaceState Judge(const char *s, const Place &p) {
     DeletePlace(s, p.place);  // its lease has ended: the place is over
     return PlaceState::kGone;
   }
-  if (p.ran_out || !p.may_use) {
+  if (p.ran_out || !p.may_use || (p.by_call && !PlaceKept(p.place))) {
     DeletePlace(s, p.place);
     return PlaceState::kGone;
   }
@@ -577,8 +609,15 @@ int to_tell_count = 0;
 // first shared and permit places, each of which may be in its turn.
 constexpr int kMostToldPlaces = 16;
 
+// The places told at this commit, whose waiting CALLs (if any) are woken
+// once it is done; beyond kMostWoken, they see it at their next recheck.
+constexpr int kMostWoken = 64;
+int64 to_wake[kMostWoken];
+int to_wake_count = 0;
+
 void TellPlace(int64 place) {
   Async_Notify(kChannel, psprintf("%lld", static_cast<long long>(place)));
+  if (to_wake_count < kMostWoken) to_wake[to_wake_count++] = place;
 }
 
 // Just before the commit (before PostgreSQL queues the transaction's
@@ -613,6 +652,14 @@ void OnTransactionEvent(XactEvent event, void *) {
       to_tell_count = 0;
       break;
     case XACT_EVENT_COMMIT:
+      // After the commit record, so that a woken CALL sees what it tells.
+      if (to_wake_count > 0) {
+        IgnoringErrorsAfterCommit([] {
+          for (int i = 0; i < to_wake_count; ++i) WakePlaceHolder(to_wake[i]);
+        });
+      }
+      to_tell_count = 0;
+      break;
     case XACT_EVENT_PARALLEL_COMMIT:
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
@@ -623,6 +670,7 @@ void OnTransactionEvent(XactEvent event, void *) {
     default:
       break;
   }
+  if (event != XACT_EVENT_PRE_COMMIT && event != XACT_EVENT_PRE_PREPARE) to_wake_count = 0;
   served = {0, 0};
 }
 
@@ -659,6 +707,38 @@ void TellLineAtCommit(Oid schema, int64 lock_id) {
 void RegisterLineCallbacks() {
   RegisterXactCallback(OnTransactionEvent, nullptr);
   RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
+}
+
+LOCKTAG PlaceTag(int64 place) {
+  LOCKTAG tag;
+  SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, static_cast<uint32>(static_cast<uint64>(place) >> 32),
+                       static_cast<uint32>(place), kPlaceField);
+  return tag;
+}
+
+bool SessionHasPlace(Oid schema, int64 session, Datum lock_name) {
+  if (!OidIsValid(get_relname_relid("fencing_line", schema))) return true;
+  const AsOwner as = BecomeOwner(schema);
+  Oid types[] = {INT8OID, TEXTOID};
+  Datum values[] = {Int64GetDatum(session), lock_name};
+  const char *s = quote_identifier(get_namespace_name(schema));
+  Run(psprintf("SELECT 1 FROM %s.fencing_line l JOIN %s.fencing_lock k ON k.lock_id = l.lock_id "
+               "WHERE l.session_id = $1 AND k.lock_name = $2",
+               s, s),
+      2, types, values, nullptr, SPI_OK_SELECT);
+  const bool has = SPI_processed > 0;
+  BecomeCaller(as);
+  return has;
+}
+
+void MarkPlaceKeptByCall(Oid schema, int64 place) {
+  const AsOwner as = BecomeOwner(schema);
+  Oid types[] = {INT8OID};
+  Datum values[] = {Int64GetDatum(place)};
+  Run(psprintf("UPDATE %s.fencing_line SET by_call = true WHERE place = $1",
+               quote_identifier(get_namespace_name(schema))),
+      1, types, values, nullptr, SPI_OK_UPDATE);
+  BecomeCaller(as);
 }
 
 bool LineHoldsOffShared(const LeaseTableIds &ids, int64 lock_id) {

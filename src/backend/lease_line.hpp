@@ -8,6 +8,10 @@
 
 #include "lease_tables.hpp"
 
+extern "C" {
+#include "storage/lock.h"
+}
+
 namespace pg_fencing {
 
 // Whose turn it is for an exclusive lease in lock_id's line as committed
@@ -50,6 +54,22 @@ void RecordLineGrant(Oid schema, int64 place, int64 token);
 // channel polls its place at once.  Does nothing in a database without the
 // line (before 1.10).
 void TellLineAtCommit(Oid schema, int64 lock_id);
+
+// CALL fencing_await(..., session =>) waits as a place (1.10): it joins
+// the line, marks its place as kept by it (MarkPlaceKeptByCall) and holds
+// the place's lock-manager tag, PlaceTag (an advisory tag in a field SQL
+// cannot take: kPlaceField, the place's number in the other two), as a
+// session lock while it polls between commits and sleeps on its latch.
+// The commit of a change that tells the place (TellLineAtCommit) sets the
+// latch of the tag's holder.  A place kept by a CALL whose tag nobody
+// holds -- the CALL ended, was cancelled, or its backend died -- waits no
+// more.  SessionHasPlace: whether the session has a place in lock_name's
+// line already (true without the line, before 1.10): the CALL then waits
+// in the lock's waiting room, as a second permit of one session must.
+constexpr uint16 kPlaceField = 5;
+LOCKTAG PlaceTag(int64 place);
+bool SessionHasPlace(Oid schema, int64 session, Datum lock_name);
+void MarkPlaceKeptByCall(Oid schema, int64 place);
 
 // Registers the transaction callback that sends TellLineAtCommit's
 // notifications; called from _PG_init.

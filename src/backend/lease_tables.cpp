@@ -293,6 +293,7 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
     ids.line_session_id = ColumnOf(ids.line, "session_id");
     ids.line_wait_until = ColumnOf(ids.line, "wait_until");
     ids.line_token = ColumnOf(ids.line, "token");
+    ids.line_by_call = ColumnOf(ids.line, "by_call");
   }
   cached_ids = ids;
   ids_valid = true;

@@ -69,7 +69,7 @@ struct LeaseTableIds {
   // InvalidOid before), and the columns a look at the line reads.
   Oid line, line_order;
   AttrNumber lock_has_line;
-  AttrNumber line_place, line_session_id, line_wait_until, line_token;
+  AttrNumber line_place, line_session_id, line_wait_until, line_token, line_by_call;
 };
 
 const LeaseTableIds &LeaseTablesOf(Oid schema);

@@ -14,7 +14,10 @@
 #  - CALL fencing_await(..., session => id) waits for a lease in the
 #    session holding no snapshot and no transaction id, and is woken by the
 #    holder's release; a session that ends while it waits ends its wait
-#    then, with 55Z05, and the next in line is served.
+#    then, with 55Z05, and the next in line is served;
+#  - such a CALL waits as a place in the lock's line (1.10), behind a
+#    place that came first, is woken by the commit that tells its place,
+#    and its place waits no more once it is cancelled.
 
 use strict;
 use warnings;
@@ -153,6 +156,47 @@ like($second->query_until(qr/finished/, ''), qr/^\s*\d+\s*$/m,
 is(sql("SELECT holder FROM fencing_leases WHERE lock_name = 'aw-2' AND live"),
 	'second', '... and holds the lock');
 $second->quit;
+
+# 5. A CALL with a session waits as a place in the lock's line (1.10): in
+# arrival order among the candidates that poll from outside, woken by the
+# commit that tells its place (no recheck: pg_fencing.wait_recheck is an
+# hour, the holder's lease too), and its place waits no more once the
+# CALL is cancelled.
+sql("SELECT fencing_acquire('aw-3', 'leader', '1 hour')");
+my $poller = sql("SELECT fencing_session_open('aw-poller', '1 hour')");
+my $poller_place = sql("SELECT place FROM fencing_line_join($poller, 'aw-3')");
+my $caller = sql("SELECT fencing_session_open('aw-caller', '1 hour')");
+$first = start_call('aw-caller',
+	"SET pg_fencing.wait_recheck = '1h'; "
+	  . "CALL fencing_await('aw-3', session => $caller, wait => '1 min')");
+sleeping_ids('aw-caller');
+is( sql("SELECT string_agg(holder, ',' ORDER BY place) FROM fencing_lines WHERE lock_name = 'aw-3'"),
+	'aw-poller,aw-caller', "the CALL's wait is a place in line, behind the one that came first");
+sql("SELECT fencing_release('aw-3', token) FROM fencing_lease WHERE lock_name = 'aw-3'");
+is(sql("SELECT state FROM fencing_line_poll(ARRAY[$poller_place])"),
+	'granted', 'at the release the first place takes the lock, not the CALL behind it');
+sql("SELECT fencing_line_leave($poller_place)");
+like($first->query_until(qr/finished/, ''), qr/^\s*\d+\s*$/m,
+	"the place's release wakes the CALL, which takes the lock");
+is(sql("SELECT holder FROM fencing_leases WHERE lock_name = 'aw-3' AND live"),
+	'aw-caller', '... in its session');
+$first->quit;
+
+# Cancelled while it waits first in line: its place is stepped over at
+# once, not held until the CALL's wait would have run out.
+sql("SELECT fencing_release('aw-3', token) FROM fencing_lease WHERE lock_name = 'aw-3'");
+sql("SELECT fencing_acquire('aw-3', 'leader', '1 hour')");
+$first = start_call('aw-caller',
+	"CALL fencing_await('aw-3', session => $caller, wait => '10 min')");
+sleeping_ids('aw-caller');
+$poller_place = sql("SELECT place FROM fencing_line_join($poller, 'aw-3')");
+sql("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'aw-caller'");
+$first->query_until(qr/finished/, '');
+like($first->{stderr}, qr/canceling statement due to user request/, 'the CALL is cancelled');
+$first->quit;
+sql("SELECT fencing_release('aw-3', token) FROM fencing_lease WHERE lock_name = 'aw-3'");
+is(sql("SELECT state FROM fencing_line_poll(ARRAY[$poller_place])"),
+	'granted', "the next place takes the lock at once: the cancelled CALL's place waits no more");
 
 $node->stop;
 done_testing();
