@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,10 +43,11 @@ struct SessionOptions {
   // no renewal can land before the deadline any more.  Not called after
   // Close() or once destruction began.  It must not destroy the Session.
   std::function<void(const std::string &reason)> on_lost;
-  // A wait for an exclusive lease (Acquire, or Lock with a wait) is a place
-  // in the lock's line (fencing_line_join): polled (fencing_line_poll) every
-  // line_poll, in short statements outside any transaction block, with
-  // nothing running on the server in between.  Must be positive.
+  // A wait in the session (Acquire, or Lock with a wait, of any kind) is
+  // a place in the lock's line (fencing_line_join): polled
+  // (fencing_line_poll) every line_poll, in short statements outside any
+  // transaction block, with nothing running on the server in between.
+  // Must be positive.
   std::chrono::milliseconds line_poll{500};
   // Also LISTEN on fencing_line on the work connection while such a wait
   // lasts, and poll at once when the place's number is heard.  Only for a
@@ -57,10 +59,8 @@ struct SessionOptions {
 };
 
 // How Session::Lock takes its lock: the kinds of LeaseOptions, with a wait
-// (exclusive: a place in the lock's line, SessionOptions::line_poll;
-// permits and shared leases: CALL fencing_await(..., session =>), no
-// snapshot held) and a payload.  No holder, ttl or heartbeat: those are the
-// session's.
+// (a place in the lock's line, SessionOptions::line_poll) and a payload.
+// No holder, ttl or heartbeat: those are the session's.
 struct SessionLockOptions {
   LeaseOptions::Mode mode = LeaseOptions::Mode::kExclusive;
   int permits = 0;  // kPermit only: the semaphore's number of permits
@@ -143,11 +143,14 @@ class Session {
                                std::optional<std::chrono::milliseconds> wait = std::nullopt);
   // The Lease API over the session: takes lock_name in it, of any kind
   // (fencing_session_acquire with kind, permits and payload; given
-  // options.wait, an exclusive lease waits in line as Acquire does, a
-  // permit or shared lease in CALL fencing_await(..., session =>)), as a
-  // HeldLock whose held() is the session's.  Throws LeaseUnavailableError
-  // when the lock stays busy, std::invalid_argument for a payload on a lease
-  // that is not exclusive, and otherwise as Acquire.
+  // options.wait, it waits in line as Acquire does, with the kind and
+  // permits; one more shared lease or permit of a lock whose line has the
+  // session's place already, a lease's or another thread's wait's, waits in
+  // CALL fencing_await(..., session =>), since the line keeps one place per
+  // session and lock), as a HeldLock whose held() is the session's.
+  // Throws LeaseUnavailableError when the lock stays busy,
+  // std::invalid_argument for a payload on a lease that is not exclusive,
+  // and otherwise as Acquire.
   std::unique_ptr<SessionLease> Lock(const std::string &lock_name,
                                      const SessionLockOptions &options = {});
   // Every lock of lock_names or none (fencing_session_acquire_all): their
@@ -168,13 +171,13 @@ class Session {
   // One lease in the session, as options say: its token, nullopt when the
   // lock is busy (after the wait, if one was given).
   std::optional<Token> AcquireOne(const std::string &lock_name, const SessionLockOptions &options);
-  // AcquireOne's wait for an exclusive lease: a place in the lock's line
+  // AcquireOne's wait: a place in the lock's line, of the kind options say
   // (session.cpp); the token as text, nullopt when the wait ran out.
   std::optional<std::string> WaitInLine(const std::string &lock_name,
                                         const SessionLockOptions &options);
-  // AcquireOne's wait for a permit or a shared lease, which have no line:
-  // CALL fencing_await on the work connection, under work_mutex_ (the
-  // caller's); the token as text, nullopt when the wait ran out.
+  // The waits the line cannot hold (WaitInLine): CALL fencing_await on the
+  // work connection, under work_mutex_ (the caller's); the token as text,
+  // nullopt when the wait ran out.
   std::optional<std::string> AwaitInSession(const std::string &lock_name,
                                             const SessionLockOptions &options);
   // fencing_line_leave(place) on the work connection, under work_mutex_,
@@ -206,6 +209,9 @@ class Session {
   // name -> token, place), left when the lease is released; under
   // work_mutex_.
   std::map<std::string, std::pair<Token, std::int64_t>> line_places_;
+  // The locks whose line has a place of a wait for a shared lease or a
+  // permit in progress in this session; under work_mutex_.
+  std::set<std::string> line_waits_;
 };
 
 }  // namespace pg_fencing::client

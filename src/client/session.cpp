@@ -13,24 +13,30 @@
 // the work connection, on which Acquire, AcquireAll, Release and Close take
 // turns under work_mutex_.
 //
-// Waiting in line (extension 1.10).  A wait for an exclusive lease is a
-// place in the lock's line, a row the database keeps, not a statement that
-// runs for the whole wait:
-//   join   SELECT place, token FROM fencing_line_join(session, lock, wait, payload)
+// Waiting in line (extension 1.10).  A wait in the session, for an
+// exclusive lease, a shared lease or a permit, is a place in the lock's
+// line, a row the database keeps, not a statement that runs for the whole
+// wait:
+//   join   SELECT place, token FROM fencing_line_join(session, lock, wait, payload,
+//                                                     kind, permits)
 //   poll   SELECT state, token FROM fencing_line_poll(ARRAY[place])
 //   leave  SELECT fencing_line_leave(place)
 // each one short statement outside any transaction block (nontransaction),
 // so between them the candidate holds no transaction, no snapshot and --
 // behind a transaction-pooling PgBouncer -- no server connection.  The
-// place first in line takes the lease itself when it joins or polls, and
-// nobody else may take the lock meanwhile, so arrival order holds for the
-// whole wait.  Between polls the client sleeps (options_.line_poll), woken
-// early when options_.line_listen and the work connection hears the place's
-// number on fencing_line.  At the deadline the place leaves, which gives
-// back a lease a poll took meanwhile (its answer lost, say): a wait that
-// ran out holds nothing and leaves no row.  Permits and shared leases have
-// no line on the server (a semaphore's join is 55000): they wait in CALL
-// fencing_await as before.
+// place whose turn it is takes the lease itself when it joins or polls,
+// and nobody else may take it meanwhile, so arrival order holds for the
+// whole wait (exclusive places first; a semaphore's free permits to its
+// places in the order they joined).  Between polls the client sleeps
+// (options_.line_poll), woken early when options_.line_listen and the work
+// connection hears the place's number on fencing_line.  At the deadline
+// the place leaves, which gives back a lease a poll took meanwhile (its
+// answer lost, say): a wait that ran out holds nothing and leaves no row.
+// The line keeps one place per session and lock, and a join again answers
+// that place: one more shared lease or permit of a lock whose line has the
+// session's place already (a lease taken through it, or another thread's
+// wait) waits in CALL fencing_await instead, as does every wait on a
+// database without the line's kinds.
 //
 // Prepared statements.  None: every statement goes through PQexecParams
 // (pqxx_compat::ExecParams*), libpq's unnamed statement, which lives for
@@ -41,6 +47,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -301,13 +308,8 @@ std::optional<Token> Session::AcquireOne(const std::string &lock_name,
   const std::string permits =
       options.mode == LeaseOptions::Mode::kPermit ? std::to_string(options.permits) : "";
   std::optional<std::string> token;
-  if (options.wait && options.mode == LeaseOptions::Mode::kExclusive) {
+  if (options.wait) {
     token = WaitInLine(lock_name, options);
-  } else if (options.wait) {
-    // Permits and shared leases have no line: CALL fencing_await, as before.
-    std::lock_guard<std::mutex> lock(work_mutex_);
-    CheckHeld();
-    token = AwaitInSession(lock_name, options);
   } else {
     token = AcquireInSession(
         "SELECT fencing_session_acquire($1, $2, $3::interval, payload => $4::jsonb, "
@@ -330,8 +332,29 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
   const Clock::time_point deadline = Clock::now() + *options.wait;
   constexpr std::chrono::milliseconds kLineGrace{2000};
   const char *payload = options.payload ? options.payload->c_str() : nullptr;
+  const std::string permits =
+      options.mode == LeaseOptions::Mode::kPermit ? std::to_string(options.permits) : "";
   std::unique_lock<std::mutex> lock(work_mutex_);
   CheckHeld();
+  // One more shared lease or permit of a lock whose line has this
+  // session's place: a join would answer that place's lease, not a new one.
+  const bool exclusive = options.mode == LeaseOptions::Mode::kExclusive;
+  if (!exclusive && (line_places_.count(lock_name) > 0 || line_waits_.count(lock_name) > 0)) {
+    return AwaitInSession(lock_name, options);
+  }
+  // This wait's place, while it waits (under work_mutex_, which the sleeps
+  // between polls give up).
+  struct Waiting {
+    std::set<std::string> *waits = nullptr;
+    std::set<std::string>::iterator at;
+    ~Waiting() {
+      if (waits != nullptr) waits->erase(at);
+    }
+  } waiting;
+  if (!exclusive) {
+    waiting.at = line_waits_.insert(lock_name).first;
+    waiting.waits = &line_waits_;
+  }
   // Before the join, so that a number sent between the join and the first
   // sleep is heard.
   std::optional<LineListener> listener;
@@ -340,8 +363,11 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
   try {
     pqxx::nontransaction tx(*work_conn_);
     const pqxx::row row = pqxx_compat::ExecParams1(
-        tx, "SELECT place, token FROM fencing_line_join($1, $2, $3::interval, $4::jsonb)", id_,
-        lock_name, IntervalText(*options.wait + kLineGrace), payload);
+        tx,
+        "SELECT place, token FROM fencing_line_join($1, $2, $3::interval, $4::jsonb, $5, "
+        "$6::integer)",
+        id_, lock_name, IntervalText(*options.wait + kLineGrace), payload, KindOf(options.mode),
+        permits.empty() ? nullptr : permits.c_str());
     place = row[0].as<std::int64_t>();
     if (!row[1].is_null()) {
       const std::string token = row[1].c_str();
@@ -349,7 +375,7 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
       return token;
     }
   } catch (const pqxx::sql_error &e) {
-    // A database not updated to 1.10: the wait of 1.8.
+    // A database without the line, or without its kinds: the wait of 1.8.
     if (pqxx_compat::SqlState(e) != kUndefinedFunction) throw;
     listener.reset();
     return AwaitInSession(lock_name, options);
@@ -407,7 +433,9 @@ void Session::LeaveLineQuietly(std::int64_t place) noexcept {
 
 // CALL fencing_await(..., session =>), outside any transaction block (the
 // procedure ends its own transactions): it commits each attempt before it
-// sleeps, so that a wait of hours holds no snapshot, as Lease's does.
+// sleeps, so that a wait of hours holds no snapshot, as Lease's does; but
+// it holds the work connection, and a pooled server connection, for the
+// whole wait.  Only for the waits the line cannot hold (WaitInLine).
 std::optional<std::string> Session::AwaitInSession(const std::string &lock_name,
                                                    const SessionLockOptions &options) {
   const std::string permits =

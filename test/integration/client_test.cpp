@@ -578,10 +578,14 @@ bool ThirdPartyGetsIt(pqxx::connection &conn, const std::string &lock) {
 // A Session::Lock with a wait on its own thread.
 class LineWaiter {
  public:
-  LineWaiter(Session &session, const std::string &lock, milliseconds wait) {
-    thread_ = std::thread([this, &session, lock, wait] {
-      SessionLockOptions options;
-      options.wait = wait;
+  LineWaiter(Session &session, const std::string &lock, milliseconds wait)
+      : LineWaiter(session, lock, [wait] {
+          SessionLockOptions options;
+          options.wait = wait;
+          return options;
+        }()) {}
+  LineWaiter(Session &session, const std::string &lock, const SessionLockOptions &options) {
+    thread_ = std::thread([this, &session, lock, options] {
       try {
         std::unique_ptr<SessionLease> lease = session.Lock(lock, options);
         std::lock_guard<std::mutex> guard(mutex_);
@@ -799,6 +803,150 @@ TEST_F(ClientTest, SessionWaitInLineWakesOnNotification) {
   ASSERT_NE(lease, nullptr) << waits.failure();
   EXPECT_EQ(Leader(lock), std::optional<std::string>("listener"));
   EXPECT_TRUE(lease->Release());
+}
+
+// A permit of a semaphore of 2, waiting up to `wait` (none: one attempt).
+SessionLockOptions PermitOf2(std::optional<milliseconds> wait) {
+  SessionLockOptions options;
+  options.mode = LeaseOptions::Mode::kPermit;
+  options.permits = 2;
+  options.wait = wait;
+  return options;
+}
+
+// A Session's wait for a permit (both of 2 held) and for a shared lease
+// (behind a live exclusive lease) are places in line too: between their
+// polls nothing runs on the server for them (no CALL fencing_await, no
+// snapshot, no xid), and each takes its lease when it is freed.
+TEST_F(ClientTest, SessionWaitsForAPermitAndASharedLeaseInLineWithNothingRunning) {
+  const std::string sem = Name("sem"), rw = Name("rw");
+  Session holder(SessionOf("holder", 20s));
+  std::unique_ptr<SessionLease> first_permit = holder.Lock(sem, PermitOf2(std::nullopt));
+  std::unique_ptr<SessionLease> second_permit = holder.Lock(sem, PermitOf2(std::nullopt));
+  std::unique_ptr<SessionLease> writer = holder.Lock(rw);
+  const std::string app = "ct_session_kinds_" + std::to_string(getpid());
+  SessionOptions options = SessionOf("waiter", 20s);
+  options.conninfo = std::string(Dsn()) + " application_name=" + app;
+  Session permit_session(options);
+  Session shared_session(options);
+  SessionLockOptions shared;
+  shared.mode = LeaseOptions::Mode::kShared;
+  shared.wait = 20s;
+  LineWaiter permit_waits(permit_session, sem, PermitOf2(20s));
+  LineWaiter shared_waits(shared_session, rw, shared);
+
+  int idle_looks = 0, busy_looks = 0, awaiting_looks = 0;
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 1500) {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::result r = pqxx_compat::ExecParams(
+        tx,
+        "SELECT state, query LIKE '%fencing_await%', "
+        "backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
+        "WHERE application_name = $1 AND query NOT LIKE '%fencing_session_%'",
+        app);
+    for (const auto &row : r) {
+      if (row[1].as<bool>()) ++awaiting_looks;
+      if (row[0].as<std::string>() == "idle" && !row[2].as<bool>()) {
+        ++idle_looks;
+      } else if (row[0].as<std::string>() != "active") {
+        ++busy_looks;  // idle in transaction, or holding a snapshot while idle
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(idle_looks, 40) << "the waiting connections were not seen idle between polls";
+  EXPECT_EQ(busy_looks, 0);
+  EXPECT_EQ(awaiting_looks, 0) << "a wait ran CALL fencing_await";
+  if (IsSuperuser()) {
+    EXPECT_EQ(LineSessions(*conn_, sem), (std::vector<std::int64_t>{permit_session.id()}));
+    EXPECT_EQ(LineSessions(*conn_, rw), (std::vector<std::int64_t>{shared_session.id()}));
+  }
+  EXPECT_FALSE(permit_waits.done());
+  EXPECT_FALSE(shared_waits.done());
+
+  ASSERT_TRUE(first_permit->Release());
+  ASSERT_TRUE(permit_waits.WaitDone(5s)) << "the permit's wait never got the freed permit";
+  SessionLease *permit = permit_waits.lease();
+  ASSERT_NE(permit, nullptr) << permit_waits.failure();
+  EXPECT_GT(permit->token(), second_permit->token());
+  ASSERT_TRUE(writer->Release());
+  ASSERT_TRUE(shared_waits.WaitDone(5s)) << "the shared wait never got its lease";
+  SessionLease *reader = shared_waits.lease();
+  ASSERT_NE(reader, nullptr) << shared_waits.failure();
+  EXPECT_GT(reader->token(), writer->token());
+  {
+    pqxx::nontransaction tx(*conn_);
+    EXPECT_EQ(pqxx_compat::ExecParams1(tx,
+                                       "SELECT count(*) FROM fencing_permits WHERE lock_name IN "
+                                       "($1, $2) AND holder = 'waiter' AND live",
+                                       sem, rw)[0]
+                  .as<int>(),
+              2)
+        << "the permit and the shared lease, each a live slot";
+  }
+  EXPECT_TRUE(permit->Release());
+  EXPECT_TRUE(reader->Release());
+  if (IsSuperuser()) {
+    EXPECT_TRUE(LineSessions(*conn_, sem).empty()) << "the place left after release";
+    EXPECT_TRUE(LineSessions(*conn_, rw).empty()) << "the place left after release";
+  }
+}
+
+// Three sessions wait for one of 2 permits (both held), in the order A, B,
+// C: the first permit freed is A's, though B and C poll twenty times as
+// often; the second is B's.  One more permit in B's session, whose place
+// holds one, is a permit of its own.
+TEST_F(ClientTest, SessionPermitWaitsTakeFreedPermitsInArrivalOrder) {
+  if (!IsSuperuser()) GTEST_SKIP() << "reads fencing_line, which needs a superuser";
+  const std::string sem = Name("sem");
+  Session holder(SessionOf("holder", 20s));
+  std::unique_ptr<SessionLease> first_permit = holder.Lock(sem, PermitOf2(std::nullopt));
+  std::unique_ptr<SessionLease> second_permit = holder.Lock(sem, PermitOf2(std::nullopt));
+  SessionOptions rare = SessionOf("a", 20s);
+  rare.line_poll = 1000ms;  // a window between the release and its poll
+  SessionOptions often_b = SessionOf("b", 20s);
+  often_b.line_poll = 50ms;
+  SessionOptions often_c = SessionOf("c", 20s);
+  often_c.line_poll = 50ms;
+  Session a(rare), b(often_b), c(often_c);
+
+  LineWaiter a_waits(a, sem, PermitOf2(20s));
+  ASSERT_TRUE(WaitForPlaces(*conn_, sem, 1));
+  LineWaiter b_waits(b, sem, PermitOf2(20s));
+  ASSERT_TRUE(WaitForPlaces(*conn_, sem, 2));
+  LineWaiter c_waits(c, sem, PermitOf2(20s));
+  ASSERT_TRUE(WaitForPlaces(*conn_, sem, 3));
+  EXPECT_EQ(LineSessions(*conn_, sem), (std::vector<std::int64_t>{a.id(), b.id(), c.id()}));
+
+  ASSERT_TRUE(first_permit->Release());
+  ASSERT_TRUE(a_waits.WaitDone(5s)) << "A never got the first permit freed";
+  SessionLease *a_lease = a_waits.lease();
+  ASSERT_NE(a_lease, nullptr) << a_waits.failure();
+  EXPECT_FALSE(b_waits.done()) << "B took the first permit freed";
+  EXPECT_FALSE(c_waits.done()) << "C took the first permit freed";
+  ASSERT_TRUE(second_permit->Release());
+  ASSERT_TRUE(b_waits.WaitDone(5s)) << "B never got the second permit freed";
+  SessionLease *b_lease = b_waits.lease();
+  ASSERT_NE(b_lease, nullptr) << b_waits.failure();
+  EXPECT_FALSE(c_waits.done()) << "C took the second permit freed";
+
+  ASSERT_TRUE(a_lease->Release());
+  ASSERT_TRUE(c_waits.WaitDone(5s)) << "C never got A's permit";
+  SessionLease *c_lease = c_waits.lease();
+  ASSERT_NE(c_lease, nullptr) << c_waits.failure();
+  LineWaiter more(b, sem, PermitOf2(10s));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(more.done()) << "one more permit while both are taken";
+  ASSERT_TRUE(c_lease->Release());
+  ASSERT_TRUE(more.WaitDone(5s)) << "B's second permit never came";
+  SessionLease *another = more.lease();
+  ASSERT_NE(another, nullptr) << more.failure();
+  EXPECT_NE(another->token(), b_lease->token()) << "each permit has its own token";
+  EXPECT_TRUE(another->held() && b_lease->held());
+  EXPECT_TRUE(another->Release());
+  EXPECT_TRUE(b_lease->Release());
+  EXPECT_TRUE(LineSessions(*conn_, sem).empty());
 }
 
 TEST(SessionOptionsTest, NonPositiveLinePollIsRefusedBeforeConnecting) {

@@ -29,17 +29,20 @@ import java.util.concurrent.locks.ReentrantLock;
  * goes there too) and the work connection. Every kind of lease: exclusive, shared, a
  * semaphore's permit. Waits end on an interrupt, on the server too, and at the close.
  *
- * <p>A wait for an exclusive lease ({@link #lock}, {@link #tryLock} with a time) is a place in
- * the lock's line (pg_fencing 1.10, {@link Line}): joined, then polled, each a short statement in
- * autocommit on the work connection, so that the wait holds no transaction and -- through a
- * transaction pooler -- no server connection between its statements; arrival order is kept. At
- * its deadline, or on an interrupt, the place is left, which gives back a grant made meanwhile.
- * The waits the line does not hold -- for a shared lease or a permit (the server's line is for
- * exclusive leases only), and {@link #lockAll} (every lock or none, which places in several
- * lines cannot promise) -- are still one statement that waits (CALL fencing_await,
- * fencing_session_acquire_all): they take turns on the work connection, a timed one counting
- * the wait for its turn against its time. A statement of the line, or a release, that finds the
- * work connection busy (within a quarter of a second) uses a connection of its own.
+ * <p>A wait for a lease of any kind ({@link #lock}, {@link #lockShared}, {@link #acquirePermit},
+ * their try forms with a time) is a place in the lock's line (pg_fencing 1.10, {@link Line}):
+ * joined, then polled, each a short statement in autocommit on the work connection, so that the
+ * wait holds no transaction and -- through a transaction pooler -- no server connection between
+ * its statements; arrival order is kept (exclusive places first, a semaphore's permits to its
+ * places in arrival order). At its deadline, or on an interrupt, the place is left, which gives
+ * back a grant made meanwhile. The waits the line does not hold are still one statement that
+ * waits, on the work connection, taking turns there (a timed one counting the wait for its turn
+ * against its time): {@link #lockAll} (every lock or none, which places in several lines cannot
+ * promise: fencing_session_acquire_all), and one more shared lease or permit of a lock whose
+ * line already has the session's place, taken by a lease in the session or another thread's
+ * wait (the line keeps one place per session and lock; CALL fencing_await). A statement of the
+ * line, or a release, that finds the work connection busy (within a quarter of a second) uses a
+ * connection of its own.
  */
 public final class FencingSession implements AutoCloseable {
     private final FencingClient client;
@@ -55,6 +58,9 @@ public final class FencingSession implements AutoCloseable {
     private final Object closing = new Object();
     /** The wake-ups of the waits in line, which close() sets. */
     private final Set<Line.Watch> watches = ConcurrentHashMap.newKeySet();
+    /** The locks whose line has this session's place for a shared lease or a permit, a wait's
+     *  or a lease's: a join again would answer that place, not one more lease. */
+    private final Set<String> sharedPlaces = ConcurrentHashMap.newKeySet();
     /** An election's lease, checked by every renewal (a revoke ends the lease, not the
      *  session): null for an application's session. */
     private volatile LineLease guarded;
@@ -164,12 +170,20 @@ public final class FencingSession implements AutoCloseable {
     private Optional<Lease> tryAcquire(String lockName, Kind kind, Integer permits, long waitNanos)
             throws SQLException, InterruptedException {
         StandaloneLease.checkLock(lockName, kind, permits);
-        if (kind == Kind.EXCLUSIVE && waitNanos > 0) {
-            LineLease grant = waitInLine(lockName, waitNanos, null);
+        if (waitNanos > 0 && (kind == Kind.EXCLUSIVE || sharedPlaces.add(lockName))) {
+            LineLease grant = null;
+            try {
+                grant = waitInLine(lockName, kind, permits, waitNanos, null);
+            } finally {
+                if (grant == null && kind != Kind.EXCLUSIVE) {
+                    sharedPlaces.remove(lockName);
+                }
+            }
             return grant == null ? Optional.empty()
                     : Optional.of(new SessionLease(lockName, kind, grant.token(), grant.place()));
         }
-        // One attempt, or a wait the line does not hold (a shared lease, a permit): one
+        // One attempt; or one more shared lease or permit of a lock whose line has the
+        // session's place already (the line keeps one place per session and lock): one
         // statement on the work connection, in its turn.
         Wire.Grant grant = onWork(waitNanos, left -> Wire.waitInSlices(left, slice -> {
             long deadline = System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS;
@@ -193,15 +207,16 @@ public final class FencingSession implements AutoCloseable {
     }
 
     /**
-     * Waits for an exclusive lease of {@code lockName} as a place in its line, {@code waitNanos}
-     * at most ({@link Wire#FOREVER}: as long as the session lives): the lease once granted; null
-     * when the wait ran out, the place left (a grant made meanwhile given back). Joined, then
-     * polled every poll period, and at once when the client's listener hears the place's number
-     * or the session is closed; each statement short and in autocommit. Whatever else ends it
-     * (an interrupt, LeaseLostException, an error) leaves the place too, unless the session is
-     * closed (its places went with it).
+     * Waits for a lease of {@code lockName} of {@code kind} ({@code permits}: the semaphore's, for
+     * a permit) as a place in its line, {@code waitNanos} at most ({@link Wire#FOREVER}: as long
+     * as the session lives): the lease once granted; null when the wait ran out, the place left
+     * (a grant made meanwhile given back). Joined, then polled every poll period, and at once
+     * when the client's listener hears the place's number or the session is closed; each
+     * statement short and in autocommit. Whatever else ends it (an interrupt,
+     * LeaseLostException, an error) leaves the place too, unless the session is closed (its
+     * places went with it).
      */
-    LineLease waitInLine(String lockName, long waitNanos, String payload)
+    LineLease waitInLine(String lockName, Kind kind, Integer permits, long waitNanos, String payload)
             throws SQLException, InterruptedException {
         long start = System.nanoTime();
         long pollNanos = client.linePollNanos();
@@ -215,7 +230,7 @@ public final class FencingSession implements AutoCloseable {
             checkInLine();
             boolean forever = waitNanos == Wire.FOREVER;
             long sent = System.nanoTime();
-            String[] joined = join(lockName, waitNanos, start, payload);
+            String[] joined = join(lockName, kind, permits, waitNanos, start, payload);
             long last = forever ? 0 : Line.lastPollNanos(start + waitNanos, sent, System.nanoTime());
             place = Long.parseLong(joined[0]);
             if (listener != null) {
@@ -248,7 +263,7 @@ public final class FencingSession implements AutoCloseable {
                     }
                     place = null;
                     sent = System.nanoTime();
-                    joined = join(lockName, waitNanos, start, payload);
+                    joined = join(lockName, kind, permits, waitNanos, start, payload);
                     last = forever ? 0 : Line.lastPollNanos(start + waitNanos, sent, System.nanoTime());
                     place = Long.parseLong(joined[0]);
                     if (listener != null) {
@@ -289,11 +304,12 @@ public final class FencingSession implements AutoCloseable {
     }
 
     /** Joins the line; a join interrupted after the server answered leaves its place. */
-    private String[] join(String lockName, long waitNanos, long start, String payload)
-            throws SQLException, InterruptedException {
+    private String[] join(String lockName, Kind kind, Integer permits, long waitNanos, long start,
+            String payload) throws SQLException, InterruptedException {
         String[][] answered = new String[1][];
         try {
-            return lineRow(answered, Line.JOIN, id, lockName, lineWait(waitNanos, start), payload);
+            return lineRow(answered, Line.JOIN, id, lockName, lineWait(waitNanos, start), payload,
+                    kind.sqlName, permits);
         } catch (InterruptedException e) {
             if (answered[0] != null && !closed) {
                 leaveQuietly(Long.parseLong(answered[0][0]));
@@ -650,8 +666,14 @@ public final class FencingSession implements AutoCloseable {
 
         @Override
         public boolean release() throws SQLException {
-            return released.compareAndSet(false, true)
-                    && FencingSession.this.release(lockName, token, place);
+            if (!released.compareAndSet(false, true)) {
+                return false;
+            }
+            boolean answer = FencingSession.this.release(lockName, token, place);
+            if (place != null && kind != Kind.EXCLUSIVE) {
+                sharedPlaces.remove(lockName); // its place left: the next wait joins anew
+            }
+            return answer;
         }
 
         @Override

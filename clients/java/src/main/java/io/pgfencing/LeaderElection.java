@@ -167,7 +167,7 @@ public final class LeaderElection {
         session = candidate;
         FencingSession.LineLease granted;
         try {
-            granted = candidate.waitInLine(name, waitNanos, payload);
+            granted = candidate.waitInLine(name, Kind.EXCLUSIVE, null, waitNanos, payload);
         } catch (LeaseLostException lost) {
             closeSession();
             if (FencingException.SESSION_ENDED.equals(lost.getSQLState()) || !candidate.isHeld()) {

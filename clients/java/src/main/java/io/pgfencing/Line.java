@@ -18,22 +18,23 @@ import org.postgresql.PGConnection;
 import org.postgresql.PGNotification;
 
 /**
- * The line (pg_fencing 1.10): a wait for an exclusive lease in a session as a place the database
- * keeps, one row of fencing_line, instead of a statement that runs -- holding a server
- * connection -- for the whole wait (CALL fencing_await).
+ * The line (pg_fencing 1.10): a wait in a session -- for an exclusive lease, a shared lease or a
+ * permit -- as a place the database keeps, one row of fencing_line, instead of a statement that
+ * runs -- holding a server connection -- for the whole wait (CALL fencing_await).
  *
  * <pre>
- *   join    SELECT place, token FROM fencing_line_join(session, lock, wait, payload)
+ *   join    SELECT place, token FROM fencing_line_join(session, lock, wait, payload, kind, permits)
  *   poll    SELECT state, token FROM fencing_line_poll(ARRAY[place])
  *   leave   SELECT fencing_line_leave(place)
  * </pre>
  *
  * <p>Each is one short statement in autocommit: between them a candidate holds no transaction, no
- * snapshot and, through a transaction-pooling PgBouncer, no server connection. The place first in
- * line takes the lease itself when it joins or polls. A place is polled every {@link #POLL}
- * (without LISTEN) and, when the client listens ({@link FencingClient#withListen(boolean)}), at
- * once when the {@link Listener} hears its number on the channel fencing_line. LISTEN is
- * optional: through a transaction pooler it cannot be relied on, and the timer alone is enough.
+ * snapshot and, through a transaction-pooling PgBouncer, no server connection. The place whose
+ * turn it is (exclusive places first; a semaphore's free permits to its places in arrival order)
+ * takes the lease itself when it joins or polls. A place is polled every {@link #POLL} (without
+ * LISTEN) and, when the client listens ({@link FencingClient#withListen(boolean)}), at once when
+ * the {@link Listener} hears its number on the channel fencing_line. LISTEN is optional: through
+ * a transaction pooler it cannot be relied on, and the timer alone is enough.
  */
 final class Line {
     static final String CHANNEL = "fencing_line";
@@ -56,7 +57,7 @@ final class Line {
     static final long LAST_POLL_AHEAD_NANOS = TimeUnit.MILLISECONDS.toNanos(20);
 
     static final String JOIN = "SELECT place, token::bigint FROM fencing_line_join(?::bigint, ?, "
-            + "?::interval, ?::jsonb)";
+            + "?::interval, ?::jsonb, ?, ?::integer)";
     static final String POLL_PLACE = "SELECT state, token::bigint FROM fencing_line_poll(ARRAY[?::bigint])";
     static final String LEAVE = "SELECT fencing_line_leave(?::bigint)";
     /** A lease taken through the line: released, then its place (kept by the server while the
