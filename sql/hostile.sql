@@ -181,6 +181,41 @@ REVOKE EXECUTE ON FUNCTION fencing_allow_create(regrole, text),
   fencing_disallow_create(regrole, text) FROM fencing_mallory;
 SELECT * FROM fencing_lock_creators ORDER BY 1, 2;
 
+-- An operator of one's own in front of pg_catalog's, on one's
+-- search_path: the statements the lease engine runs as the tables' owner
+-- name theirs with its schema, so that the caller's never runs with the
+-- owner's privileges (before 1.10, a grant over a lease whose session had
+-- ended, and a CALL fencing_await's look at its session's end, ran the
+-- caller's = on bigint as the owner).
+CREATE SCHEMA mallory_ops AUTHORIZATION fencing_mallory;
+SELECT fencing_allow_create('fencing_mallory', 'hm-');
+SET ROLE fencing_mallory;
+CREATE FUNCTION mallory_ops.int8eq(a bigint, b bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_user <> 'fencing_mallory' THEN
+    RAISE EXCEPTION 'hijacked: mallory''s = ran as another role';
+  END IF;
+  RETURN a OPERATOR(pg_catalog.=) b;
+END $$;
+CREATE OPERATOR mallory_ops.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = mallory_ops.int8eq);
+SET search_path = mallory_ops, pg_catalog, public;
+SELECT fencing_session_open('brief', '1 s') AS hm_brief \gset
+SELECT fencing_session_open('next', '1 hour') AS hm_next \gset
+SELECT fencing_session_acquire(:hm_brief, 'hm-lock') IS NOT NULL AS brief_holds;
+SELECT pg_sleep(1.1);
+-- The lease's session has ended: the grant locks that session's row.
+SELECT fencing_session_acquire(:hm_next, 'hm-lock') IS NOT NULL AS next_holds;
+-- A CALL in the session that waits in the room (its session has a place
+-- in the line already) reads its session's end as the owner.
+SELECT fencing_session_open('again', '1 hour') AS hm_again \gset
+SELECT fencing_session_acquire(:hm_again, 'hm-lock2') IS NOT NULL AS again_holds_the_second;
+SELECT fencing_session_open('waiter', '1 hour') AS hm_waiter \gset
+SELECT place IS NOT NULL AS waiter_has_a_place FROM fencing_line_join(:hm_waiter, 'hm-lock2');
+CALL fencing_await('hm-lock2', session => :hm_waiter, wait => '10 ms');
+RESET search_path;
+RESET ROLE;
+DROP SCHEMA mallory_ops CASCADE;
+
 DROP TABLE app_rows;
 DROP OWNED BY fencing_app, fencing_app_worker, fencing_mallory, fencing_helper;
 DROP ROLE fencing_app_worker, fencing_app, fencing_mallory, fencing_helper;

@@ -44,6 +44,7 @@ extern "C" {
 #include "storage/spin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -356,6 +357,12 @@ void pg_fencing_expiry_worker_main(Datum arg) {
   pqsignal(SIGTERM, die);
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnectionByOid(database, InvalidOid, 0);
+  // The worker runs as a superuser, with the database's settings: its
+  // statements name the extension's schema, and everything else resolves
+  // in pg_catalog only, whatever search_path a database owner set (ALTER
+  // DATABASE ... SET search_path), so that no object of theirs can stand
+  // in for an operator or a function.
+  SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
   // Cleared before the snapshot (see the top of the file).
   SpinLockAcquire(&schedule->mutex);

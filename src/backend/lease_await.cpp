@@ -236,7 +236,10 @@ bool AttemptWithin(const AwaitRequest &r, TimestampTz deadline, int64 *token) {
 bool SessionEnd(const AwaitRequest &r, TimestampTz *at) {
   Oid types[] = {INT8OID};
   Datum values[] = {r.args[kSession]};
-  const char *sql = psprintf("SELECT expires_at FROM %s.fencing_session WHERE session_id = $1",
+  // As the owner, under the caller's search_path: the operator named with
+  // its schema, so that no object of the caller's can stand in for it.
+  const char *sql = psprintf("SELECT expires_at FROM %s.fencing_session "
+                             "WHERE session_id OPERATOR(pg_catalog.=) $1",
                              quote_identifier(get_namespace_name(r.schema)));
   if (SPI_execute_with_args(sql, 1, types, values, nullptr, true, 1) != SPI_OK_SELECT) {
     elog(ERROR, "pg_fencing: reading the end of fencing session failed");

@@ -241,7 +241,11 @@ TimestampTz EndForGrant(const Tables &t, Oid schema, HeapTuple lease, TimestampT
   Datum values[] = {Int64GetDatum(session)};
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
   const int rc = SPI_execute_with_args(
-      psprintf("SELECT expires_at FROM %s.fencing_session WHERE session_id = $1 FOR SHARE",
+      // Run as the tables' owner, under the caller's search_path: the
+      // operator is named with its schema, so that no object of the
+      // caller's can stand in for it.
+      psprintf("SELECT expires_at FROM %s.fencing_session "
+               "WHERE session_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
                quote_identifier(get_namespace_name(schema))),
       1, types, values, nullptr, false, 1);
   if (rc != SPI_OK_SELECT) {

@@ -230,7 +230,8 @@ Datum fencing_lease_event(PG_FUNCTION_ARGS) {
   Oid types[] = {TEXTOID};
   Datum args[] = {CStringGetTextDatum(lock_name)};
   const int rc = SPI_execute_with_args(
-      psprintf("SELECT k.lock_id, k.announce FROM %s.fencing_lock k WHERE k.lock_name = $1",
+      psprintf("SELECT k.lock_id, k.announce FROM %s.fencing_lock k "
+               "WHERE k.lock_name OPERATOR(pg_catalog.=) $1",
                quote_identifier(get_namespace_name(schema))),
       1, types, args, nullptr, true, 1);
   if (rc != SPI_OK_SELECT) elog(ERROR, "pg_fencing: reading fencing_lock failed");

@@ -198,5 +198,36 @@ sql("SELECT fencing_release('aw-3', token) FROM fencing_lease WHERE lock_name = 
 is(sql("SELECT state FROM fencing_line_poll(ARRAY[$poller_place])"),
 	'granted', "the next place takes the lock at once: the cancelled CALL's place waits no more");
 
+# 6. The expiry worker runs as a superuser, with its database's settings:
+# a database owner's search_path puts an operator of theirs in front of
+# pg_catalog's, and the worker's statements must not run it (before 1.10
+# its marking of expired leases compared lock names with it).
+sql("CREATE ROLE db_owner");
+sql("CREATE DATABASE owned OWNER db_owner");
+my $in_owned = sub { return $node->safe_psql('owned', "SET search_path = pg_catalog, public; $_[0]"); };
+$in_owned->(q{
+CREATE EXTENSION pg_fencing SCHEMA public;
+SET ROLE db_owner;
+CREATE SCHEMA owner_ops;
+CREATE TABLE owner_ops.ran_as (who text);
+CREATE FUNCTION owner_ops.texteq(a text, b text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  IF current_user <> 'db_owner' THEN
+    INSERT INTO owner_ops.ran_as VALUES (current_user);
+  END IF;
+  RETURN a OPERATOR(pg_catalog.=) b;
+END $$;
+CREATE OPERATOR owner_ops.= (LEFTARG = text, RIGHTARG = text, FUNCTION = owner_ops.texteq);
+ALTER DATABASE owned SET search_path = owner_ops, pg_catalog, public;
+});
+$in_owned->("SELECT fencing_acquire('in-owned', 'holder', '1 s')");
+ok( $node->poll_query_until(
+		'owned',
+		"SELECT ended IS NOT NULL FROM public.fencing_lease "
+		  . "WHERE lock_name OPERATOR(pg_catalog.=) 'in-owned'"),
+	"the worker marks the owned database's expired lease");
+is($in_owned->("SELECT count(*) FROM owner_ops.ran_as"),
+	'0', "... without running the database owner's operator");
+
 $node->stop;
 done_testing();
