@@ -22,9 +22,9 @@ const (
 const WaitForever time.Duration = math.MaxInt64
 
 // The waits here are CALL fencing_await: a lease of its own of any kind,
-// and a session's wait for a permit or a shared lease (the server's line,
-// pg_fencing 1.10, holds exclusive leases only). A session's wait for an
-// exclusive lease is a place in the lock's line instead (line.go).
+// and in a session only a wait the line cannot hold (a second shared lease
+// or permit of a lock where the session has a place). Every other wait in a
+// session is a place in the lock's line (line.go).
 
 // waitSlice bounds one CALL fencing_await: a client that vanishes without
 // its cancel reaching the server leaves a wait of at most this long behind.
@@ -108,7 +108,7 @@ func (r request) await(wait time.Duration) (string, []interface{}) {
 }
 
 // liveGrants reads the live grants (lock_name, token) of r's lock that a
-// wait of r adds to: its session's, or, for a lease of its own, those of its
+// wait of r adds to: its session's (a wait in line), or, for a lease of its own, those of its
 // holder outside any session (a holder is unique per lease unless the
 // caller gives the same one twice). Exclusive leases are in fencing_leases,
 // permits and shared leases in fencing_permits. $1 is the lock, $2 the

@@ -15,12 +15,13 @@
 // Semaphore and Election take their leases in one.
 //
 // Every wait ends when its context does, on the server too. A session's
-// wait for an exclusive lease (Session.Lock, Mutex.Lock, Election.Campaign)
-// is a place in the lock's line (pg_fencing 1.10): one row on the server,
+// wait, of every kind (Session.Lock and LockShared, Mutex.Lock,
+// Semaphore.Acquire, Election.Campaign), is a place in the lock's line
+// (pg_fencing 1.10): one row on the server,
 // polled in short statements, left when the context ends; it holds no
 // server connection between polls, so a fleet of candidates can wait behind
 // a transaction-pooling PgBouncer (Client.WithLine can add a LISTENing
-// connection that wakes a place when its turn may have come). Other waits
-// are CALL fencing_await, which pgx asks the server to cancel when the
+// connection that wakes a place when its turn may have come). The wait of
+// a lease of its own (Client.Acquire) is CALL fencing_await, which pgx asks the server to cancel when the
 // context ends, and which holds no snapshot while it sleeps.
 package fencing

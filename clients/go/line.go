@@ -1,10 +1,11 @@
 package fencing
 
-// The line (pg_fencing 1.10): a session's wait for an exclusive lease as a
-// place the database keeps, instead of a statement that runs for the whole
-// wait (CALL fencing_await) and holds a server connection meanwhile.
+// The line (pg_fencing 1.10): every wait in a session -- for an exclusive
+// lease, a shared lease or a permit of a semaphore -- is a place the
+// database keeps, instead of a statement that runs for the whole wait (CALL
+// fencing_await) and holds a server connection meanwhile.
 //
-//	join   SELECT place, token FROM fencing_line_join(session, lock, wait, payload)
+//	join   SELECT place, token FROM fencing_line_join(session, lock, wait, payload, kind, permits)
 //	poll   SELECT state, token FROM fencing_line_poll(ARRAY[place])
 //	leave  SELECT fencing_line_leave(place)
 //
@@ -12,16 +13,22 @@ package fencing
 // session's shared connection, so between them a waiting candidate holds
 // no transaction, no snapshot and -- through a transaction-pooling PgBouncer
 // -- no server connection: it costs the server one row of fencing_line. The
-// place first in line takes the lease itself when it joins or polls; nobody
-// else may take the lock meanwhile, so arrival order holds for the whole
-// wait. A place is polled every LineOptions.Poll (0.5 s without a listener),
-// and at once when the client's listener, if it has one, hears its number on
-// the channel fencing_line.
+// place takes its lease itself when it joins or polls in its turn: exclusive
+// places first, in arrival order; a shared place once no exclusive place
+// waits and the exclusive lease has ended; a semaphore's free permits to
+// its permit places in arrival order. Nobody outside the line is granted
+// what a waiting place is owed meanwhile. A place is polled every
+// LineOptions.Poll (0.5 s without a listener), and at once when the
+// client's listener, if it has one, hears its number on the channel
+// fencing_line.
 //
-// Only exclusive leases in a session wait in line: the server has no line
-// for permits and shared leases (a semaphore's join is 55000), so those, and
-// a lease of its own (Client.Acquire), still wait in CALL fencing_await
-// (acquire.go), as does LockAll (fencing_session_acquire_all's wait).
+// The server keeps one place per session and lock: a second wait for a
+// shared lease or a permit of a lock where the session has a place (one
+// waiting, or kept by a lease taken through it) cannot be a place, and is
+// CALL fencing_await in the session (Session.awaitInSession), holding a
+// connection for its length, as before the line. So is the wait of a lease
+// of its own (Client.Acquire with a Wait, acquire.go); LockAll waits in
+// fencing_session_acquire_all.
 
 import (
 	"context"
@@ -69,9 +76,9 @@ const (
 	lineLastPollAhead = 20 * time.Millisecond
 )
 
-// LineOptions configure how a client's waits in line (Session.Lock, Mutex.Lock,
-// Election.Campaign, and Session's waits for exclusive leases) learn that
-// their turn may have come: Client.WithLine.
+// LineOptions configure how a client's waits in line (every wait in a
+// session: Session.Lock and LockShared, Mutex.Lock, Semaphore.Acquire,
+// Election.Campaign) learn that their turn may have come: Client.WithLine.
 type LineOptions struct {
 	// Listen: one connection of the client's own LISTENs on fencing_line for
 	// all its waits, open while some wait uses it, and a place whose number
@@ -138,8 +145,8 @@ func (c *Client) LineListenerErr() error {
 	return c.listener.err
 }
 
-// waitInLine is a wait for an exclusive lease in the session as a place in
-// the lock's line: ErrLockTimeout once wait has passed, ctx's error when it
+// waitInLine is a wait in the session, of any kind, as a place in the
+// lock's line: ErrLockTimeout once wait has passed, ctx's error when it
 // ends first; its place is polled a last time just before the earlier of
 // the two (lineLastPollAhead). Either way the place is left
 // (fencing_line_leave), which gives back a lease it had taken meanwhile;
@@ -153,6 +160,9 @@ func (s *Session) waitInLine(ctx context.Context, r request, wait time.Duration)
 	if wait < 0 {
 		return nil, fmt.Errorf("pg_fencing: wait must not be negative, got %v", wait)
 	}
+	if !s.takePlace(r.lockName, r.kind) {
+		return s.awaitInSession(ctx, r, wait)
+	}
 	w := &lineWait{s: s, r: r}
 	if wait != WaitForever {
 		w.end = time.Now().Add(wait)
@@ -161,6 +171,9 @@ func (s *Session) waitInLine(ctx context.Context, r request, wait time.Duration)
 	if w.watch != nil {
 		w.watch.close()
 	}
+	if err != nil || token == nil || place == 0 {
+		s.forgetPlace(r.lockName) // no place kept: none taken, or given up
+	}
 	if err != nil || token == nil {
 		notGivenBack := w.giveUp()
 		switch {
@@ -168,7 +181,7 @@ func (s *Session) waitInLine(ctx context.Context, r request, wait time.Duration)
 			err = busyError(r, wait)
 		case ctx.Err() != nil:
 			err = fmt.Errorf("pg_fencing: waiting in line for %s: %w", r.describe(), ctx.Err())
-		case !errors.Is(err, ErrLeaseLost):
+		case !errors.Is(err, ErrLeaseLost) && !errors.Is(err, errHeldThroughLine):
 			err = fmt.Errorf("pg_fencing: waiting in line for %s: %w", r.describe(), mapGuardError(err))
 		}
 		if notGivenBack != nil {
@@ -179,6 +192,10 @@ func (s *Session) waitInLine(ctx context.Context, r request, wait time.Duration)
 	}
 	return &SessionLease{session: s, req: r, token: *token, place: place}, nil
 }
+
+// errHeldThroughLine: a join answered a shared lease or permit the session
+// already held, taken through the place it has in the lock's line.
+var errHeldThroughLine = errors.New("pg_fencing: the session holds a lease of the lock taken through its place in line")
 
 // lineWait is one wait in line.
 type lineWait struct {
@@ -285,20 +302,21 @@ func (w *lineWait) ranOut(ctx context.Context) (*Token, int64, error) {
 // the wait ran out.
 func (w *lineWait) run(ctx context.Context) (*Token, int64, error) {
 	s, r := w.s, w.r
-	// What the session holds of the lock already: a session that holds it
-	// gets its token back (and publishes the payload) from one acquire, as
-	// CALL fencing_await would at its first attempt; it must not join the
-	// line behind others that wait for the lock it holds. It also tells a
-	// grant the wait may have lost from what the session held before.
+	// What the session holds of the lock already, to tell a grant the wait
+	// may have lost from it. A session that holds an exclusive lease gets
+	// its token back (and publishes the payload) from one acquire, as CALL
+	// fencing_await would at its first attempt; it must not join the line
+	// behind others that wait for the lock it holds. (A shared lease or a
+	// permit held already is no reason not to wait for another.)
 	err := w.exec(ctx, func(conn *pgx.Conn) error {
-		return conn.QueryRow(ctx, "SELECT coalesce(array_agg(token::bigint), '{}') FROM fencing_leases "+
-			"WHERE lock_name = $1 AND state = 'live' AND session_id = $2::bigint", r.lockName, s.id).Scan(&w.before)
+		grants, args := r.liveGrants()
+		return conn.QueryRow(ctx, "SELECT coalesce(array_agg(token::bigint), '{}') FROM ("+grants+") AS g", args...).Scan(&w.before)
 	})
 	if err != nil {
 		return nil, 0, err
 	}
 	w.beforeKnown = true
-	if len(w.before) > 0 {
+	if len(w.before) > 0 && r.kind == Exclusive {
 		var granted *string
 		err := w.exec(ctx, func(conn *pgx.Conn) error {
 			sql, args := r.attempt()
@@ -321,6 +339,16 @@ func (w *lineWait) run(ctx context.Context) (*Token, int64, error) {
 	for {
 		joining := time.Now()
 		token, err := w.join(ctx)
+		if err == nil && token != nil && r.kind != Exclusive && w.held(*token) {
+			// The place the session has holds this lease already: not a
+			// new one (Session.takePlace keeps such a wait out of the line;
+			// this is the server's word for it). Left as it is (a leave
+			// would give the lease back).
+			place := w.place
+			w.place = 0
+			return nil, 0, fmt.Errorf("%w: %s holds %s with token %d through place %d; release it first, "+
+				"or wait for another in another session", errHeldThroughLine, s.describe(), r.describe(), *token, place)
+		}
 		if err != nil || token != nil {
 			return token, w.place, err
 		}
@@ -396,6 +424,21 @@ func (w *lineWait) run(ctx context.Context) (*Token, int64, error) {
 	}
 }
 
+// held says whether token is one the session held before the wait.
+func (w *lineWait) held(token Token) bool {
+	for _, t := range w.before {
+		if t == int64(token) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinSQL is fencing_line_join of r's lock, kind and permits: $1 the
+// session, $2 the lock, $3 the wait, $4 the payload, $5 the kind, $6 the
+// permits.
+const joinSQL = "fencing_line_join($1::bigint, $2, $3::interval, $4::jsonb, $5, $6::integer)"
+
 // join is fencing_line_join for the time left: the token when the place
 // took the lease at once.
 func (w *lineWait) join(ctx context.Context) (*Token, error) {
@@ -406,8 +449,8 @@ func (w *lineWait) join(ctx context.Context) (*Token, error) {
 	var granted *string
 	err := w.exec(ctx, func(conn *pgx.Conn) error {
 		w.joinSent = true
-		return conn.QueryRow(ctx, "SELECT place, token::text FROM fencing_line_join($1::bigint, $2, $3::interval, $4::jsonb)",
-			w.s.id, w.r.lockName, waitArg, nullable(w.r.payload)).Scan(&w.place, &granted)
+		return conn.QueryRow(ctx, "SELECT place, token::text FROM "+joinSQL,
+			w.s.id, w.r.lockName, waitArg, nullable(w.r.payload), string(w.r.kind), nullable(w.r.permits)).Scan(&w.place, &granted)
 	})
 	if err != nil || granted == nil {
 		return nil, err
@@ -490,7 +533,10 @@ func (w *lineWait) giveUp() error {
 		} else if w.joinSent {
 			// The join's answer was lost: joined again (the same place if
 			// the first join committed) and left.
-			_, err := conn.Exec(ctx, "SELECT fencing_line_leave(place) FROM fencing_line_join($1::bigint, $2)", w.s.id, w.r.lockName)
+			// Not a place whose lease the session held before the wait.
+			_, err := conn.Exec(ctx, "SELECT fencing_line_leave(place) FROM "+joinSQL+
+				" WHERE token IS NULL OR token::bigint <> ALL (coalesce($7::bigint[], '{}'))",
+				w.s.id, w.r.lockName, nil, nullable(w.r.payload), string(w.r.kind), nullable(w.r.permits), w.before)
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == SQLStateSessionEnded {
 				return nil // the session ended, and every lease in it
@@ -502,13 +548,9 @@ func (w *lineWait) giveUp() error {
 		if !release {
 			return nil
 		}
-		before := w.before
-		if before == nil {
-			before = []int64{}
-		}
-		_, err := conn.Exec(ctx, "SELECT fencing_release(lock_name, token) FROM fencing_leases "+
-			"WHERE lock_name = $1 AND state = 'live' AND session_id = $2::bigint AND token::bigint <> ALL ($3::bigint[])",
-			w.r.lockName, w.s.id, before)
+		grants, args := w.r.liveGrants()
+		_, err := conn.Exec(ctx, "SELECT fencing_release(lock_name, token) FROM ("+grants+") AS g "+
+			"WHERE token::bigint <> ALL (coalesce($3::bigint[], '{}'))", append(args, w.before)...)
 		return err
 	})
 }

@@ -4,9 +4,9 @@ package fencing
 // committed, but its answer never reaches the client. The race is made
 // certain by a proxy between the waiter and the server that keeps the
 // server's answers back: the test sees the grant committed (from a
-// connection of its own), and only then ends the wait's context. A mutex's
-// wait is a place in line (1.10): the grant is made by a poll whose answer
-// is kept back; the others are CALL fencing_await.
+// connection of its own), and only then ends the wait's context. A wait in
+// a session is a place in line (1.10): the grant is made by a poll whose
+// answer is kept back; a lease of its own waits in CALL fencing_await.
 
 import (
 	"bytes"
@@ -72,7 +72,8 @@ func TestAGrantWhoseAnswerIsLostWithTheContextIsGivenBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		loseTheAnswer(t, db, proxy, awaiting(t, db, "pg_fencing session waiter-"+name),
+		proxy.holdFrom = []byte("granted") // as for the mutex: its place's poll takes the permit
+		loseTheAnswer(t, db, proxy, inLine(t, db, session),
 			func(waitCtx context.Context) error { _, err := semaphore.Acquire(waitCtx); return err },
 			func() { _, _ = blocker.Release(ctx) },
 			func() int64 { return liveGrants(name, session.ID(), "") }, 1)

@@ -118,10 +118,13 @@ func NewSemaphore(s *Session, name string, permits int) *Semaphore {
 	return &Semaphore{session: s, name: name, permits: permits}
 }
 
-// Acquire waits until ctx ends for a permit; Release it when done. A
-// permit has no line on the server (pg_fencing 1.10 keeps places for
-// exclusive leases only): the wait is CALL fencing_await, on a connection
-// of its own for its length.
+// Acquire waits until ctx ends for a permit; Release it when done. The
+// wait is a place in the semaphore's line (pg_fencing 1.10): free permits
+// go to the waiting places in the order they joined. The server keeps one
+// place per session and lock: a second wait of the session for a permit of
+// the semaphore while it has a place there (waiting, or kept by a permit
+// taken through the line) is CALL fencing_await, on a connection of its own
+// for its length, as before the line.
 func (sem *Semaphore) Acquire(ctx context.Context) (*SessionLease, error) {
 	return sem.session.acquire(ctx, request{lockName: sem.name, kind: Permit, permits: sem.permits}, WaitForever)
 }

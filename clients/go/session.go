@@ -29,12 +29,14 @@ type SessionOptions struct {
 //
 // It uses two connections: the heartbeat's, so that a renewal never queues
 // behind anything, and one that short statements (a try, a release, the
-// close, and the join, polls and leave of a wait in line) take turns on. A
-// wait for an exclusive lease is a place in the lock's line (pg_fencing
-// 1.10, line.go): short statements on the shared connection, nothing held
-// on the server between them. A wait for a permit or a shared lease (CALL
-// fencing_await) and LockAll's wait get a connection of their own for their
-// length, so that they hold up nothing else in the session.
+// close, and the join, polls and leave of a wait in line) take turns on.
+// Every wait -- for an exclusive lease, a shared lease or a permit -- is a
+// place in the lock's line (pg_fencing 1.10, line.go): short statements on
+// the shared connection, nothing held on the server between them. Only a
+// wait the line cannot hold (a second shared lease or permit of a lock
+// where the session has a place: CALL fencing_await) and LockAll's wait
+// get a connection of their own for their length, so that they hold up
+// nothing else in the session.
 type Session struct {
 	client *Client
 	id     int64
@@ -46,6 +48,7 @@ type Session struct {
 	work   chan *pgx.Conn // holds the shared connection while nobody uses it; nil inside once closed by pgx
 	mu     sync.Mutex
 	closed bool
+	places map[string]int // the session's places in each lock's line: waiting, or kept by a lease taken through it
 }
 
 // NewSession opens a session at once (fencing_session_open).
@@ -151,6 +154,21 @@ func (s *Session) TryLock(ctx context.Context, name string) (*SessionLease, erro
 	return s.acquire(ctx, request{lockName: name, kind: Exclusive}, 0)
 }
 
+// LockShared takes a shared lease of lock name in the session, beside other
+// shared holders, waiting in the lock's line until ctx ends: it waits while
+// an exclusive lease lives or a place for one waits (exclusive first). Each
+// call takes a lease of its own; one wait at a time per lock in a session.
+func (s *Session) LockShared(ctx context.Context, name string) (*SessionLease, error) {
+	return s.acquire(ctx, request{lockName: name, kind: Shared}, WaitForever)
+}
+
+// TryLockShared takes a shared lease of lock name in the session if no
+// exclusive lease (nor a place waiting for one) is in the way:
+// ErrLockTimeout if one is.
+func (s *Session) TryLockShared(ctx context.Context, name string) (*SessionLease, error) {
+	return s.acquire(ctx, request{lockName: name, kind: Shared}, 0)
+}
+
 // LockAll takes every one of names or none (fencing_session_acquire_all),
 // in the order given, waiting up to wait: ErrLockTimeout when not all could
 // be had. It never deadlocks with another session's LockAll.
@@ -190,19 +208,65 @@ func (s *Session) LockAll(ctx context.Context, names []string, wait time.Duratio
 }
 
 // acquire takes a lock of any kind in the session: one attempt for a wait
-// of 0; else, for an exclusive lease, a place in the lock's line
-// (waitInLine), and for a permit or a shared lease, which have no line,
-// CALL fencing_await(..., session =>) as before.
+// of 0, else a place in the lock's line (waitInLine; CALL fencing_await
+// for a second shared lease or permit of a lock where the session has a
+// place, which the line cannot hold).
 func (s *Session) acquire(ctx context.Context, r request, wait time.Duration) (*SessionLease, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
 	r.session = s.id
-	if wait != 0 && r.kind == Exclusive {
+	if wait != 0 {
 		return s.waitInLine(ctx, r, wait)
 	}
 	var token Token
-	err := s.onConn(ctx, wait != 0, func(conn *pgx.Conn) (err error) {
+	err := s.withConn(ctx, func(conn *pgx.Conn) (err error) {
+		token, _, err = acquire(ctx, s.client, conn, r, 0)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &SessionLease{session: s, req: r, token: token}, nil
+}
+
+// takePlace counts a wait's place in lock name's line: false (nothing
+// counted) for a shared lease or a permit when the session has a place
+// there already. The server keeps one place per session and lock, and a
+// join again answers that place and its lease: for an exclusive lease the
+// one the session would be given again anyway, but a second shared lease
+// or permit is another lease.
+func (s *Session) takePlace(name string, kind Kind) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if kind != Exclusive && s.places[name] > 0 {
+		return false
+	}
+	if s.places == nil {
+		s.places = make(map[string]int)
+	}
+	s.places[name]++
+	return true
+}
+
+// forgetPlace: a place counted by takePlace left (its wait ended without a
+// lease, or its lease was released).
+func (s *Session) forgetPlace(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.places[name] <= 1 {
+		delete(s.places, name)
+	} else {
+		s.places[name]--
+	}
+}
+
+// awaitInSession is a wait the line cannot hold (a second shared lease or
+// permit of a lock where the session has a place): CALL fencing_await in
+// the session, on a connection of its own for its length.
+func (s *Session) awaitInSession(ctx context.Context, r request, wait time.Duration) (*SessionLease, error) {
+	var token Token
+	err := s.onConn(ctx, true, func(conn *pgx.Conn) (err error) {
 		token, _, err = acquire(ctx, s.client, conn, r, wait)
 		return err
 	})
@@ -342,6 +406,9 @@ func (l *SessionLease) Release(ctx context.Context) (bool, error) {
 	}
 	l.released = true
 	l.mu.Unlock()
+	if l.place != 0 {
+		l.session.forgetPlace(l.req.lockName)
+	}
 	return l.session.release(ctx, l.req, l.token, l.place)
 }
 

@@ -100,9 +100,10 @@ export interface SessionOptions {
 
 export interface SessionLockOptions {
   /** Seconds to wait for a busy lock (Infinity: until granted). Default: one attempt.
-   *  For an exclusive lease the wait is a place in the lock's line (pg_fencing 1.10): short
-   *  statements, no server connection held between them; for a shared lease or a permit,
-   *  CALL fencing_await. */
+   *  The wait, of every kind, is a place in the lock's line (pg_fencing 1.10): short
+   *  statements, no server connection held between them. The server keeps one place per
+   *  session and lock: a second wait for a shared lease or a permit of a lock where the session
+   *  has a place already is CALL fencing_await, which holds a connection for the whole wait. */
   wait?: number;
   kind?: LeaseKind;
   /** For kind 'permit'. */

@@ -2,8 +2,9 @@
 // connections of its own, from the same config (and so as the same role,
 // which renewals and releases require).
 //
-// A wait in a session for an exclusive lease, and a campaign, is a place in
-// the lock's line (1.10, ./line.js), polled every `poll` seconds (default
+// A wait in a session, of every kind (an exclusive lease, a shared lease, a
+// permit), and a campaign, is a place in the lock's line (1.10,
+// ./line.js), polled every `poll` seconds (default
 // 0.5).  With listen: true the client also keeps one connection LISTENing
 // on fencing_line while any of its waits is in line, and a place polls at
 // once when its number is announced (and at the latest every 2 s by

@@ -151,7 +151,7 @@ export class Election {
       this.#session = session;
       let granted;
       try {
-        granted = await session._waitInLine(this.name, Math.max(0, end - performance.now()), payload, signal);
+        granted = await session._waitInLine(this.name, Math.max(0, end - performance.now()), { payload, signal });
       } catch (err) {
         await this.#endTerm();
         if (!(err instanceof LeaseLostError)) throw err;

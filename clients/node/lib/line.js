@@ -1,23 +1,28 @@
-// The line (pg_fencing 1.10): a wait for an exclusive lease in a session as
-// a place the database keeps, instead of a statement that runs for the
-// whole wait (CALL fencing_await) and holds a server connection meanwhile.
+// The line (pg_fencing 1.10): every wait in a session -- for an exclusive
+// lease, a shared lease or a permit of a semaphore -- as a place the
+// database keeps, instead of a statement that runs for the whole wait (CALL
+// fencing_await) and holds a server connection meanwhile.
 //
-//   join    SELECT place, token FROM fencing_line_join(session, lock, wait, payload)
+//   join    SELECT place, token FROM fencing_line_join(session, lock, wait, payload, kind, permits)
 //   poll    SELECT state, token FROM fencing_line_poll(ARRAY[place])
 //   leave   SELECT fencing_line_leave(place)
 //
 // Each is one short statement in autocommit, so between them a candidate
 // holds no transaction, no snapshot and -- through a transaction-pooling
 // PgBouncer -- no server connection: what it costs the server is one row of
-// fencing_line.  The place first in line takes the lease itself when it
-// joins or polls; nobody else may take the lock meanwhile, so arrival order
-// holds however long the wait.  A place is polled every POLL_MS (500 ms),
-// and, with a Listener (Client option listen), at once when its number is
-// heard on the channel fencing_line (NOTIFYed at the commit of every change
-// that may free the lock, with the number of the first waiting place), and
-// every POLL_LISTENING_MS otherwise.  LISTEN is optional: through a
-// transaction pooler it cannot be relied on (the LISTEN stays on whichever
-// server connection ran it), and the timer alone is enough.
+// fencing_line.  A place takes its lease itself when it joins or polls in
+// its turn: exclusive places first, in arrival order; a shared place once
+// no exclusive place waits and the exclusive lease has ended; a semaphore's
+// free permits to its permit places in arrival order.  Nobody outside the
+// line is granted what a waiting place is owed meanwhile.  A place is
+// polled every POLL_MS (500 ms), and, with a Listener (Client option
+// listen), at once when its number is heard on the channel fencing_line
+// (NOTIFYed at the commit of every change that may free the lock, with the
+// number of the first place waiting for an exclusive lease, or, when none
+// waits, of each of the first 16 places waiting for a shared lease or a
+// permit), and every POLL_LISTENING_MS otherwise.  LISTEN is optional:
+// through a transaction pooler it cannot be relied on (the LISTEN stays on
+// whichever server connection ran it), and the timer alone is enough.
 //
 // The same statements and periods as the Python client (pg_fencing._line).
 
@@ -48,7 +53,7 @@ const REMEMBERED = 4096;
 // Place numbers and tokens as text: node-postgres reads an int8 as the
 // application's parser says (Number rounds past 2^53).
 export const JOIN =
-  'SELECT place::text AS place, token::text AS token FROM fencing_line_join($1, $2, $3::interval, $4::jsonb)';
+  'SELECT place::text AS place, token::text AS token FROM fencing_line_join($1, $2, $3::interval, $4::jsonb, $5, $6::integer)';
 export const POLL = 'SELECT state, token::text AS token FROM fencing_line_poll(ARRAY[$1::bigint])';
 export const LEAVE = 'SELECT fencing_line_leave($1::bigint) AS left';
 // Gives back a lease taken through the line: leaving releases it and ends

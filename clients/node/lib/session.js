@@ -8,15 +8,18 @@
 // the order they were called.  Both come from the same config, so both are
 // the role that opened the session: only that role may act in it.
 //
-// A wait for an exclusive lease (lock(name, { wait })) is a place in the
-// lock's line (pg_fencing 1.10, ./line.js): joined, then polled, each a
-// short statement in autocommit on the work connection, which is free
-// between them -- through a transaction pooler no server connection is held
-// between polls.  The waits for a shared lease or a permit, which the line
-// does not hold, and lockAll() with a wait, are still one statement that
-// waits (CALL fencing_await, fencing_session_acquire_all) on the work
-// connection; while one is pending, a statement of the line or a release
-// goes on a connection of its own rather than queue behind it.
+// Every wait in a session (lock(name, { wait }), of every kind: an
+// exclusive lease, a shared lease, a permit) is a place in the lock's line
+// (pg_fencing 1.10, ./line.js): joined, then polled, each a short statement
+// in autocommit on the work connection, which is free between them --
+// through a transaction pooler no server connection is held between polls.
+// Two waits are still one statement that waits on the work connection:
+// lockAll() with a wait (fencing_session_acquire_all), and a wait the line
+// cannot hold -- a second shared lease or permit of a lock where the session
+// has a place already (the server keeps one place per session and lock):
+// CALL fencing_await(..., session =>).  While one is pending, a statement of
+// the line or a release goes on a connection of its own rather than queue
+// behind it.
 
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
@@ -108,6 +111,7 @@ export class Session extends EventEmitter {
   #listener; // the Client's Listener, or null
   #pollMs;
   #watches = new Set(); // the wake-ups of the waits in line, woken by close()
+  #places = new Map(); // lock name -> the session's places in its line: waiting, or kept by a lease taken through it
   #longWaits = 0; // statements that wait (CALL fencing_await, lockAll), pending on the work connection
 
   async #open() {
@@ -152,132 +156,181 @@ export class Session extends EventEmitter {
   // when it stays busy (for wait seconds, if given).  LeaseLostError unless
   // the session is held.
   //
-  // A wait for an exclusive lease is a place in the lock's line (1.10):
-  // short statements, no server connection held between them, arrival order
-  // kept; at its end, or when signal aborts, the place is left, giving back
-  // a grant made meanwhile.  The line holds exclusive leases only: a wait
-  // for a shared lease or a permit stays as it was, CALL fencing_await(...,
-  // session =>) in slices, no snapshot held while it sleeps but a
-  // connection held for the whole wait (signal cancels it on the server).
+  // A wait, of every kind, is a place in the lock's line (1.10): short
+  // statements, no server connection held between them, arrival order kept
+  // (exclusive places first; a semaphore's free permits to its places in
+  // the order they joined); at its end, or when signal aborts, the place is
+  // left, giving back a grant made meanwhile.  The server keeps one place
+  // per session and lock: a second wait for a shared lease or a permit of a
+  // lock where the session has a place (waiting, or kept by a lease taken
+  // through it) cannot be a place, and is CALL fencing_await(...,
+  // session =>) in slices, as before the line: no snapshot held while it
+  // sleeps, but a connection held for the whole wait (signal cancels it on
+  // the server).
   lock(name, { wait, kind = 'exclusive', permits, payload, signal } = {}) {
     const waitMs = checkLockOptions(kind, { permits, payload, wait });
-    if (kind === 'exclusive' && waitMs !== null) return this.#lockInLine(name, waitMs, payload, signal);
-    return this.#waiting(waitMs !== null, () => this.#inSession(async (client) => {
+    if (waitMs !== null) {
+      if (this.#takePlace(name, kind)) return this.#lockInLine(name, waitMs, { kind, permits, payload, signal });
+      return this.#awaitInSession(name, waitMs, { kind, permits, payload, signal });
+    }
+    return this.#inSession(async (client) => {
       let token;
-      if (waitMs === null) {
-        await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-        try {
-          token = await value(
-            client,
-            'SELECT fencing_session_acquire($1, $2, payload => $3::jsonb, kind => $4, permits => $5::integer)',
-            [this.id, name, payloadText(payload), kind, permits ?? null],
-          );
-          await client.query('COMMIT');
-        } catch (err) {
-          await client.query('ROLLBACK').catch(() => {});
-          throw err;
-        }
-      } else {
-        ({ token } = await awaitGrant({
+      await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
+      try {
+        token = await value(
           client,
-          config: this.config,
-          waitMs,
-          signal,
-          release: { lockName: name, holder: this.holder },
-          statement: (sliceMs) => [
-            'CALL fencing_await($1, session => $2, wait => $3::interval, kind => $4, permits => $5::integer, payload => $6::jsonb)',
-            [name, this.id, interval(sliceMs, 0), kind, permits ?? null, payloadText(payload)],
-          ],
-        }));
+          'SELECT fencing_session_acquire($1, $2, payload => $3::jsonb, kind => $4, permits => $5::integer)',
+          [this.id, name, payloadText(payload), kind, permits ?? null],
+        );
+        await client.query('COMMIT');
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw err;
       }
-      if (token === null) {
-        throw new LockTimeoutError(`${describeLock(kind, name)} is busy` + (waitMs === null ? '' : ` (waited ${waitMs / 1000} s)`));
-      }
+      if (token === null) throw new LockTimeoutError(`${describeLock(kind, name)} is busy`);
+      return new SessionLease(this, name, kind, BigInt(token));
+    });
+  }
+
+  async #lockInLine(name, waitMs, { kind, permits, payload, signal }) {
+    let granted = null;
+    try {
+      granted = await this._waitInLine(name, waitMs, { kind, permits, payload, signal });
+    } finally {
+      if (granted === null) this.#forgetPlace(name); // no place kept: the wait ended without a lease
+    }
+    if (granted === null) throw new LockTimeoutError(`${describeLock(kind, name)} is busy (waited ${waitMs / 1000} s)`);
+    return new SessionLease(this, name, kind, granted.token, granted.place);
+  }
+
+  // Counts a wait's place in name's line: false (nothing counted) for a
+  // shared lease or a permit when the session has a place there already.
+  // A join again would answer that place and its lease: for an exclusive
+  // lease the one the session would be given again anyway, but a second
+  // shared lease or permit is another lease.
+  #takePlace(name, kind) {
+    const places = this.#places.get(name) ?? 0;
+    if (kind !== 'exclusive' && places > 0) return false;
+    this.#places.set(name, places + 1);
+    return true;
+  }
+
+  // A place counted by #takePlace left: its wait ended without a lease, or
+  // its lease was released.
+  #forgetPlace(name) {
+    const places = this.#places.get(name) ?? 0;
+    if (places <= 1) this.#places.delete(name);
+    else this.#places.set(name, places - 1);
+  }
+
+  // A wait the line cannot hold: CALL fencing_await(..., session =>) on the
+  // work connection, in slices; signal cancels it on the server, and a
+  // grant made meanwhile is given back.
+  #awaitInSession(name, waitMs, { kind, permits, payload, signal }) {
+    return this.#waiting(true, () => this.#inSession(async (client) => {
+      const { token } = await awaitGrant({
+        client,
+        config: this.config,
+        waitMs,
+        signal,
+        release: { lockName: name, holder: this.holder },
+        statement: (sliceMs) => [
+          'CALL fencing_await($1, session => $2, wait => $3::interval, kind => $4, permits => $5::integer, payload => $6::jsonb)',
+          [name, this.id, interval(sliceMs, 0), kind, permits ?? null, payloadText(payload)],
+        ],
+      });
+      if (token === null) throw new LockTimeoutError(`${describeLock(kind, name)} is busy (waited ${waitMs / 1000} s)`);
       return new SessionLease(this, name, kind, BigInt(token));
     }));
   }
 
-  async #lockInLine(name, waitMs, payload, signal) {
-    const granted = await this._waitInLine(name, waitMs, payload, signal);
-    if (granted === null) throw new LockTimeoutError(`${describeLock('exclusive', name)} is busy (waited ${waitMs / 1000} s)`);
-    return new SessionLease(this, name, 'exclusive', granted.token, granted.place);
-  }
-
-  // Waits for an exclusive lease of name as a place in its line, waitMs at
-  // most (Infinity: as long as the session lives): { token, place } (BigInts)
-  // once granted; null when the wait ran out, the place left (a grant made
-  // meanwhile given back).  Joined, then polled every pollMs, and at once
-  // when the listener hears the place's number; each statement short and in
-  // autocommit.  Whatever else ends it -- signal (rejecting with
-  // signal.reason), LeaseLostError, an error -- leaves the place too, unless
-  // the session is closed (its places went with it).  Also Election.campaign's.
-  async _waitInLine(name, waitMs, payload, signal) {
+  // Waits for a lease of name (kind, permits as lock() takes them) as a
+  // place in its line, waitMs at most (Infinity: as long as the session
+  // lives): { token, place } (BigInts) once granted; null when the wait ran
+  // out, the place left (a grant made meanwhile given back).  Joined, then
+  // polled every pollMs, and at once when the listener hears the place's
+  // number; each statement short and in autocommit.  Whatever else ends it
+  // -- signal (rejecting with signal.reason), LeaseLostError, an error --
+  // leaves the place too, unless the session is closed (its places went
+  // with it).  Also Election.campaign's.
+  async _waitInLine(name, waitMs, { kind = 'exclusive', permits, payload, signal } = {}) {
     signal?.throwIfAborted();
     this.check();
     const until = performance.now() + waitMs;
     const left = () => until - performance.now();
-    const watch = this.#listener === null ? new Watch() : await this.#listener.watch();
-    this.#watches.add(watch);
-    const onAbort = () => watch.wake();
-    signal?.addEventListener('abort', onAbort);
+    let watch = null;
     let place = null;
     try {
-      signal?.throwIfAborted();
-      let token;
-      let sent = performance.now();
-      ({ place, token } = await this.#join(name, waitMs, payload));
-      let last = lastPollAt(until, sent, performance.now());
-      watch.follow(place);
-      while (token === null) {
-        const toLast = last - performance.now();
-        // The last poll (or the join) was just made: leave.  (Within 1 ms:
-        // a timer may fire that much early.)
-        if (toLast <= 1) break;
-        await watch.sleep(Math.min(this.#pollMs, toLast));
-        // The last sleep ends just before the deadline (lastPollAt), and
-        // the place is polled then too.
+      watch = this.#listener === null ? new Watch() : await this.#listener.watch();
+      this.#watches.add(watch);
+      const onAbort = () => watch.wake();
+      signal?.addEventListener('abort', onAbort);
+      try {
         signal?.throwIfAborted();
-        this.check();
-        let row;
-        try {
-          row = await this.#lineRow(POLL, [place]);
-        } catch (err) {
-          if (err instanceof LeaseLostError || !mayMend(err)) throw err;
-          continue; // a broken connection: made again for the next poll
+        let token;
+        let sent = performance.now();
+        const join = async (ms) => {
+          ({ place, token } = await this.#join(name, ms, { kind, permits, payload }));
+        };
+        await join(waitMs);
+        let last = lastPollAt(until, sent, performance.now());
+        watch.follow(place);
+        while (token === null) {
+          const toLast = last - performance.now();
+          // The last poll (or the join) was just made: leave.  (Within 1 ms:
+          // a timer may fire that much early.)
+          if (toLast <= 1) break;
+          await watch.sleep(Math.min(this.#pollMs, toLast));
+          // The last sleep ends just before the deadline (lastPollAt), and
+          // the place is polled then too.
+          signal?.throwIfAborted();
+          this.check();
+          let row;
+          try {
+            row = await this.#lineRow(POLL, [place]);
+          } catch (err) {
+            if (err instanceof LeaseLostError || !mayMend(err)) throw err;
+            continue; // a broken connection: made again for the next poll
+          }
+          if (row.state === 'granted') {
+            token = row.token;
+          } else if (row.state === 'gone') {
+            // The server ended the place: its session (the join says so,
+            // 55Z05: LeaseLostError), its wait (at the deadline), or a grant
+            // that ended before it was seen.  Joined again, at the back.
+            if (left() <= 0) break;
+            sent = performance.now();
+            await join(left());
+            last = lastPollAt(until, sent, performance.now());
+            watch.follow(place);
+          }
         }
-        if (row.state === 'granted') {
-          token = row.token;
-        } else if (row.state === 'gone') {
-          // The server ended the place: its session (the join says so,
-          // 55Z05: LeaseLostError), its wait (at the deadline), or a grant
-          // that ended before it was seen.  Joined again, at the back.
-          if (left() <= 0) break;
-          sent = performance.now();
-          ({ place, token } = await this.#join(name, left(), payload));
-          last = lastPollAt(until, sent, performance.now());
-          watch.follow(place);
-        }
+        if (token !== null) return { token: BigInt(token), place: BigInt(place) };
+        // The deadline: leave, which gives back a lease granted to the place
+        // meanwhile (by a poll whose answer was lost, say).
+        const leaving = place;
+        place = null;
+        await this.#lineRow(LEAVE, [leaving], { check: false });
+        return null;
+      } finally {
+        signal?.removeEventListener('abort', onAbort);
       }
-      if (token !== null) return { token: BigInt(token), place: BigInt(place) };
-      // The deadline: leave, which gives back a lease granted to the place
-      // meanwhile (by a poll whose answer was lost, say).
-      const leaving = place;
-      place = null;
-      await this.#lineRow(LEAVE, [leaving], { check: false });
-      return null;
     } catch (err) {
       if (place !== null && !this.#closed) await this.#lineRow(LEAVE, [place], { check: false }).catch(() => {});
       throw err;
     } finally {
-      signal?.removeEventListener('abort', onAbort);
-      this.#watches.delete(watch);
-      watch.close();
+      if (watch !== null) {
+        this.#watches.delete(watch);
+        watch.close();
+      }
     }
   }
 
   // fencing_line_join: { place, token } as text (token null: waiting).
-  #join(name, waitMs, payload) {
-    return this.#lineRow(JOIN, [this.id, name, waitMs === Infinity ? null : interval(waitMs, 0), payloadText(payload)]);
+  #join(name, waitMs, { kind, permits, payload }) {
+    return this.#lineRow(JOIN, [
+      this.id, name, waitMs === Infinity ? null : interval(waitMs, 0), payloadText(payload), kind, permits ?? null,
+    ]);
   }
 
   // One short statement (of the line, a release, a proclamation) on the
@@ -404,6 +457,7 @@ export class Session extends EventEmitter {
   // line (place) leaves its place too, which releases it.  Never queues
   // behind a statement that waits.
   async _release(name, token, place = null) {
+    if (place !== null) this.#forgetPlace(name);
     if (this.#closed) return false;
     const [sql, values] = place === null
       ? ['SELECT fencing_release($1, $2::fencing_token) AS released', [name, token]]

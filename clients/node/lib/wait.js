@@ -1,4 +1,6 @@
-// Waiting for a busy lock: CALL fencing_await, which commits each attempt
+// Waiting for a busy lock, for a lease of its own, or in a session where the
+// line cannot hold the wait (otherwise a wait in a session is a place in
+// line: ./line.js): CALL fencing_await, which commits each attempt
 // before it sleeps, so that a wait of hours holds no snapshot and no
 // transaction id (VACUUM is never held back by a follower).  It cannot run
 // in a transaction block: it is sent alone, in autocommit.

@@ -130,11 +130,10 @@ describe('edges', () => {
     try {
       const mine = await session.lock(name, { kind: 'permit', permits: 2 });
       const controller = new AbortController();
-      const app = `pg_fencing session ${session.holder}`.slice(0, 63);
       const waiting = session.lock(name, { kind: 'permit', permits: 2, wait: 30, signal: controller.signal });
       assert.ok(
-        await waitUntil(async () => (await sql1(db, "SELECT count(*)::int FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'CALL fencing_await%' AND state = 'active'", [app])) === 1, 5000),
-        'the wait for a second permit is on the server',
+        await waitUntil(async () => (await sql1(db, 'SELECT count(*)::int FROM fencing_line WHERE session_id = $1 AND token IS NULL', [session.id.toString()])) === 1, 5000),
+        'the wait for a second permit is a place in line',
       );
       controller.abort();
       await within(assert.rejects(waiting, { name: 'AbortError' }), 5000, 'the aborted wait');
