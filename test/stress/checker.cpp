@@ -202,22 +202,6 @@ struct FinalRow {
 
 // ---- Reading ----------------------------------------------------------------
 
-std::vector<std::string> Lines(const std::string &text, long *truncated) {
-  std::vector<std::string> lines;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    const std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) {
-      // A process killed in the middle of a line; nothing after it.
-      if (truncated) ++*truncated;
-      break;
-    }
-    lines.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return lines;
-}
-
 std::optional<std::string> Cell(const std::string &cell) {
   if (cell == "\\N") return std::nullopt;
   return cell;
@@ -233,7 +217,7 @@ std::optional<std::int64_t> IntCell(const std::string &cell) {
 std::vector<std::vector<std::string>> ReadTsv(const std::string &path, std::size_t columns,
                                               std::size_t min_columns = 0) {
   std::vector<std::vector<std::string>> rows;
-  for (const std::string &line : Lines(ReadFile(path), nullptr)) {
+  for (const std::string &line : CompleteLines(ReadFile(path), nullptr)) {
     if (line.empty()) continue;
     std::vector<std::string> cells = Split(line, '\t');
     const std::size_t fewest = min_columns == 0 ? columns : min_columns;
@@ -258,39 +242,6 @@ std::vector<std::string> LogFiles(const std::string &dir) {
   std::sort(files.begin(), files.end());
   return files;
 }
-
-// ---- Violations ---------------------------------------------------------------
-
-class Violations {
- public:
-  explicit Violations(int examples) : examples_(examples) {}
-  void Add(const std::string &kind, const std::string &example) {
-    Entry &entry = kinds_[kind];
-    if (static_cast<int>(entry.examples.size()) < examples_) entry.examples.push_back(example);
-    ++entry.count;
-    ++total_;
-  }
-  long total() const { return total_; }
-  long Count(const std::string &kind) const {
-    const auto it = kinds_.find(kind);
-    return it == kinds_.end() ? 0 : it->second.count;
-  }
-  void Print(std::ostream &out) const {
-    for (const auto &[kind, entry] : kinds_) {
-      out << "  " << kind << ": " << entry.count << "\n";
-      for (const std::string &example : entry.examples) out << "      e.g. " << example << "\n";
-    }
-  }
-
- private:
-  struct Entry {
-    long count = 0;
-    std::vector<std::string> examples;
-  };
-  int examples_;
-  long total_ = 0;
-  std::map<std::string, Entry> kinds_;
-};
 
 // "the highest token recorded before time t": points (time, token) sorted by
 // time, with a running maximum.
@@ -584,7 +535,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
 
   // ---- meta, faults ----
   std::map<std::string, std::string> meta;
-  for (const std::string &line : Lines(ReadFile(dir + "/meta.txt"), nullptr)) {
+  for (const std::string &line : CompleteLines(ReadFile(dir + "/meta.txt"), nullptr)) {
     const std::size_t eq = line.find('=');
     if (eq != std::string::npos) meta[line.substr(0, eq)] = line.substr(eq + 1);
   }
@@ -599,7 +550,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   std::vector<std::pair<std::int64_t, std::int64_t>> outages;
   // Requests of the freeze fault's variant (then= a call, not commit).
   long variant_requests = 0;
-  for (const std::string &line : Lines(ReadFile(dir + "/faults.log"), nullptr)) {
+  for (const std::string &line : CompleteLines(ReadFile(dir + "/faults.log"), nullptr)) {
     const Fields f = ParseFields(line);
     if (const auto ev = Get(f, "ev")) ++faults[*ev];
     if (Get(f, "ev") == std::optional<std::string>("freeze_request") &&
@@ -662,7 +613,7 @@ long CheckRun(const CheckOptions &options, std::ostream &out) {
   long truncated = 0;
   long anomalies = 0;
   for (const std::string &path : LogFiles(dir + "/workers")) {
-    for (const std::string &line : Lines(ReadFile(path), &truncated)) {
+    for (const std::string &line : CompleteLines(ReadFile(path), &truncated)) {
       const Fields f = ParseFields(line);
       const std::string ev = Get(f, "ev").value_or("");
       ++events[ev];

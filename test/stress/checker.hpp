@@ -22,14 +22,49 @@
 // The checks are described in RELIABILITY.md and at each check below.
 #pragma once
 
+#include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace pg_fencing::stress {
 
 struct CheckOptions {
   std::string run_dir;
   int examples = 5;  // violations shown per kind
+};
+
+// The violations a checker found (this one or the fleet's), counted by
+// kind, with the first few examples of each for the report.
+class Violations {
+ public:
+  explicit Violations(int examples) : examples_(examples) {}
+  void Add(const std::string &kind, const std::string &example) {
+    Entry &entry = kinds_[kind];
+    if (static_cast<int>(entry.examples.size()) < examples_) entry.examples.push_back(example);
+    ++entry.count;
+    ++total_;
+  }
+  long total() const { return total_; }
+  long Count(const std::string &kind) const {
+    const auto it = kinds_.find(kind);
+    return it == kinds_.end() ? 0 : it->second.count;
+  }
+  void Print(std::ostream &out) const {
+    for (const auto &[kind, entry] : kinds_) {
+      out << "  " << kind << ": " << entry.count << "\n";
+      for (const std::string &example : entry.examples) out << "      e.g. " << example << "\n";
+    }
+  }
+
+ private:
+  struct Entry {
+    long count = 0;
+    std::vector<std::string> examples;
+  };
+  int examples_;
+  long total_ = 0;
+  std::map<std::string, Entry> kinds_;
 };
 
 // Prints the report to out; returns the number of violations found.

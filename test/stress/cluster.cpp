@@ -24,12 +24,6 @@ constexpr int kKillTimeoutMs = 10000;
 // Any number will do: the socket directory is ours alone.
 constexpr int kPort = 5432;
 
-void Chown(const std::string &path, const std::optional<RunAs> &run_as) {
-  if (run_as && chown(path.c_str(), run_as->uid, run_as->gid) != 0) {
-    throw std::system_error(errno, std::generic_category(), "chown " + path);
-  }
-}
-
 }  // namespace
 
 Cluster::Cluster(ClusterOptions options) : options_(std::move(options)), run_as_(ServerUser()) {}
@@ -47,8 +41,8 @@ void Cluster::MakeDirectories() {
   fs::create_directories(options_.socket_dir);
   chmod(options_.datadir.c_str(), 0700);
   chmod(options_.socket_dir.c_str(), 0755);
-  Chown(options_.datadir, run_as_);
-  Chown(options_.socket_dir, run_as_);
+  ChownTo(options_.datadir, run_as_);
+  ChownTo(options_.socket_dir, run_as_);
 }
 
 void Cluster::InitDb() {
@@ -71,7 +65,7 @@ void Cluster::Start() {
   // read again at the end) has no socket directory yet.
   std::filesystem::create_directories(options_.socket_dir);
   chmod(options_.socket_dir.c_str(), 0755);
-  Chown(options_.socket_dir, run_as_);
+  ChownTo(options_.socket_dir, run_as_);
   std::vector<std::string> argv = {
       options_.bindir + "/postgres", "-D", options_.datadir,   "-p", std::to_string(kPort), "-k",
       options_.socket_dir,           "-c", "listen_addresses="};
@@ -83,28 +77,11 @@ void Cluster::Start() {
   // its backends with it.
   postmaster_ = Spawn(argv, {run_as_, options_.log_path, SIGQUIT});
 
+  // Accepting connections: recovery, if any, is over.
   const std::string conninfo = Conninfo("postgres", "postgres");
-  const std::int64_t deadline = MonoMs() + kReadyTimeoutMs;
-  for (;;) {
-    Reaper::Reap();
-    if (const std::optional<int> status = Reaper::Status(postmaster_)) {
-      Reaper::Forget(postmaster_);
-      postmaster_ = -1;
-      throw std::runtime_error("postmaster exited at start (" + DescribeStatus(*status) +
-                               "); see " + options_.log_path);
-    }
-    try {
-      pqxx::connection probe(conninfo);
-      return;  // accepting connections: recovery, if any, is over
-    } catch (const std::exception &) {
-      // not yet: starting up, or recovering
-    }
-    if (MonoMs() >= deadline) {
-      throw std::runtime_error("server not ready after " + std::to_string(kReadyTimeoutMs) +
-                               " ms; see " + options_.log_path);
-    }
-    SleepMs(20);
-  }
+  AwaitReady(
+      postmaster_, [&] { pqxx::connection probe(conninfo); }, kReadyTimeoutMs, "server",
+      options_.log_path);
 }
 
 int Cluster::Crash() {
@@ -159,7 +136,7 @@ pid_t Cluster::StartBaseBackup(const std::string &target, const std::string &log
   if (!running()) throw std::logic_error("cluster not running");
   std::filesystem::create_directories(target);
   chmod(target.c_str(), 0700);
-  Chown(target, run_as_);
+  ChownTo(target, run_as_);
   // --no-sync: the harness kills processes, never the machine (RELIABILITY.md,
   // Limits); the page cache is the disk here.
   return Spawn({options_.bindir + "/pg_basebackup", "-D", target, "-h", options_.socket_dir, "-p",

@@ -103,6 +103,22 @@ std::vector<std::string> Split(std::string_view s, char c) {
   }
 }
 
+std::vector<std::string> CompleteLines(const std::string &text, long *truncated) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) {
+      // A process killed in the middle of a line; nothing after it.
+      if (truncated) ++*truncated;
+      break;
+    }
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
 std::optional<std::string> Get(const Fields &fields, std::string_view key) {
   const auto it = fields.find(key);
   if (it == fields.end()) return std::nullopt;

@@ -43,6 +43,18 @@ inline constexpr char kReadTableTag[] = "read";
 inline constexpr char kDatabase[] = "stress";
 inline constexpr char kAppRole[] = "stress_app";
 
+// What every worker process is told, in either mode (worker.hpp,
+// fleet.hpp): which of the orchestrator's slots it fills, how many
+// processes filled that slot before it, where it connects and logs, and
+// the seed of its random choices.
+struct WorkerProcessConfig {
+  int slot = 0;         // stable across respawns
+  int incarnation = 0;  // how many times this slot was started before
+  std::string conninfo;
+  std::string log_path;
+  std::uint64_t seed = 1;
+};
+
 // Both clocks at one instant: CLOCK_MONOTONIC (ns, comparable across the
 // processes of one boot) and CLOCK_REALTIME (µs since the epoch, the clock
 // the server's clock_timestamp() reads on this same host).
@@ -76,6 +88,10 @@ using Fields = std::map<std::string, std::string, std::less<>>;
 Fields ParseFields(std::string_view line);
 // Splits s on c.
 std::vector<std::string> Split(std::string_view s, char c);
+// The lines of a log's text, without their newlines and without an
+// incomplete last one (a process killed in the middle of writing it),
+// which truncated (if given) counts.
+std::vector<std::string> CompleteLines(const std::string &text, long *truncated);
 
 // The value of key in fields, or nullopt.
 std::optional<std::string> Get(const Fields &fields, std::string_view key);

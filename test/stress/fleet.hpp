@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
+
 namespace pg_fencing::stress {
 
 // The election every candidate of the fleet stands in.
@@ -24,12 +26,9 @@ inline constexpr char kFleetLock[] = "fleet";
 inline constexpr char kFleetTable[] = "fleet_rows";
 inline constexpr char kFleetTableTag[] = "fleet";
 
-struct FleetWorkerConfig {
-  int slot = 0;          // which process of the fleet (stable across respawns)
-  int incarnation = 0;   // how many times this slot was started before
-  int candidates = 50;   // candidates multiplexed in this process
-  std::string conninfo;  // through PgBouncer
-  std::string log_path;
+// One process of the fleet; its conninfo goes through PgBouncer.
+struct FleetWorkerConfig : WorkerProcessConfig {
+  int candidates = 50;  // candidates multiplexed in this process
   int rows = 4;
   std::chrono::milliseconds ttl{3000};
   std::chrono::milliseconds poll_every{500};
@@ -37,7 +36,6 @@ struct FleetWorkerConfig {
   // How long a leader leads before it resigns, drawn uniformly.
   std::chrono::milliseconds lead_min{1000};
   std::chrono::milliseconds lead_max{3000};
-  std::uint64_t seed = 1;
 };
 
 std::vector<std::string> FleetWorkerArguments(const FleetWorkerConfig &config);

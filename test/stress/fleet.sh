@@ -20,72 +20,35 @@
 # Builds nothing; the run makes its own throwaway cluster and PgBouncer (as
 # "postgres", Unix sockets only) and removes them.  Exit 0 only if all hold.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/suite.sh"
 
-usage() {
-  echo "usage: $0 BUILD_DIR [--duration S] [--fleet N] [--seed N] [--pg-bindir DIR] [--keep]" >&2
-  exit 2
-}
-(($# >= 1)) || usage
-build=$(cd "$1" && pwd) || usage
-shift
+usage_options="[--duration S] [--fleet N] [--seed N] [--pg-bindir DIR] [--keep]"
 duration=60
 fleet=500
-seed=1
-keep=0
-pg_bindir=()
-while (($#)); do
+examples=3
+own_option() {
   case $1 in
-    --duration) duration=$2; shift 2 ;;
-    --fleet) fleet=$2; shift 2 ;;
-    --seed) seed=$2; shift 2 ;;
-    --pg-bindir) pg_bindir=(--pg-bindir "$2"); shift 2 ;;
-    --keep) keep=1; shift ;;
-    *) usage ;;
+    --fleet) fleet=$2 ;;
+    *) return 1 ;;
   esac
-done
-
-stress=$build/test/stress/pg_fencing_stress
-check=$build/test/stress/pg_fencing_stress_check
-if [[ $EUID -ne 0 ]]; then
-  echo "$0: run as root (the server and PgBouncer run as \"postgres\", the harness kills processes)" >&2
-  exit 2
-fi
-if [[ ! -x $stress || ! -x $check ]]; then
-  echo "$0: $stress or $check missing; build first (cmake --build $build)" >&2
-  exit 2
-fi
+}
+parse_arguments "$@"
+prepare_suite 'the server and PgBouncer run as "postgres", the harness kills processes' \
+  pg_fencing_fleet_run
 if [[ ! -x /usr/sbin/pgbouncer ]]; then
   echo "$0: PgBouncer is not installed (/usr/sbin/pgbouncer)" >&2
   exit 2
 fi
 
-work=$(mktemp -d /tmp/pg_fencing_fleet_run.XXXXXX)
-chmod 755 "$work"
-failures=()
-
 # 1. The fleet run.
-echo "==> fleet: pg_fencing_stress --fleet $fleet --duration $duration --seed $seed"
-timeout --kill-after=30 $((duration + 240)) \
-  "$stress" --fleet "$fleet" --dir "$work/fleet" --duration "$duration" --seed "$seed" --examples 3 \
-  "${pg_bindir[@]}" >"$work/fleet.out" 2>&1
-rc=$?
-sed -n '/^pg_fencing_stress: faults injected/p; /^== check/,$p' "$work/fleet.out"
-if ((rc == 0)); then
-  echo "--- fleet: PASS (no violation)"
-else
-  echo "--- fleet: FAILED (status $rc); last lines:"
-  tail -n 5 "$work/fleet.out"
-  failures+=(fleet)
-fi
+expect_no_violation fleet "$duration" --fleet "$fleet"
 
 # 2. Planted defects, on copies of the run's directory: plant NAME EXPECT.
 ttl_us=$(($(sed -n 's/^ttl_ms=//p' "$work/fleet/meta.txt" 2>/dev/null || echo 0) * 1000))
 plant() {
   local name=$1 expect=$2
   local dir=$work/plant-$name
-  rm -rf "$dir"
-  cp -a "$work/fleet" "$dir"
-  rm -rf "$dir/pgdata"
+  copy_run "$work/fleet" "$dir"
   case $name in
     resign-dropped)
       # Every leader's resignation gone from its log: the lock's next grant
@@ -114,14 +77,7 @@ plant() {
       awk -F'\t' -v OFS='\t' -v n="$(wc -l <"$dir/history.tsv")" -v t="$first" 'NR == n { $4 = t } { print }' \
         "$dir/history.tsv" >"$dir/t" && mv "$dir/t" "$dir/history.tsv" ;;
   esac
-  "$check" "$dir" --examples 1 >"$dir.out" 2>&1
-  local rc=$?
-  if ((rc == 1)) && grep -q "$expect" "$dir.out"; then
-    echo "    planted $name: reported ($(grep -m1 "$expect" "$dir.out" | sed 's/^ *//'))"
-  else
-    echo "    planted $name: NOT REPORTED (status $rc, expected \"$expect\")"
-    failures+=("plant-$name")
-  fi
+  expect_reported "$dir" "$name" "$expect" "plant-$name"
 }
 echo
 echo "==> checker self-test: defects planted in copies of the fleet run"
@@ -136,11 +92,4 @@ else
   failures+=(self-test)
 fi
 
-echo
-if ((${#failures[@]} == 0)); then
-  echo "fleet: PASS (no violation in the fleet run, planted defects reported)"
-  ((keep)) && echo "run directories kept in $work" || rm -rf "$work"
-  exit 0
-fi
-echo "fleet: FAILED: ${failures[*]} (run directories kept in $work)"
-exit 1
+finish fleet "no violation in the fleet run, planted defects reported"

@@ -145,49 +145,10 @@ struct FleetRun {
   std::vector<Committed> history;  // seq order
 };
 
-class Violations {
- public:
-  explicit Violations(int examples) : examples_(examples) {}
-  void Add(const std::string &kind, const std::string &example) {
-    Entry &entry = kinds_[kind];
-    if (static_cast<int>(entry.examples.size()) < examples_) entry.examples.push_back(example);
-    ++entry.count;
-    ++total_;
-  }
-  long total() const { return total_; }
-  void Print(std::ostream &out) const {
-    for (const auto &[kind, entry] : kinds_) {
-      out << "  " << kind << ": " << entry.count << "\n";
-      for (const std::string &example : entry.examples) out << "      e.g. " << example << "\n";
-    }
-  }
-
- private:
-  struct Entry {
-    long count = 0;
-    std::vector<std::string> examples;
-  };
-  int examples_;
-  long total_ = 0;
-  std::map<std::string, Entry> kinds_;
-};
-
-// Lines of a log, without an incomplete last one (a process killed mid-write).
-std::vector<std::string> Lines(const std::string &path, long &truncated) {
-  const std::string text = ReadFile(path);
-  std::vector<std::string> lines = Split(text, '\n');
-  if (!lines.empty()) {
-    if (!lines.back().empty()) ++truncated;
-    lines.pop_back();
-  }
-  return lines;
-}
-
 std::vector<std::vector<std::string>> Tsv(const std::string &path) {
   std::vector<std::vector<std::string>> rows;
   if (!std::filesystem::exists(path)) return rows;
-  long ignored = 0;
-  for (const std::string &line : Lines(path, ignored)) {
+  for (const std::string &line : CompleteLines(ReadFile(path), nullptr)) {
     if (!line.empty()) rows.push_back(Split(line, '\t'));
   }
   return rows;
@@ -199,7 +160,8 @@ void ReadFaults(const std::string &dir, FleetRun &run) {
   std::map<int, std::int64_t> paused_since;  // slot -> SIGSTOP time
   std::int64_t down_since = 0;
   std::string down_what;
-  for (const std::string &line : Lines(dir + "/faults.log", run.truncated_lines)) {
+  for (const std::string &line :
+       CompleteLines(ReadFile(dir + "/faults.log"), &run.truncated_lines)) {
     const Fields f = ParseFields(line);
     const std::string ev = Get(f, "ev").value_or("");
     const std::int64_t wall = GetInt(f, "wall");
@@ -234,7 +196,7 @@ void ReadFaults(const std::string &dir, FleetRun &run) {
 }
 
 void ReadWorkerLog(const std::string &path, FleetRun &run) {
-  for (const std::string &line : Lines(path, run.truncated_lines)) {
+  for (const std::string &line : CompleteLines(ReadFile(path), &run.truncated_lines)) {
     const Fields f = ParseFields(line);
     const std::string ev = Get(f, "ev").value_or("");
     const std::int64_t wall = GetInt(f, "wall");
@@ -292,8 +254,7 @@ void ReadWorkerLog(const std::string &path, FleetRun &run) {
 
 FleetRun ReadRun(const std::string &dir) {
   FleetRun run;
-  long ignored = 0;
-  for (const std::string &line : Lines(dir + "/meta.txt", ignored)) {
+  for (const std::string &line : CompleteLines(ReadFile(dir + "/meta.txt"), nullptr)) {
     const std::size_t eq = line.find('=');
     if (eq != std::string::npos) run.meta[line.substr(0, eq)] = line.substr(eq + 1);
   }

@@ -37,26 +37,16 @@
 #include "checker.hpp"
 #include "cluster.hpp"
 #include "common.hpp"
+#include "database.hpp"
 #include "fleet.hpp"
 #include "fleet_checker.hpp"
+#include "orchestration.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
 #include "process.hpp"
 
 namespace pg_fencing::stress {
 
 namespace {
-
-constexpr int kExitPass = 0;
-constexpr int kExitViolations = 1;
-constexpr int kExitSetupError = 2;
-
-volatile sig_atomic_t g_interrupted = 0;
-void OnInterrupt(int) { g_interrupted = 1; }
-
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct FleetOptions {
   int candidates = 500;
@@ -107,78 +97,59 @@ Exit status: 0 no violation, 1 violations found, 2 setup or usage error.
 )";
 }
 
-std::pair<int, int> ParseRange(const std::string &text) {
-  const std::size_t dash = text.find('-');
-  if (dash == std::string::npos) throw UsageError("expected MIN-MAX, got " + text);
-  const int low = std::stoi(text.substr(0, dash));
-  const int high = std::stoi(text.substr(dash + 1));
-  if (low < 0 || high < low) throw UsageError("bad range " + text);
-  return {low, high};
-}
-
 FleetOptions ParseOptions(int argc, char **argv) {
   FleetOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (arg == "--fleet") {
-        o.candidates = std::stoi(value());
-      } else if (arg == "--processes") {
-        o.processes = std::stoi(value());
-      } else if (arg == "--pool") {
-        o.pool_size = std::stoi(value());
-      } else if (arg == "--duration") {
-        o.duration_s = std::stoi(value());
-      } else if (arg == "--seed") {
-        o.seed = std::stoull(value());
-      } else if (arg == "--ttl") {
-        o.worker.ttl = std::chrono::milliseconds(std::stoi(value()));
-      } else if (arg == "--poll") {
-        o.worker.poll_every = std::chrono::milliseconds(std::stoi(value()));
-      } else if (arg == "--lead") {
-        const auto [low, high] = ParseRange(value());
-        o.worker.lead_min = std::chrono::milliseconds(low);
-        o.worker.lead_max = std::chrono::milliseconds(high);
-      } else if (arg == "--faults") {
-        o.faults.clear();
-        for (const std::string &f : Split(value(), ',')) {
-          if (f == "none") continue;
-          if (f != "pause" && f != "kill" && f != "crash" && f != "bouncer")
-            throw UsageError("unknown fault " + f);
-          o.faults.insert(f);
-        }
-      } else if (arg == "--fault-interval") {
-        std::tie(o.fault_min_ms, o.fault_max_ms) = ParseRange(value());
-      } else if (arg == "--dir") {
-        o.dir = value();
-      } else if (arg == "--pg-bindir") {
-        o.pg_bindir = value();
-      } else if (arg == "--pgbouncer") {
-        o.pgbouncer = value();
-      } else if (arg == "--no-preload") {
-        o.preload = false;
-      } else if (arg == "--keep-data") {
-        o.keep_data = true;
-      } else if (arg == "--no-check") {
-        o.check = false;
-      } else if (arg == "--examples") {
-        o.examples = std::stoi(value());
-      } else if (arg == "--help" || arg == "-h") {
-        std::cout << UsageText();
-        std::exit(kExitPass);
-      } else {
-        throw UsageError("unknown option " + arg);
+  ForEachOption(argc, argv, [&](const std::string &arg, const auto &value) {
+    if (arg == "--fleet") {
+      o.candidates = std::stoi(value());
+    } else if (arg == "--processes") {
+      o.processes = std::stoi(value());
+    } else if (arg == "--pool") {
+      o.pool_size = std::stoi(value());
+    } else if (arg == "--duration") {
+      o.duration_s = std::stoi(value());
+    } else if (arg == "--seed") {
+      o.seed = std::stoull(value());
+    } else if (arg == "--ttl") {
+      o.worker.ttl = std::chrono::milliseconds(std::stoi(value()));
+    } else if (arg == "--poll") {
+      o.worker.poll_every = std::chrono::milliseconds(std::stoi(value()));
+    } else if (arg == "--lead") {
+      const auto [low, high] = ParseRange(value());
+      o.worker.lead_min = std::chrono::milliseconds(low);
+      o.worker.lead_max = std::chrono::milliseconds(high);
+    } else if (arg == "--faults") {
+      o.faults.clear();
+      for (const std::string &f : Split(value(), ',')) {
+        if (f == "none") continue;
+        if (f != "pause" && f != "kill" && f != "crash" && f != "bouncer")
+          throw UsageError("unknown fault " + f);
+        o.faults.insert(f);
       }
-    } catch (const std::invalid_argument &) {
-      throw UsageError("bad value for " + arg);
-    } catch (const std::out_of_range &) {
-      throw UsageError("bad value for " + arg);
+    } else if (arg == "--fault-interval") {
+      std::tie(o.fault_min_ms, o.fault_max_ms) = ParseRange(value());
+    } else if (arg == "--dir") {
+      o.dir = value();
+    } else if (arg == "--pg-bindir") {
+      o.pg_bindir = value();
+    } else if (arg == "--pgbouncer") {
+      o.pgbouncer = value();
+    } else if (arg == "--no-preload") {
+      o.preload = false;
+    } else if (arg == "--keep-data") {
+      o.keep_data = true;
+    } else if (arg == "--no-check") {
+      o.check = false;
+    } else if (arg == "--examples") {
+      o.examples = std::stoi(value());
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << UsageText();
+      std::exit(kExitPass);
+    } else {
+      return false;
     }
-  }
+    return true;
+  });
   if (o.processes < 1 || o.processes > 64) throw UsageError("--processes must be 1..64");
   if (o.candidates < o.processes || o.candidates > 20000)
     throw UsageError("--fleet must be at least --processes and at most 20000");
@@ -186,18 +157,6 @@ FleetOptions ParseOptions(int argc, char **argv) {
   if (o.duration_s < 1) throw UsageError("--duration must be positive");
   if (o.worker.ttl.count() < 300) throw UsageError("--ttl must be at least 300 ms");
   return o;
-}
-
-std::string Join(const std::set<std::string> &items) {
-  std::string out;
-  for (const std::string &item : items) out += (out.empty() ? "" : ",") + item;
-  return out.empty() ? "none" : out;
-}
-
-void Chown(const std::string &path, const std::optional<RunAs> &run_as) {
-  if (run_as && chown(path.c_str(), run_as->uid, run_as->gid) != 0) {
-    throw std::runtime_error("chown " + path + " failed");
-  }
 }
 
 // ---- PgBouncer ------------------------------------------------------------------
@@ -211,13 +170,11 @@ class Bouncer {
  public:
   Bouncer(const std::string &run_dir, const std::string &server_socket_dir, const FleetOptions &o)
       : pgbouncer_(o.pgbouncer), dir_(run_dir + "/pgbouncer"), run_as_(ServerUser()) {
-    char templ[] = "/tmp/pgfs_bouncer.XXXXXX";
-    if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-    socket_dir_ = templ;
+    socket_dir_ = MakeTempDir("/tmp/pgfs_bouncer.XXXXXX");
     std::filesystem::create_directories(dir_);
     chmod(socket_dir_.c_str(), 0755);
-    Chown(dir_, run_as_);
-    Chown(socket_dir_, run_as_);
+    ChownTo(dir_, run_as_);
+    ChownTo(socket_dir_, run_as_);
     // server_login_retry: after a crash PgBouncer tries the server again
     // every second, not every 15 s (its default), so that an outage lasts
     // about as long as the server is down.  query_wait_timeout bounds a
@@ -233,7 +190,7 @@ class Bouncer {
                   "\nmax_client_conn = 500\nserver_login_retry = 1\nserver_check_delay = 0\n"
                   "query_wait_timeout = 10\nserver_connect_timeout = 5\nlogfile = " +
                   dir_ + "/pgbouncer.log\npidfile = " + dir_ + "/pgbouncer.pid\n");
-    Chown(dir_ + "/pgbouncer.ini", run_as_);
+    ChownTo(dir_ + "/pgbouncer.ini", run_as_);
   }
   ~Bouncer() {
     try {
@@ -250,26 +207,14 @@ class Bouncer {
   // server (the server must be up).
   void Start() {
     pid_ = Spawn({pgbouncer_, dir_ + "/pgbouncer.ini"}, {run_as_, dir_ + "/stderr", SIGTERM});
-    const std::int64_t deadline = MonoMs() + 30000;
-    for (;;) {
-      Reaper::Reap();
-      if (const std::optional<int> status = Reaper::Status(pid_)) {
-        Reaper::Forget(pid_);
-        pid_ = -1;
-        throw std::runtime_error("pgbouncer exited at start (" + DescribeStatus(*status) +
-                                 "); see " + dir_);
-      }
-      try {
-        pqxx::connection probe(Conninfo());
-        pqxx::nontransaction tx(probe);
-        pqxx_compat::Exec1(tx, "SELECT 1");
-        return;
-      } catch (const std::exception &) {
-        // not yet
-      }
-      if (MonoMs() >= deadline) throw std::runtime_error("pgbouncer not ready; see " + dir_);
-      SleepMs(20);
-    }
+    AwaitReady(
+        pid_,
+        [&] {
+          pqxx::connection probe(Conninfo());
+          pqxx::nontransaction tx(probe);
+          pqxx_compat::Exec1(tx, "SELECT 1");
+        },
+        30000, "pgbouncer", dir_);
   }
   // SIGKILL: its clients' connections break mid-statement; its pidfile and
   // socket stay behind, as after a real crash.
@@ -310,58 +255,12 @@ class Bouncer {
 // server's own record of every committed write and grant (the same triggers
 // and files as the other modes: history.tsv, grants.tsv).
 void SetUpFleetDatabase(const Cluster &cluster, const FleetOptions &o) {
-  {
-    pqxx::connection admin(cluster.Conninfo("postgres", "postgres"));
-    pqxx::nontransaction tx(admin);
-    pqxx_compat::Exec0(tx, std::string("CREATE DATABASE ") + kDatabase);
-  }
+  CreateRunDatabase(cluster);
   pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
   pqxx::work tx(db);
-  pqxx_compat::Exec0(tx, "SET client_min_messages = warning");
-  pqxx_compat::Exec0(tx, "CREATE EXTENSION pg_fencing");
-  pqxx_compat::Exec0(tx, std::string("CREATE ROLE ") + kAppRole + " LOGIN");
-  tx.exec(std::string("SELECT fencing_allow_create('") + kAppRole + "')");
-  pqxx_compat::Exec0(tx, std::string("ALTER ROLE ") + kAppRole + " SET statement_timeout = '10s'");
-  // The commit order, as in the other modes (orchestrator.cpp): a write and
-  // a grant under the lock both lock its fence row before they take a number.
-  pqxx_compat::Exec0(tx, "CREATE SEQUENCE stress_commit_seq CACHE 1");
-  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_history (
-      seq bigint PRIMARY KEY, tbl text NOT NULL, row_id int NOT NULL, token bigint,
-      val bigint, write_id text, ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
-  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_grants (
-      seq bigint PRIMARY KEY, lock_name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
-      ts timestamptz NOT NULL, pm_start timestamptz NOT NULL, slot int))");
-  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_write() RETURNS trigger LANGUAGE plpgsql
-      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-    BEGIN
-      INSERT INTO public.stress_history
-        VALUES (nextval('public.stress_commit_seq'), TG_ARGV[0], NEW.id, NEW.token::bigint,
-                NEW.val, NEW.write_id, clock_timestamp(), pg_postmaster_start_time());
-      RETURN NULL;
-    END $$)");
-  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_grant() RETURNS trigger LANGUAGE plpgsql
-      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-    BEGIN
-      IF TG_OP = 'INSERT' OR NEW.token::bigint IS DISTINCT FROM OLD.token::bigint THEN
-        INSERT INTO public.stress_grants
-          VALUES (nextval('public.stress_commit_seq'), NEW.lock_name, NEW.holder,
-                  NEW.token::bigint, clock_timestamp(), pg_postmaster_start_time(), NULL);
-      END IF;
-      RETURN NULL;
-    END $$)");
-  pqxx_compat::Exec0(tx,
-                     "CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON fencing_lease "
-                     "FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
-  pqxx_compat::Exec0(tx,
-                     std::string("CREATE TABLE ") + kFleetTable +
-                         " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
-  pqxx_compat::Exec0(tx, std::string("INSERT INTO ") + kFleetTable +
-                             " (id) SELECT g FROM generate_series(0, " +
-                             std::to_string(o.worker.rows - 1) + ") g");
-  pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") +
-                             kFleetTable + " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" +
-                             kFleetTableTag + "')");
-  pqxx_compat::Exec0(tx, std::string("GRANT SELECT, UPDATE ON ") + kFleetTable + " TO " + kAppRole);
+  SetUpApplication(tx);
+  CreateServerRecord(tx);
+  CreateWorkedTable(tx, kFleetTable, kFleetTableTag, o.worker.rows);
   // Lock-wide: a leader that lost its lease cannot write any row once the
   // next leader has been granted, whether or not it has written yet.
   tx.exec(std::string("SELECT fencing_protect('") + kFleetTable + "', lock_name => '" + kFleetLock +
@@ -369,31 +268,10 @@ void SetUpFleetDatabase(const Cluster &cluster, const FleetOptions &o) {
   tx.commit();
 }
 
-void DumpQuery(pqxx::work &tx, const std::string &sql, const std::string &path) {
-  std::string out;
-  for (const auto &row : tx.exec(sql)) {
-    for (pqxx::row::size_type i = 0; i < row.size(); ++i) {
-      out += (i ? "\t" : "") + std::string(row[i].is_null() ? "\\N" : row[i].c_str());
-    }
-    out += '\n';
-  }
-  WriteFile(path, out);
-}
-
 void DumpFleetState(const Cluster &cluster, const std::string &dir) {
   pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
   pqxx::work tx(db);
-  const auto micros = [](const std::string &column) {
-    return "(extract(epoch FROM " + column + ") * 1000000)::bigint";
-  };
-  DumpQuery(tx,
-            "SELECT seq, tbl, row_id, token, val, write_id, " + micros("ts") + ", " +
-                micros("pm_start") + " FROM stress_history ORDER BY seq",
-            dir + "/history.tsv");
-  DumpQuery(tx,
-            "SELECT seq, lock_name, holder, token, " + micros("ts") + ", " + micros("pm_start") +
-                ", slot FROM stress_grants ORDER BY seq",
-            dir + "/grants.tsv");
+  DumpServerRecord(tx, dir);
   DumpQuery(tx,
             std::string("SELECT '") + kFleetTableTag + "', id, token::bigint, val, write_id FROM " +
                 kFleetTable + " ORDER BY id",
@@ -403,26 +281,22 @@ void DumpFleetState(const Cluster &cluster, const std::string &dir) {
 
 // ---- The fleet and the nemesis ----------------------------------------------------
 
-struct Process {
-  pid_t pid = -1;
-  int incarnation = -1;
-};
-
 class FleetOrchestrator {
  public:
-  FleetOrchestrator(const FleetOptions &o, Cluster &cluster, Bouncer &bouncer, std::string dir,
-                    std::string self)
+  FleetOrchestrator(const FleetOptions &o, Cluster &cluster, Bouncer &bouncer, std::string dir)
       : o_(o),
         cluster_(cluster),
         bouncer_(bouncer),
         dir_(std::move(dir)),
-        self_(std::move(self)),
         faults_(dir_ + "/faults.log"),
         rng_(o.seed),
-        processes_(static_cast<std::size_t>(o.processes)) {}
+        processes_(o.processes, 'f', dir_, faults_,
+                   [this](int slot, int incarnation, const std::string &log_path) {
+                     return Launch(slot, incarnation, log_path);
+                   }) {}
 
   void Run() {
-    for (std::size_t i = 0; i < processes_.size(); ++i) Spawn(static_cast<int>(i));
+    for (std::size_t i = 0; i < processes_.size(); ++i) processes_.Start(static_cast<int>(i));
     const std::int64_t start = MonoMs();
     const std::int64_t end = start + static_cast<std::int64_t>(o_.duration_s) * 1000;
     // The fleet lines up and elects its first leader before the first fault.
@@ -431,9 +305,9 @@ class FleetOrchestrator {
     std::vector<std::string> round(o_.faults.begin(), o_.faults.end());
     std::shuffle(round.begin(), round.end(), rng_);
     std::size_t next_in_round = 0;
-    while (!g_interrupted && MonoMs() < end) {
+    while (!StopRequested() && MonoMs() < end) {
       Reaper::Reap();
-      RespawnExited();
+      processes_.RespawnExited();
       if (!o_.faults.empty() && MonoMs() >= next_fault) {
         const bool first_round = next_in_round < round.size();
         const std::string kind = first_round ? round[next_in_round++] : RandomKind();
@@ -447,7 +321,7 @@ class FleetOrchestrator {
       }
       SleepMs(10);
     }
-    StopWorkers();
+    processes_.StopAll();
   }
 
   std::string FaultSummary() const {
@@ -476,38 +350,19 @@ class FleetOrchestrator {
     return weighted[static_cast<std::size_t>(Uniform(0, static_cast<int>(weighted.size()) - 1))];
   }
 
-  void Spawn(int index) {
-    Process &p = processes_[static_cast<std::size_t>(index)];
-    p.incarnation += 1;
+  // A new incarnation of a fleet process (WorkerSlots::Start).
+  WorkerSlots::Launch Launch(int index, int incarnation, const std::string &log_path) {
     FleetWorkerConfig config = o_.worker;
     config.slot = index;
-    config.incarnation = p.incarnation;
+    config.incarnation = incarnation;
     // The candidates spread over the processes; the first ones get one more.
     config.candidates = o_.candidates / o_.processes + (index < o_.candidates % o_.processes);
     config.conninfo = bouncer_.Conninfo() + " application_name=fleet_" + std::to_string(index);
-    char name[64];
-    std::snprintf(name, sizeof name, "/workers/f%02d.i%03d", index, p.incarnation);
-    config.log_path = dir_ + name + ".log";
+    config.log_path = log_path;
     config.seed = rng_();
-    std::vector<std::string> argv = {self_, "--fleet-worker"};
-    for (std::string &arg : FleetWorkerArguments(config)) argv.push_back(std::move(arg));
-    p.pid = stress::Spawn(argv, {std::nullopt, dir_ + name + ".stderr", SIGKILL});
-    faults_.Write("ev=spawn w=" + std::to_string(index) + " inc=" + std::to_string(p.incarnation) +
-                  " pid=" + std::to_string(p.pid) +
-                  " candidates=" + std::to_string(config.candidates));
-  }
-
-  void RespawnExited() {
-    for (std::size_t i = 0; i < processes_.size(); ++i) {
-      if (const std::optional<int> status = Reaper::Status(processes_[i].pid)) {
-        faults_.Write(
-            "ev=worker_exit w=" + std::to_string(i) + " pid=" + std::to_string(processes_[i].pid),
-            DescribeStatus(*status));
-        Reaper::Forget(processes_[i].pid);
-        ++unexpected_exits_;
-        Spawn(static_cast<int>(i));
-      }
-    }
+    std::vector<std::string> arguments = {"--fleet-worker"};
+    for (std::string &arg : FleetWorkerArguments(config)) arguments.push_back(std::move(arg));
+    return {std::move(arguments), "candidates=" + std::to_string(config.candidates)};
   }
 
   // The slot of the process whose candidate holds the lease now, from the
@@ -538,14 +393,7 @@ class FleetOrchestrator {
   // resumes: 55Z01) and a takeover after the leader's death to judge.
   int Inject(const std::string &kind, bool first_round) {
     if (kind == "crash") {
-      const Stamp before = Now();
-      faults_.Write(before, "ev=crash pm=" + std::to_string(cluster_.postmaster()));
-      const int killed = cluster_.Crash();
-      faults_.Write("ev=crashed procs=" + std::to_string(killed));
-      SleepMs(Uniform(0, 500));
-      cluster_.Start();
-      faults_.Write("ev=restarted down_ms=" +
-                    std::to_string((Now().mono_ns - before.mono_ns) / 1000000));
+      CrashAndRestart(cluster_, faults_, Uniform(0, 500));
       ++injected_["crash"];
       return 0;
     }
@@ -567,7 +415,7 @@ class FleetOrchestrator {
     if (want_leader) index = LeaderSlot();
     const bool leader = index >= 0;
     if (!leader) index = Uniform(0, static_cast<int>(processes_.size()) - 1);
-    Process &p = processes_[static_cast<std::size_t>(index)];
+    const WorkerSlots::Slot &p = processes_[static_cast<std::size_t>(index)];
     const std::string who = "w=" + std::to_string(index) + " inc=" + std::to_string(p.incarnation) +
                             " pid=" + std::to_string(p.pid) + " leader=" + (leader ? "1" : "0");
     ++injected_[kind];
@@ -582,79 +430,30 @@ class FleetOrchestrator {
       faults_.Write("ev=resume w=" + std::to_string(index) + " pid=" + std::to_string(p.pid));
       return 0;
     }
-    kill(p.pid, SIGKILL);
-    const std::optional<int> status = Reaper::WaitFor(p.pid, 10000);
-    if (!status) throw std::runtime_error("worker " + std::to_string(p.pid) + " survived SIGKILL");
-    Reaper::Forget(p.pid);
-    faults_.Write("ev=kill " + who);
-    Spawn(index);
+    processes_.Kill(index, who);
     // After the leader's death, its takeover is judged (ttl + 1 s): nothing
     // else happens meanwhile.
     return leader ? static_cast<int>(o_.worker.ttl.count()) + 2000 : 0;
-  }
-
-  void StopWorkers() {
-    for (const Process &p : processes_) kill(p.pid, SIGTERM);
-    const std::int64_t deadline = MonoMs() + 20000;
-    for (std::size_t i = 0; i < processes_.size(); ++i) {
-      const int left = static_cast<int>(std::max<std::int64_t>(0, deadline - MonoMs()));
-      std::optional<int> status = Reaper::WaitFor(processes_[i].pid, left);
-      if (!status) {
-        kill(processes_[i].pid, SIGKILL);
-        status = Reaper::WaitFor(processes_[i].pid, 10000);
-        faults_.Write("ev=stop_killed w=" + std::to_string(i));
-      } else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-        faults_.Write("ev=worker_exit w=" + std::to_string(i), DescribeStatus(*status));
-        ++unexpected_exits_;
-      }
-      Reaper::Forget(processes_[i].pid);
-    }
-    faults_.Write("ev=end unexpected_exits=" + std::to_string(unexpected_exits_));
   }
 
   const FleetOptions &o_;
   Cluster &cluster_;
   Bouncer &bouncer_;
   const std::string dir_;
-  const std::string self_;
   const EventLog faults_;
   std::mt19937_64 rng_;
-  std::vector<Process> processes_;
+  WorkerSlots processes_;
   std::map<std::string, int> injected_;
-  int unexpected_exits_ = 0;
 };
-
-std::string MakeRunDir(const std::string &wanted) {
-  std::string dir = wanted;
-  if (dir.empty()) {
-    char templ[] = "/tmp/pg_fencing_stress.XXXXXX";
-    if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir = templ;
-  } else {
-    std::filesystem::create_directories(dir);
-    if (!std::filesystem::is_empty(dir)) throw UsageError("--dir " + dir + " is not empty");
-  }
-  dir = std::filesystem::absolute(dir).string();
-  std::filesystem::create_directories(dir + "/workers");
-  chmod(dir.c_str(), 0755);  // the server and PgBouncer (as postgres) reach their directories
-  return dir;
-}
 
 }  // namespace
 
 int RunFleetOrchestrator(int argc, char **argv) {
-  FleetOptions o;
-  try {
-    o = ParseOptions(argc, argv);
-  } catch (const UsageError &error) {
-    std::cerr << "pg_fencing_stress: " << error.what() << "\n" << UsageText();
-    return kExitSetupError;
-  }
-  struct sigaction action {};
-  action.sa_handler = OnInterrupt;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  const std::optional<FleetOptions> parsed =
+      ParseCommandLine(argc, argv, ParseOptions, UsageText());
+  if (!parsed) return kExitSetupError;
+  const FleetOptions &o = *parsed;
+  CatchStopSignals();
   signal(SIGPIPE, SIG_IGN);
 
   std::string dir;
@@ -665,86 +464,49 @@ int RunFleetOrchestrator(int argc, char **argv) {
   try {
     BecomeSubreaper();
     dir = MakeRunDir(o.dir);
-    char sock_templ[] = "/tmp/pgfs_sock.XXXXXX";
-    if (mkdtemp(sock_templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-    socket_dir = sock_templ;
+    socket_dir = MakeTempDir(kSocketDirTemplate);
     std::cout << "pg_fencing_stress: mode=fleet lock=" << kFleetLock
               << " candidates=" << o.candidates << " processes=" << o.processes
               << " pool=" << o.pool_size << " seed=" << o.seed << " duration=" << o.duration_s
-              << "s ttl=" << o.worker.ttl.count() << "ms faults=" << Join(o.faults)
+              << "s ttl=" << o.worker.ttl.count() << "ms faults=" << JoinOrNone(o.faults)
               << " dir=" << dir << std::endl;
 
-    ClusterOptions co;
-    co.bindir = std::filesystem::absolute(o.pg_bindir).string();
-    co.datadir = dir + "/pgdata";
-    co.socket_dir = socket_dir;
-    co.log_path = dir + "/postgres.log";
-    co.settings = {"log_min_messages=log", "log_min_error_statement=panic", "max_connections=100",
-                   "fsync=on", "synchronous_commit=on"};
-    if (o.preload) co.settings.push_back("shared_preload_libraries=pg_fencing");
-    cluster = std::make_unique<Cluster>(co);
+    cluster =
+        std::make_unique<Cluster>(RunClusterOptions(o.pg_bindir, dir, socket_dir, 100, o.preload));
     cluster->InitDb();
     cluster->Start();
     SetUpFleetDatabase(*cluster, o);
     bouncer = std::make_unique<Bouncer>(dir, socket_dir, o);
     bouncer->Start();
 
-    std::string extversion;
-    {
-      pqxx::connection db(cluster->Conninfo("postgres", kDatabase));
-      pqxx::nontransaction tx(db);
-      extversion = pqxx_compat::Exec1(
-                       tx, "SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'")[0]
-                       .c_str();
-    }
     std::ostringstream meta;
     meta << "mode=fleet\nseed=" << o.seed << "\nduration_s=" << o.duration_s
          << "\ncandidates=" << o.candidates << "\nprocesses=" << o.processes
          << "\npool=" << o.pool_size << "\nrows=" << o.worker.rows
          << "\nttl_ms=" << o.worker.ttl.count() << "\npoll_ms=" << o.worker.poll_every.count()
-         << "\nfaults=" << Join(o.faults) << "\nlock=" << kFleetLock
-         << "\nextversion=" << extversion << "\nstart_wall_us=" << Now().wall_us << "\n";
+         << "\nfaults=" << JoinOrNone(o.faults) << "\nlock=" << kFleetLock
+         << "\nextversion=" << ExtensionVersion(*cluster) << "\nstart_wall_us=" << Now().wall_us
+         << "\n";
     WriteFile(dir + "/meta.txt", meta.str());
 
-    FleetOrchestrator orchestrator(o, *cluster, *bouncer, dir, "/proc/self/exe");
+    FleetOrchestrator orchestrator(o, *cluster, *bouncer, dir);
     orchestrator.Run();
     fault_summary = orchestrator.FaultSummary();
     {
       std::ofstream end(dir + "/meta.txt", std::ios::app);
       end << "end_wall_us=" << Now().wall_us << "\n";
     }
-    if (g_interrupted) std::cerr << "pg_fencing_stress: interrupted; checking what ran\n";
+    if (StopRequested()) std::cerr << "pg_fencing_stress: interrupted; checking what ran\n";
     bouncer->Stop();
     DumpFleetState(*cluster, dir);
     cluster->Stop();
     if (!o.keep_data) cluster->RemoveData();
   } catch (const std::exception &error) {
-    std::cerr << "pg_fencing_stress: " << error.what()
-              << (dir.empty() ? "" : " (run dir " + dir + ")") << "\n";
     bouncer.reset();
-    if (cluster) {
-      try {
-        cluster->Stop();
-      } catch (...) {
-      }
-    }
-    std::error_code ignored;
-    if (!socket_dir.empty()) std::filesystem::remove_all(socket_dir, ignored);
-    return kExitSetupError;
+    return AbandonRun(error, dir, cluster.get(), socket_dir);
   }
   bouncer.reset();
-  std::cout << "pg_fencing_stress: faults injected: " << fault_summary << std::endl;
-  if (!o.check) return kExitPass;
-  try {
-    CheckOptions check;
-    check.run_dir = dir;
-    check.examples = o.examples;
-    const long violations = CheckFleetRun(check, std::cout);
-    return violations == 0 ? kExitPass : kExitViolations;
-  } catch (const std::exception &error) {
-    std::cerr << "pg_fencing_stress: checker: " << error.what() << "\n";
-    return kExitSetupError;
-  }
+  return FinishRun(fault_summary, dir, o.check, o.examples, CheckFleetRun);
 }
 
 }  // namespace pg_fencing::stress

@@ -51,6 +51,8 @@
 #include <pqxx/pqxx>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include "common.hpp"
 #include "fleet.hpp"
@@ -60,9 +62,6 @@
 namespace pg_fencing::stress {
 
 namespace {
-
-volatile sig_atomic_t g_stop = 0;
-void OnTerminate(int) { g_stop = 1; }
 
 // A connection through PgBouncer, opened again after it breaks, at most
 // every kReconnectMs (while PgBouncer is down a connect fails at once).
@@ -151,6 +150,11 @@ std::string Join(const std::vector<std::string> &items, char separator) {
   return out;
 }
 
+// A row of a pqxx::result as iterating it hands it out (pqxx::row before
+// libpqxx 8, a pqxx::row_ref from 8 on; see pqxx_compat.hpp).
+using ResultRow = std::remove_cv_t<
+    std::remove_reference_t<decltype(*std::declval<const pqxx::result &>().begin())>>;
+
 // A PostgreSQL array literal of plain words (holder names, numbers).
 std::string ArrayLiteral(const std::vector<std::string> &items) {
   return "{" + Join(items, ',') + "}";
@@ -177,7 +181,7 @@ class FleetWorker {
     std::int64_t next_renew_batch = MonoMs() + renew_every;
     std::int64_t next_poll = MonoMs() + Uniform(0, static_cast<int>(config_.poll_every.count()));
     std::int64_t next_alive = 0;
-    while (!g_stop) {
+    while (!StopRequested()) {
       // The leaders first, writes before renewals: a leader resumed after a
       // pause writes under its old token before it learns anything, which
       // is what the fence is for.
@@ -249,134 +253,138 @@ class FleetWorker {
     c.token = 0;
   }
 
-  // Every idle candidate opens a session and joins the line, in one
-  // statement.  A first place takes the lease at once (its token).
-  void OpenAndJoin() {
-    std::vector<Candidate *> idle;
-    std::vector<std::string> holders;
+  // The candidates in role, in order.
+  std::vector<Candidate *> InRole(Role role) {
+    std::vector<Candidate *> batch;
     for (Candidate &c : candidates_) {
-      if (c.role != Role::kIdle) continue;
-      c.generation += 1;
-      c.holder = FleetHolder(config_.slot, config_.incarnation, c.index, c.generation);
-      idle.push_back(&c);
-      holders.push_back(c.holder);
+      if (c.role == role) batch.push_back(&c);
     }
-    if (idle.empty()) return;
+    return batch;
+  }
+
+  // A PostgreSQL array literal of one field of each candidate of a batch.
+  template <typename Field>
+  static std::string ArrayOf(const std::vector<Candidate *> &batch, Field field) {
+    std::vector<std::string> items;
+    for (const Candidate *c : batch) items.push_back(field(*c));
+    return ArrayLiteral(items);
+  }
+
+  // One statement for a whole batch of candidates on the fleet link:
+  // statement(tx) runs it, and its rows answer the batch in order,
+  // answer(candidate, row, start) taking each.  Nothing is sent for an empty
+  // batch or while the link is down.  On failure "ev=<failure> start=W
+  // out=..." (then failure_fields) goes to the log.  Returns when the
+  // statement started, if it succeeded.
+  template <typename Statement, typename Answer>
+  std::optional<Stamp> Batch(const std::vector<Candidate *> &batch, const std::string &failure,
+                             const std::string &failure_fields, Statement statement,
+                             Answer answer) {
+    if (batch.empty()) return std::nullopt;
     pqxx::connection *db = fleet_link_.Get();
-    if (db == nullptr) return;
+    if (db == nullptr) return std::nullopt;
     const Stamp start = Now();
     try {
       pqxx::nontransaction tx(*db);
-      const pqxx::result rows = pqxx_compat::ExecParams(
-          tx,
-          "SELECT o.h, o.s, j.place, j.token::bigint FROM "
-          "(SELECT h, fencing_session_open(h, $2::interval) AS s "
-          "   FROM unnest($1::text[]) WITH ORDINALITY AS u(h, n) ORDER BY n) o "
-          "CROSS JOIN LATERAL fencing_line_join(o.s, $3) j",
-          ArrayLiteral(holders), std::to_string(config_.ttl.count()) + " milliseconds",
-          std::string(kFleetLock));
+      const pqxx::result rows = statement(tx);
       std::size_t i = 0;
       for (const auto &row : rows) {
-        if (i >= idle.size()) break;
-        Candidate &c = *idle[i++];
-        if (row[0].c_str() != c.holder) throw std::runtime_error("join answered out of order");
-        c.session = row[1].as<std::int64_t>();
-        c.place = row[2].as<std::int64_t>();
-        c.role = Role::kWaiting;
-        log_.Write(prefix_ + "ev=join c=" + std::to_string(c.index) + " " + Who(c) +
-                   " sess=" + std::to_string(c.session) + " place=" + std::to_string(c.place) +
-                   " start=" + std::to_string(start.wall_us));
-        if (!row[3].is_null()) BecomeLeader(c, row[3].as<std::int64_t>(), "join", start.wall_us);
+        if (i >= batch.size()) break;
+        answer(*batch[i++], row, start);
       }
+      return start;
     } catch (const std::exception &error) {
-      // Rolled back, or committed with its answer lost: the sessions of a
-      // lost answer end by themselves within a ttl, their places with them.
-      log_.Write(prefix_ + "ev=open_fail start=" + std::to_string(start.wall_us) + " " +
-                     FailureFields(error, fleet_link_),
+      log_.Write(prefix_ + "ev=" + failure + " start=" + std::to_string(start.wall_us) + " " +
+                     FailureFields(error, fleet_link_) + failure_fields,
                  FirstLine(error.what()));
+      return std::nullopt;
     }
+  }
+
+  // Every idle candidate opens a session and joins the line, in one
+  // statement.  A first place takes the lease at once (its token).  A
+  // statement rolled back, or committed with its answer lost: the sessions
+  // of a lost answer end by themselves within a ttl, their places with them.
+  void OpenAndJoin() {
+    const std::vector<Candidate *> idle = InRole(Role::kIdle);
+    for (Candidate *c : idle) {
+      c->generation += 1;
+      c->holder = FleetHolder(config_.slot, config_.incarnation, c->index, c->generation);
+    }
+    Batch(
+        idle, "open_fail", "",
+        [&](pqxx::nontransaction &tx) {
+          return pqxx_compat::ExecParams(
+              tx,
+              "SELECT o.h, o.s, j.place, j.token::bigint FROM "
+              "(SELECT h, fencing_session_open(h, $2::interval) AS s "
+              "   FROM unnest($1::text[]) WITH ORDINALITY AS u(h, n) ORDER BY n) o "
+              "CROSS JOIN LATERAL fencing_line_join(o.s, $3) j",
+              ArrayOf(idle, [](const Candidate &c) { return c.holder; }),
+              std::to_string(config_.ttl.count()) + " milliseconds", std::string(kFleetLock));
+        },
+        [&](Candidate &c, const ResultRow &row, const Stamp &start) {
+          if (row[0].c_str() != c.holder) throw std::runtime_error("join answered out of order");
+          c.session = row[1].as<std::int64_t>();
+          c.place = row[2].as<std::int64_t>();
+          c.role = Role::kWaiting;
+          log_.Write(prefix_ + "ev=join c=" + std::to_string(c.index) + " " + Who(c) +
+                     " sess=" + std::to_string(c.session) + " place=" + std::to_string(c.place) +
+                     " start=" + std::to_string(start.wall_us));
+          if (!row[3].is_null()) BecomeLeader(c, row[3].as<std::int64_t>(), "join", start.wall_us);
+        });
   }
 
   // The waiting candidates' sessions, renewed in one statement.
   void RenewWaiting() {
-    std::vector<Candidate *> waiting;
-    std::vector<std::string> sessions;
-    for (Candidate &c : candidates_) {
-      if (c.role != Role::kWaiting) continue;
-      waiting.push_back(&c);
-      sessions.push_back(std::to_string(c.session));
-    }
-    if (waiting.empty()) return;
-    pqxx::connection *db = fleet_link_.Get();
-    if (db == nullptr) return;
-    const Stamp start = Now();
-    try {
-      pqxx::nontransaction tx(*db);
-      const pqxx::result rows = pqxx_compat::ExecParams(
-          tx,
-          "SELECT fencing_session_renew(s) FROM unnest($1::bigint[]) WITH ORDINALITY AS u(s, n) "
-          "ORDER BY n",
-          ArrayLiteral(sessions));
-      std::vector<std::string> renewed;
-      std::vector<std::string> ended;
-      std::size_t i = 0;
-      for (const auto &row : rows) {
-        if (i >= waiting.size()) break;
-        Candidate &c = *waiting[i++];
-        if (row[0].as<bool>()) {
-          renewed.push_back(c.holder);
-        } else {
-          ended.push_back(c.holder);
-          c.role = Role::kIdle;  // its session ended: join again with a new one
-          c.session = 0;
-        }
-      }
-      log_.Write(prefix_ + "ev=renew_batch start=" + std::to_string(start.wall_us) +
+    const std::vector<Candidate *> waiting = InRole(Role::kWaiting);
+    std::vector<std::string> renewed;
+    std::vector<std::string> ended;
+    const std::optional<Stamp> start = Batch(
+        waiting, "renew_batch", " n=" + std::to_string(waiting.size()),
+        [&](pqxx::nontransaction &tx) {
+          return pqxx_compat::ExecParams(
+              tx,
+              "SELECT fencing_session_renew(s) FROM unnest($1::bigint[]) WITH ORDINALITY AS "
+              "u(s, n) ORDER BY n",
+              ArrayOf(waiting, [](const Candidate &c) { return std::to_string(c.session); }));
+        },
+        [&](Candidate &c, const ResultRow &row, const Stamp &) {
+          if (row[0].as<bool>()) {
+            renewed.push_back(c.holder);
+          } else {
+            ended.push_back(c.holder);
+            c.role = Role::kIdle;  // its session ended: join again with a new one
+            c.session = 0;
+          }
+        });
+    if (start) {
+      log_.Write(prefix_ + "ev=renew_batch start=" + std::to_string(start->wall_us) +
                  " out=ok ok=" + Join(renewed, ',') + " false=" + Join(ended, ','));
-    } catch (const std::exception &error) {
-      log_.Write(prefix_ + "ev=renew_batch start=" + std::to_string(start.wall_us) + " " +
-                     FailureFields(error, fleet_link_) + " n=" + std::to_string(waiting.size()),
-                 FirstLine(error.what()));
     }
   }
 
   // The waiting candidates' places, polled in one statement: the first
   // place in line takes the lease inside it.
   void Poll() {
-    std::vector<Candidate *> waiting;
-    std::vector<std::string> places;
-    for (Candidate &c : candidates_) {
-      if (c.role != Role::kWaiting) continue;
-      waiting.push_back(&c);
-      places.push_back(std::to_string(c.place));
-    }
-    if (waiting.empty()) return;
-    pqxx::connection *db = fleet_link_.Get();
-    if (db == nullptr) return;
-    const Stamp start = Now();
-    try {
-      pqxx::nontransaction tx(*db);
-      const pqxx::result rows = pqxx_compat::ExecParams(
-          tx, "SELECT place, state, token::bigint FROM fencing_line_poll($1::bigint[])",
-          ArrayLiteral(places));
-      std::size_t i = 0;
-      for (const auto &row : rows) {
-        if (i >= waiting.size()) break;
-        Candidate &c = *waiting[i++];
-        const std::string state = row[1].c_str();
-        if (state == "granted") {
-          BecomeLeader(c, row[2].as<std::int64_t>(), "poll", start.wall_us);
-        } else if (state == "gone") {
-          log_.Write(prefix_ + "ev=gone c=" + std::to_string(c.index) + " " + Who(c) +
-                     " place=" + std::to_string(c.place));
-          Retire(c);
-        }
-      }
-    } catch (const std::exception &error) {
-      log_.Write(prefix_ + "ev=poll_fail start=" + std::to_string(start.wall_us) + " " +
-                     FailureFields(error, fleet_link_),
-                 FirstLine(error.what()));
-    }
+    const std::vector<Candidate *> waiting = InRole(Role::kWaiting);
+    Batch(
+        waiting, "poll_fail", "",
+        [&](pqxx::nontransaction &tx) {
+          return pqxx_compat::ExecParams(
+              tx, "SELECT place, state, token::bigint FROM fencing_line_poll($1::bigint[])",
+              ArrayOf(waiting, [](const Candidate &c) { return std::to_string(c.place); }));
+        },
+        [&](Candidate &c, const ResultRow &row, const Stamp &start) {
+          const std::string state = row[1].c_str();
+          if (state == "granted") {
+            BecomeLeader(c, row[2].as<std::int64_t>(), "poll", start.wall_us);
+          } else if (state == "gone") {
+            log_.Write(prefix_ + "ev=gone c=" + std::to_string(c.index) + " " + Who(c) +
+                       " place=" + std::to_string(c.place));
+            Retire(c);
+          }
+        });
   }
 
   void LeaderRenew(Candidate &c) {
@@ -523,11 +531,7 @@ FleetWorkerConfig ParseFleetWorkerArguments(const std::vector<std::string> &args
 }
 
 int RunFleetWorker(const FleetWorkerConfig &config) {
-  struct sigaction action {};
-  action.sa_handler = OnTerminate;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  CatchStopSignals();
   signal(SIGPIPE, SIG_IGN);
   FleetWorker worker(config);
   return worker.Run();

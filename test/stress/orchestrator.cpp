@@ -24,7 +24,9 @@
 #include "checker.hpp"
 #include "cluster.hpp"
 #include "common.hpp"
+#include "database.hpp"
 #include "fleet.hpp"
+#include "orchestration.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
 #include "process.hpp"
 #include "worker.hpp"
@@ -32,18 +34,6 @@
 namespace pg_fencing::stress {
 
 namespace {
-
-constexpr int kExitPass = 0;
-constexpr int kExitViolations = 1;
-constexpr int kExitSetupError = 2;
-
-volatile sig_atomic_t g_interrupted = 0;
-void OnInterrupt(int) { g_interrupted = 1; }
-
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct Options {
   int workers = 8;
@@ -118,94 +108,75 @@ Exit status: 0 no violation, 1 violations found, 2 setup or usage error.
 )";
 }
 
-std::pair<int, int> ParseRange(const std::string &text) {
-  const std::size_t dash = text.find('-');
-  if (dash == std::string::npos) throw UsageError("expected MIN-MAX, got " + text);
-  const int low = std::stoi(text.substr(0, dash));
-  const int high = std::stoi(text.substr(dash + 1));
-  if (low < 0 || high < low) throw UsageError("bad range " + text);
-  return {low, high};
-}
-
 Options ParseOptions(int argc, char **argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (arg == "--workers")
-        o.workers = std::stoi(value());
-      else if (arg == "--rows")
-        o.rows = std::stoi(value());
-      else if (arg == "--duration")
-        o.duration_s = std::stoi(value());
-      else if (arg == "--seed")
-        o.seed = std::stoull(value());
-      else if (arg == "--ttl")
-        o.worker.ttl = std::chrono::milliseconds(std::stoi(value()));
-      else if (arg == "--acquire-wait")
-        o.worker.acquire_wait = std::chrono::milliseconds(std::stoi(value()));
-      else if (arg == "--unguarded")
-        o.unguarded = true;
-      else if (arg == "--faults") {
-        o.faults.clear();
-        for (const std::string &f : Split(value(), ',')) {
-          if (f == "none") continue;
-          if (f != "pause" && f != "kill" && f != "crash" && f != "restore" && f != "freeze")
-            throw UsageError("unknown fault " + f);
-          o.faults.insert(f);
-        }
-      } else if (arg == "--restore-at") {
-        std::tie(o.backup_pct, o.restore_pct) = ParseRange(value());
-        if (o.restore_pct <= o.backup_pct || o.restore_pct >= 100)
-          throw UsageError("--restore-at needs B < R < 100");
-      } else if (arg == "--fault-interval") {
-        std::tie(o.fault_min_ms, o.fault_max_ms) = ParseRange(value());
-      } else if (arg == "--pause") {
-        std::tie(o.pause_min_ms, o.pause_max_ms) = ParseRange(value());
-      } else if (arg == "--hold") {
-        const auto [low, high] = ParseRange(value());
-        o.worker.hold_min = std::chrono::milliseconds(low);
-        o.worker.hold_max = std::chrono::milliseconds(high);
-      } else if (arg == "--p-careless")
-        o.worker.p_careless = std::stod(value());
-      else if (arg == "--p-zombie")
-        o.worker.p_zombie = std::stod(value());
-      else if (arg == "--p-missing")
-        o.worker.p_missing = std::stod(value());
-      else if (arg == "--permits")
-        o.worker.permits = std::stoi(value());
-      else if (arg == "--p-read")
-        o.worker.p_read = std::stod(value());
-      else if (arg == "--p-undo")
-        o.worker.p_undo = std::stod(value());
-      else if (arg == "--dir")
-        o.dir = value();
-      else if (arg == "--pg-bindir")
-        o.pg_bindir = value();
-      else if (arg == "--keep-data")
-        o.keep_data = true;
-      else if (arg == "--preload")
-        o.preload = true;
-      else if (arg == "--no-check")
-        o.check = false;
-      else if (arg == "--examples")
-        o.examples = std::stoi(value());
-      else if (arg == "--help" || arg == "-h") {
-        std::cout << UsageText();
-        std::exit(kExitPass);
-      } else {
-        throw UsageError("unknown option " + arg);
+  ForEachOption(argc, argv, [&](const std::string &arg, const auto &value) {
+    if (arg == "--workers")
+      o.workers = std::stoi(value());
+    else if (arg == "--rows")
+      o.rows = std::stoi(value());
+    else if (arg == "--duration")
+      o.duration_s = std::stoi(value());
+    else if (arg == "--seed")
+      o.seed = std::stoull(value());
+    else if (arg == "--ttl")
+      o.worker.ttl = std::chrono::milliseconds(std::stoi(value()));
+    else if (arg == "--acquire-wait")
+      o.worker.acquire_wait = std::chrono::milliseconds(std::stoi(value()));
+    else if (arg == "--unguarded")
+      o.unguarded = true;
+    else if (arg == "--faults") {
+      o.faults.clear();
+      for (const std::string &f : Split(value(), ',')) {
+        if (f == "none") continue;
+        if (f != "pause" && f != "kill" && f != "crash" && f != "restore" && f != "freeze")
+          throw UsageError("unknown fault " + f);
+        o.faults.insert(f);
       }
-    } catch (const std::invalid_argument &) {
-      throw UsageError("bad value for " + arg);
-    } catch (const std::out_of_range &) {
-      throw UsageError("bad value for " + arg);
+    } else if (arg == "--restore-at") {
+      std::tie(o.backup_pct, o.restore_pct) = ParseRange(value());
+      if (o.restore_pct <= o.backup_pct || o.restore_pct >= 100)
+        throw UsageError("--restore-at needs B < R < 100");
+    } else if (arg == "--fault-interval") {
+      std::tie(o.fault_min_ms, o.fault_max_ms) = ParseRange(value());
+    } else if (arg == "--pause") {
+      std::tie(o.pause_min_ms, o.pause_max_ms) = ParseRange(value());
+    } else if (arg == "--hold") {
+      const auto [low, high] = ParseRange(value());
+      o.worker.hold_min = std::chrono::milliseconds(low);
+      o.worker.hold_max = std::chrono::milliseconds(high);
+    } else if (arg == "--p-careless")
+      o.worker.p_careless = std::stod(value());
+    else if (arg == "--p-zombie")
+      o.worker.p_zombie = std::stod(value());
+    else if (arg == "--p-missing")
+      o.worker.p_missing = std::stod(value());
+    else if (arg == "--permits")
+      o.worker.permits = std::stoi(value());
+    else if (arg == "--p-read")
+      o.worker.p_read = std::stod(value());
+    else if (arg == "--p-undo")
+      o.worker.p_undo = std::stod(value());
+    else if (arg == "--dir")
+      o.dir = value();
+    else if (arg == "--pg-bindir")
+      o.pg_bindir = value();
+    else if (arg == "--keep-data")
+      o.keep_data = true;
+    else if (arg == "--preload")
+      o.preload = true;
+    else if (arg == "--no-check")
+      o.check = false;
+    else if (arg == "--examples")
+      o.examples = std::stoi(value());
+    else if (arg == "--help" || arg == "-h") {
+      std::cout << UsageText();
+      std::exit(kExitPass);
+    } else {
+      return false;
     }
-  }
+    return true;
+  });
   if (o.workers < 1 || o.workers > 64) throw UsageError("--workers must be 1..64");
   if (o.rows < 1 || o.rows > 100000) throw UsageError("--rows must be 1..100000");
   if (o.duration_s < 1) throw UsageError("--duration must be positive");
@@ -218,12 +189,6 @@ Options ParseOptions(int argc, char **argv) {
   }
   o.worker.rows = o.rows;
   return o;
-}
-
-std::string Join(const std::set<std::string> &items) {
-  std::string out;
-  for (const std::string &item : items) out += (out.empty() ? "" : ",") + item;
-  return out.empty() ? "none" : out;
 }
 
 // ---- Database set-up and the final dump ------------------------------------
@@ -245,44 +210,22 @@ std::vector<StressTable> TablesOf(const Options &o) {
 }
 
 void SetUpDatabase(const Cluster &cluster, const Options &o) {
-  {
-    pqxx::connection admin(cluster.Conninfo("postgres", "postgres"));
-    pqxx::nontransaction tx(admin);
-    pqxx_compat::Exec0(tx, std::string("CREATE DATABASE ") + kDatabase);
-  }
+  CreateRunDatabase(cluster);
   pqxx::connection db(cluster.Conninfo("postgres", kDatabase));
   pqxx::work tx(db);
-  pqxx_compat::Exec0(tx, "SET client_min_messages = warning");
-  pqxx_compat::Exec0(tx, "CREATE EXTENSION pg_fencing");
-  const long idle_ms = std::max<long>(10, o.worker.ttl.count() / 2);
-  pqxx_compat::Exec0(tx, std::string("CREATE ROLE ") + kAppRole + " LOGIN");
-  // The application's locks belong to its role (the one line of set-up a
-  // single-application database needs).
-  tx.exec(std::string("SELECT fencing_allow_create('") + kAppRole + "')");
+  SetUpApplication(tx);
   // A worker paused inside a transaction after a write holds the lock's
   // fence gate and its row's lock.  Guarded and preloaded, the server ends
   // that transaction when its lease ends (issue 24: what the freeze fault
   // and the pauses test); otherwise idle_in_transaction_session_timeout
   // does, well within a ttl, as the README recommends without the preload.
   if (o.unguarded || !o.preload) {
+    const long idle_ms = std::max<long>(10, o.worker.ttl.count() / 2);
     pqxx_compat::Exec0(tx, std::string("ALTER ROLE ") + kAppRole +
                                " SET idle_in_transaction_session_timeout = '" +
                                std::to_string(idle_ms) + "ms'");
   }
-  pqxx_compat::Exec0(tx, std::string("ALTER ROLE ") + kAppRole + " SET statement_timeout = '10s'");
-  // The commit order.  Every write, grant and read takes its number after it
-  // has locked what it conflicts on (the row; the lock's fence row or gate;
-  // the permit's gate), and keeps those locks until it commits: for two that
-  // conflict, the number order is the commit order.  CACHE 1: numbers
-  // ordered across sessions.
-  pqxx_compat::Exec0(tx, "CREATE SEQUENCE stress_commit_seq CACHE 1");
-  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_history (
-      seq bigint PRIMARY KEY, tbl text NOT NULL, row_id int NOT NULL, token bigint,
-      val bigint, write_id text, ts timestamptz NOT NULL, pm_start timestamptz NOT NULL))");
-  // slot: the permit's, for a grant of a semaphore; NULL for a lease.
-  pqxx_compat::Exec0(tx, R"(CREATE TABLE stress_grants (
-      seq bigint PRIMARY KEY, lock_name text NOT NULL, holder text NOT NULL, token bigint NOT NULL,
-      ts timestamptz NOT NULL, pm_start timestamptz NOT NULL, slot int))");
+  CreateServerRecord(tx);
   // Reads under the read fence (permit mode), recorded by the reading
   // transaction itself: presented says whether a presentation was in force
   // when it counted the rows it could see.
@@ -290,51 +233,8 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
       seq bigint PRIMARY KEY, read_id text NOT NULL, token bigint NOT NULL,
       presented boolean NOT NULL, rows_seen bigint NOT NULL, ts timestamptz NOT NULL,
       pm_start timestamptz NOT NULL))");
-  // Written in the writing transaction itself: a row here exists iff the
-  // write committed.  SECURITY DEFINER: the workers cannot write history.
-  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_write() RETURNS trigger LANGUAGE plpgsql
-      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-    BEGIN
-      INSERT INTO public.stress_history
-        VALUES (nextval('public.stress_commit_seq'), TG_ARGV[0], NEW.id, NEW.token::bigint,
-                NEW.val, NEW.write_id, clock_timestamp(), pg_postmaster_start_time());
-      RETURN NULL;
-    END $$)");
   const std::vector<StressTable> tables = TablesOf(o);
-  std::string table_list;
-  for (const StressTable &t : tables) {
-    pqxx_compat::Exec0(tx,
-                       std::string("CREATE TABLE ") + t.name +
-                           " (id int PRIMARY KEY, token fencing_token, val bigint, write_id text)");
-    pqxx_compat::Exec0(tx, std::string("INSERT INTO ") + t.name +
-                               " (id) SELECT g FROM generate_series(0, " +
-                               std::to_string(o.rows - 1) + ") g");
-    pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_history AFTER UPDATE ON ") + t.name +
-                               " FOR EACH ROW EXECUTE FUNCTION stress_record_write('" + t.tag +
-                               "')");
-    table_list += (table_list.empty() ? "" : ", ") + std::string(t.name);
-  }
-  // Every grant, observed on the extension's lease and permit tables in the
-  // granting transaction (a lease's grant has locked the lock's fence row by
-  // then, a permit's grant its slot's gate).  A renewal or release changes
-  // only expires_at (and ended) and is not recorded.  One function for both
-  // tables: fencing_lease has no slot.
-  pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_grant() RETURNS trigger LANGUAGE plpgsql
-      SECURITY DEFINER SET search_path = pg_catalog, public AS $$
-    BEGIN
-      IF TG_OP = 'INSERT' OR NEW.token::bigint IS DISTINCT FROM OLD.token::bigint THEN
-        INSERT INTO public.stress_grants
-          VALUES (nextval('public.stress_commit_seq'), NEW.lock_name, NEW.holder,
-                  NEW.token::bigint, clock_timestamp(), pg_postmaster_start_time(),
-                  (to_jsonb(NEW) ->> 'slot')::int);
-      END IF;
-      RETURN NULL;
-    END $$)");
-  for (const char *extension_table : {"fencing_lease", "fencing_permit"}) {
-    pqxx_compat::Exec0(tx, std::string("CREATE TRIGGER stress_grants AFTER INSERT OR UPDATE ON ") +
-                               extension_table +
-                               " FOR EACH ROW EXECUTE FUNCTION stress_record_grant()");
-  }
+  for (const StressTable &t : tables) CreateWorkedTable(tx, t.name, t.tag, o.rows);
   // A read's record, taken by the reading transaction after it presented:
   // the workers pass what they counted, the server numbers it.
   pqxx_compat::Exec0(tx, R"(CREATE FUNCTION stress_record_read(read_id text, token bigint,
@@ -348,7 +248,6 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
   pqxx_compat::Exec0(tx, "REVOKE ALL ON FUNCTION stress_record_read FROM PUBLIC");
   pqxx_compat::Exec0(tx,
                      std::string("GRANT EXECUTE ON FUNCTION stress_record_read TO ") + kAppRole);
-  pqxx_compat::Exec0(tx, "GRANT SELECT, UPDATE ON " + table_list + " TO " + kAppRole);
   if (!o.unguarded) {
     for (const StressTable &t : tables) {
       tx.exec(std::string("SELECT fencing_protect('") + t.name + "'" +
@@ -369,37 +268,14 @@ void SetUpDatabase(const Cluster &cluster, const Options &o) {
   tx.commit();
 }
 
-std::string Field(const pqxx_compat::Field &f) { return f.is_null() ? "\\N" : f.c_str(); }
-
-void DumpQuery(pqxx::work &tx, const std::string &sql, const std::string &path) {
-  std::string out;
-  for (const auto &row : tx.exec(sql)) {
-    for (pqxx::row::size_type i = 0; i < row.size(); ++i) {
-      out += (i ? "\t" : "") + Field(row[i]);
-    }
-    out += '\n';
-  }
-  WriteFile(path, out);
-}
-
 // The server's record of what committed: history.tsv, grants.tsv and, in
 // permit mode, reads.tsv, into dir.
 void DumpRecord(pqxx::work &tx, const Options &o, const std::string &dir) {
-  const auto micros = [&](const std::string &column) {
-    return "(extract(epoch FROM " + column + ") * 1000000)::bigint";
-  };
-  DumpQuery(tx,
-            "SELECT seq, tbl, row_id, token, val, write_id, " + micros("ts") + ", " +
-                micros("pm_start") + " FROM stress_history ORDER BY seq",
-            dir + "/history.tsv");
-  DumpQuery(tx,
-            "SELECT seq, lock_name, holder, token, " + micros("ts") + ", " + micros("pm_start") +
-                ", slot FROM stress_grants ORDER BY seq",
-            dir + "/grants.tsv");
+  DumpServerRecord(tx, dir);
   if (o.worker.permits > 0) {
     DumpQuery(tx,
-              "SELECT seq, read_id, token, presented, rows_seen, " + micros("ts") + ", " +
-                  micros("pm_start") + " FROM stress_reads ORDER BY seq",
+              "SELECT seq, read_id, token, presented, rows_seen, " + Micros("ts") + ", " +
+                  Micros("pm_start") + " FROM stress_reads ORDER BY seq",
               dir + "/reads.tsv");
   }
 }
@@ -422,26 +298,28 @@ void DumpState(const Cluster &cluster, const Options &o, const std::string &dir)
 
 // ---- Workers and the nemesis --------------------------------------------------
 
-struct Slot {
-  pid_t pid = -1;
-  int incarnation = -1;
+// A worker stopped by the pause fault, until resume_at (MonoMs).
+struct Pause {
   bool paused = false;
   std::int64_t resume_at = 0;
 };
 
 class Orchestrator {
  public:
-  Orchestrator(const Options &options, Cluster &cluster, std::string dir, std::string self)
+  Orchestrator(const Options &options, Cluster &cluster, std::string dir)
       : o_(options),
         cluster_(cluster),
         dir_(std::move(dir)),
-        self_(std::move(self)),
         faults_(dir_ + "/faults.log"),
         rng_(options.seed),
-        slots_(static_cast<std::size_t>(options.workers)) {}
+        pauses_(static_cast<std::size_t>(options.workers)),
+        workers_(options.workers, 'w', dir_, faults_,
+                 [this](int slot, int incarnation, const std::string &log_path) {
+                   return Launch(slot, incarnation, log_path);
+                 }) {}
 
   void Run() {
-    for (std::size_t i = 0; i < slots_.size(); ++i) Spawn(static_cast<int>(i));
+    for (std::size_t i = 0; i < workers_.size(); ++i) workers_.Start(static_cast<int>(i));
     const std::int64_t start = MonoMs();
     const std::int64_t end = start + static_cast<std::int64_t>(o_.duration_s) * 1000;
     std::int64_t next_fault = start + Uniform(o_.fault_min_ms, o_.fault_max_ms);
@@ -460,9 +338,9 @@ class Orchestrator {
       if (kind == "pause" || kind == "freeze") random_faults_.push_back(kind);
     }
     bool first_fault = o_.faults.count("freeze") > 0;
-    while (!g_interrupted && (MonoMs() < end || AwaitingWriteAfterRestore(end))) {
+    while (!StopRequested() && (MonoMs() < end || AwaitingWriteAfterRestore(end))) {
       Reaper::Reap();
-      RespawnExited();
+      workers_.RespawnExited();
       ResumeDue(false);
       // After a crash or the restore of its own, the nemesis waits a whole
       // interval: a restored server that crashed at once would grant nothing.
@@ -480,7 +358,7 @@ class Orchestrator {
       SleepMs(10);
     }
     ResumeDue(true);
-    StopWorkers();
+    workers_.StopAll();
     if (backup_pid_ > 0) {  // the run ended during the backup
       kill(backup_pid_, SIGKILL);
       Reaper::WaitFor(backup_pid_, 10000);
@@ -512,48 +390,29 @@ class Orchestrator {
  private:
   int Uniform(int low, int high) { return std::uniform_int_distribution<int>(low, high)(rng_); }
 
-  void Spawn(int index) {
-    Slot &slot = slots_[static_cast<std::size_t>(index)];
-    slot.incarnation += 1;
-    slot.paused = false;
+  // A new incarnation of a worker (WorkerSlots::Start): it is not paused.
+  WorkerSlots::Launch Launch(int index, int incarnation, const std::string &log_path) {
+    pauses_[static_cast<std::size_t>(index)] = Pause{};
     WorkerConfig config = o_.worker;
     config.slot = index;
-    config.incarnation = slot.incarnation;
+    config.incarnation = incarnation;
     config.conninfo = cluster_.Conninfo(kAppRole, kDatabase) + " application_name=stress_w" +
                       std::to_string(index);
-    char name[64];
-    std::snprintf(name, sizeof name, "/workers/w%02d.i%03d", index, slot.incarnation);
-    config.log_path = dir_ + name + ".log";
+    config.log_path = log_path;
     config.seed = rng_();
-    std::vector<std::string> argv = {self_, "--worker"};
-    for (std::string &arg : WorkerArguments(config)) argv.push_back(std::move(arg));
-    slot.pid = stress::Spawn(argv, {std::nullopt, dir_ + name + ".stderr", SIGKILL});
-    faults_.Write("ev=spawn w=" + std::to_string(index) +
-                  " inc=" + std::to_string(slot.incarnation) + " pid=" + std::to_string(slot.pid));
-  }
-
-  // A worker that exits by itself has failed (it runs until SIGTERM); the
-  // run goes on with a new one, and the exit is on record.
-  void RespawnExited() {
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      if (const std::optional<int> status = Reaper::Status(slots_[i].pid)) {
-        faults_.Write(
-            "ev=worker_exit w=" + std::to_string(i) + " pid=" + std::to_string(slots_[i].pid),
-            DescribeStatus(*status));
-        Reaper::Forget(slots_[i].pid);
-        ++unexpected_exits_;
-        Spawn(static_cast<int>(i));
-      }
-    }
+    std::vector<std::string> arguments = {"--worker"};
+    for (std::string &arg : WorkerArguments(config)) arguments.push_back(std::move(arg));
+    return {std::move(arguments), ""};
   }
 
   void ResumeDue(bool all) {
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      Slot &slot = slots_[i];
-      if (slot.paused && (all || MonoMs() >= slot.resume_at)) {
-        kill(slot.pid, SIGCONT);
-        slot.paused = false;
-        faults_.Write("ev=resume w=" + std::to_string(i) + " pid=" + std::to_string(slot.pid));
+    for (std::size_t i = 0; i < pauses_.size(); ++i) {
+      Pause &pause = pauses_[i];
+      if (pause.paused && (all || MonoMs() >= pause.resume_at)) {
+        kill(workers_[i].pid, SIGCONT);
+        pause.paused = false;
+        faults_.Write("ev=resume w=" + std::to_string(i) +
+                      " pid=" + std::to_string(workers_[i].pid));
       }
     }
   }
@@ -569,25 +428,26 @@ class Orchestrator {
     // up from the freeze to the next grant).
     if (kind == "crash" && restore_phase_ == RestorePhase::kBackingUp) return;
     if (kind == "crash" && MonoMs() < freeze_window_end_) return;
-    const int index = Uniform(0, static_cast<int>(slots_.size()) - 1);
-    Slot &slot = slots_[static_cast<std::size_t>(index)];
-    const std::string who = "w=" + std::to_string(index) + " pid=" + std::to_string(slot.pid);
+    const int index = Uniform(0, static_cast<int>(workers_.size()) - 1);
+    const pid_t pid = workers_[static_cast<std::size_t>(index)].pid;
+    Pause &pause = pauses_[static_cast<std::size_t>(index)];
+    const std::string who = "w=" + std::to_string(index) + " pid=" + std::to_string(pid);
     if (kind == "pause") {
-      if (slot.paused) return;  // already stopped: skip this one
+      if (pause.paused) return;  // already stopped: skip this one
       const int ms = Uniform(o_.pause_min_ms, o_.pause_max_ms);
-      kill(slot.pid, SIGSTOP);
-      slot.paused = true;
-      slot.resume_at = MonoMs() + ms;
+      kill(pid, SIGSTOP);
+      pause.paused = true;
+      pause.resume_at = MonoMs() + ms;
       faults_.Write("ev=pause " + who + " ms=" + std::to_string(ms));
     } else if (kind == "freeze") {
-      if (slot.paused) return;
+      if (pause.paused) return;
       // Longer than the bound on a takeover by far, so that a frozen holder
       // that kept the next one waiting shows in the checker.
       const int ms = static_cast<int>(o_.worker.ttl.count()) + Uniform(3000, 4000);
       const Thaw thaw = NextThaw();
       union sigval value;
       value.sival_int = FreezeSignalValue(thaw == Thaw::kCommit ? ms : 0, thaw);
-      sigqueue(slot.pid, SIGUSR1, value);
+      sigqueue(pid, SIGUSR1, value);
       faults_.Write("ev=freeze_request " + who +
                     (thaw == Thaw::kCommit ? " ms=" + std::to_string(ms) : std::string()) +
                     " then=" + ThawName(thaw));
@@ -596,13 +456,7 @@ class Orchestrator {
       // is due within ttl + 2 s.
       freeze_window_end_ = MonoMs() + ms + 2000;
     } else if (kind == "kill") {
-      kill(slot.pid, SIGKILL);
-      const std::optional<int> status = Reaper::WaitFor(slot.pid, 10000);
-      if (!status)
-        throw std::runtime_error("worker " + std::to_string(slot.pid) + " survived SIGKILL");
-      Reaper::Forget(slot.pid);
-      faults_.Write("ev=kill " + who);
-      Spawn(index);
+      workers_.Kill(index, who);
     } else {
       CrashServer("");
       return;  // counted there
@@ -623,14 +477,7 @@ class Orchestrator {
   }
 
   void CrashServer(const std::string &why) {
-    const Stamp before = Now();
-    faults_.Write(before, "ev=crash pm=" + std::to_string(cluster_.postmaster()) + why);
-    const int killed = cluster_.Crash();
-    faults_.Write("ev=crashed procs=" + std::to_string(killed));
-    SleepMs(Uniform(0, 500));  // down for a while
-    cluster_.Start();
-    faults_.Write("ev=restarted down_ms=" +
-                  std::to_string((Now().mono_ns - before.mono_ns) / 1000000));
+    CrashAndRestart(cluster_, faults_, Uniform(0, 500), why);
     ++injected_["crash"];
     if (restore_phase_ == RestorePhase::kBackedUp) ++crashes_since_backup_;
     last_restart_ms_ = MonoMs();
@@ -765,34 +612,14 @@ class Orchestrator {
     return false;
   }
 
-  void StopWorkers() {
-    for (const Slot &slot : slots_) kill(slot.pid, SIGTERM);
-    const std::int64_t deadline = MonoMs() + 20000;
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      const int left = static_cast<int>(std::max<std::int64_t>(0, deadline - MonoMs()));
-      std::optional<int> status = Reaper::WaitFor(slots_[i].pid, left);
-      if (!status) {
-        kill(slots_[i].pid, SIGKILL);
-        status = Reaper::WaitFor(slots_[i].pid, 10000);
-        faults_.Write("ev=stop_killed w=" + std::to_string(i));
-      } else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
-        faults_.Write("ev=worker_exit w=" + std::to_string(i), DescribeStatus(*status));
-        ++unexpected_exits_;
-      }
-      Reaper::Forget(slots_[i].pid);
-    }
-    faults_.Write("ev=end unexpected_exits=" + std::to_string(unexpected_exits_));
-  }
-
   const Options &o_;
   Cluster &cluster_;
   const std::string dir_;
-  const std::string self_;
   const EventLog faults_;
   std::mt19937_64 rng_;
-  std::vector<Slot> slots_;
+  std::vector<Pause> pauses_;  // by slot
+  WorkerSlots workers_;
   std::map<std::string, int> injected_;
-  int unexpected_exits_ = 0;
   std::vector<std::string> random_faults_;
   // The restore fault (StepRestore).
   enum class RestorePhase { kOff, kWaiting, kBackingUp, kBackedUp, kDone };
@@ -820,11 +647,9 @@ class Orchestrator {
 void ReadLostRecords(const ClusterOptions &base, const Options &o, const std::string &dir,
                      const Orchestrator &orchestrator) {
   for (const Orchestrator::Lost &lost : orchestrator.lost()) {
-    char sock_templ[] = "/tmp/pgfs_sock.XXXXXX";
-    if (mkdtemp(sock_templ) == nullptr) throw std::runtime_error("mkdtemp failed");
     ClusterOptions co = base;
     co.datadir = lost.datadir;
-    co.socket_dir = sock_templ;
+    co.socket_dir = MakeTempDir(kSocketDirTemplate);
     co.log_path = dir + "/postgres." + lost.record + ".log";
     Cluster cluster(co);
     cluster.Start();  // crash recovery: everything the lost server had committed
@@ -848,40 +673,11 @@ void ReadLostRecords(const ClusterOptions &base, const Options &o, const std::st
   }
 }
 
-std::string MakeRunDir(const Options &o) {
-  std::string dir = o.dir;
-  if (dir.empty()) {
-    char templ[] = "/tmp/pg_fencing_stress.XXXXXX";
-    if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir = templ;
-  } else {
-    std::filesystem::create_directories(dir);
-    if (!std::filesystem::is_empty(dir)) throw UsageError("--dir " + dir + " is not empty");
-  }
-  dir = std::filesystem::absolute(dir).string();
-  std::filesystem::create_directories(dir + "/workers");
-  // The server (as postgres) needs to reach its data directory inside.
-  chmod(dir.c_str(), 0755);
-  return dir;
-}
-
-// This very program, even if the file was replaced (rebuilt) during the
-// run: a forked child's /proc/self/exe is the image it was forked from.
-std::string SelfPath() { return "/proc/self/exe"; }
-
 int RunOrchestrator(int argc, char **argv) {
-  Options o;
-  try {
-    o = ParseOptions(argc, argv);
-  } catch (const UsageError &error) {
-    std::cerr << "pg_fencing_stress: " << error.what() << "\n" << UsageText();
-    return kExitSetupError;
-  }
-  struct sigaction action {};
-  action.sa_handler = OnInterrupt;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  const std::optional<Options> parsed = ParseCommandLine(argc, argv, ParseOptions, UsageText());
+  if (!parsed) return kExitSetupError;
+  const Options &o = *parsed;
+  CatchStopSignals();
   signal(SIGPIPE, SIG_IGN);
 
   std::string dir;
@@ -890,82 +686,44 @@ int RunOrchestrator(int argc, char **argv) {
   std::string fault_summary;
   try {
     BecomeSubreaper();
-    dir = MakeRunDir(o);
-    char sock_templ[] = "/tmp/pgfs_sock.XXXXXX";
-    if (mkdtemp(sock_templ) == nullptr) throw std::runtime_error("mkdtemp failed");
-    socket_dir = sock_templ;
+    dir = MakeRunDir(o.dir);
+    socket_dir = MakeTempDir(kSocketDirTemplate);
     const std::string mode = o.unguarded ? "unguarded" : "guarded";
     const std::string lock = o.worker.permits > 0 ? kSemName : kLockName;
     std::cout << "pg_fencing_stress: mode=" << mode << " lock=" << lock
               << " permits=" << o.worker.permits << " seed=" << o.seed
               << " duration=" << o.duration_s << "s workers=" << o.workers << " rows=" << o.rows
-              << " ttl=" << o.worker.ttl.count() << "ms faults=" << Join(o.faults) << " dir=" << dir
-              << std::endl;
+              << " ttl=" << o.worker.ttl.count() << "ms faults=" << JoinOrNone(o.faults)
+              << " dir=" << dir << std::endl;
 
-    ClusterOptions co;
-    co.bindir = std::filesystem::absolute(o.pg_bindir).string();  // the server runs from /
-    co.datadir = dir + "/pgdata";
-    co.socket_dir = socket_dir;
-    co.log_path = dir + "/postgres.log";
-    co.settings = {"log_min_messages=log", "log_min_error_statement=panic", "max_connections=200",
-                   "fsync=on", "synchronous_commit=on"};
-    if (o.preload) co.settings.push_back("shared_preload_libraries=pg_fencing");
+    const ClusterOptions co = RunClusterOptions(o.pg_bindir, dir, socket_dir, 200, o.preload);
     cluster = std::make_unique<Cluster>(co);
     cluster->InitDb();
     cluster->Start();
     SetUpDatabase(*cluster, o);
 
-    std::string extversion;
-    {
-      pqxx::connection db(cluster->Conninfo("postgres", kDatabase));
-      pqxx::nontransaction tx(db);
-      extversion = pqxx_compat::Exec1(
-                       tx, "SELECT extversion FROM pg_extension WHERE extname = 'pg_fencing'")[0]
-                       .c_str();
-    }
     std::ostringstream meta;
     meta << "mode=" << mode << "\nseed=" << o.seed << "\nduration_s=" << o.duration_s
          << "\nworkers=" << o.workers << "\nrows=" << o.rows << "\nttl_ms=" << o.worker.ttl.count()
-         << "\nfaults=" << Join(o.faults) << "\nrestore_at=" << o.backup_pct << "-" << o.restore_pct
-         << "\nlock=" << lock << "\npermits=" << o.worker.permits << "\nextversion=" << extversion
-         << "\nstart_wall_us=" << Now().wall_us << "\n";
+         << "\nfaults=" << JoinOrNone(o.faults) << "\nrestore_at=" << o.backup_pct << "-"
+         << o.restore_pct << "\nlock=" << lock << "\npermits=" << o.worker.permits
+         << "\nextversion=" << ExtensionVersion(*cluster) << "\nstart_wall_us=" << Now().wall_us
+         << "\n";
     WriteFile(dir + "/meta.txt", meta.str());
 
-    Orchestrator orchestrator(o, *cluster, dir, SelfPath());
+    Orchestrator orchestrator(o, *cluster, dir);
     orchestrator.Run();
     fault_summary = orchestrator.FaultSummary();
-    if (g_interrupted) std::cerr << "pg_fencing_stress: interrupted; checking what ran\n";
+    if (StopRequested()) std::cerr << "pg_fencing_stress: interrupted; checking what ran\n";
 
     DumpState(*cluster, o, dir);
     cluster->Stop();
     if (!o.keep_data) cluster->RemoveData();
     ReadLostRecords(co, o, dir, orchestrator);
   } catch (const std::exception &error) {
-    std::cerr << "pg_fencing_stress: " << error.what()
-              << (dir.empty() ? "" : " (run dir " + dir + ")") << "\n";
-    if (cluster) {
-      try {
-        cluster->Stop();
-      } catch (...) {
-      }
-    }
-    // The data directory stays for a post-mortem; the socket directory is of no use.
-    std::error_code ignored;
-    if (!socket_dir.empty()) std::filesystem::remove_all(socket_dir, ignored);
-    return kExitSetupError;
+    return AbandonRun(error, dir, cluster.get(), socket_dir);
   }
-  std::cout << "pg_fencing_stress: faults injected: " << fault_summary << std::endl;
-  if (!o.check) return kExitPass;
-  try {
-    CheckOptions check;
-    check.run_dir = dir;
-    check.examples = o.examples;
-    const long violations = CheckRun(check, std::cout);
-    return violations == 0 ? kExitPass : kExitViolations;
-  } catch (const std::exception &error) {
-    std::cerr << "pg_fencing_stress: checker: " << error.what() << "\n";
-    return kExitSetupError;
-  }
+  return FinishRun(fault_summary, dir, o.check, o.examples, CheckRun);
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ namespace {
 
 constexpr int kExecFailed = 127;
 
+volatile sig_atomic_t g_stop_requested = 0;
+
+void OnStopSignal(int) { g_stop_requested = 1; }
+
 // pid -> wait status; std::nullopt while it runs.
 std::map<pid_t, std::optional<int>> &Watched() {
   static std::map<pid_t, std::optional<int>> watched;
@@ -45,6 +49,12 @@ std::optional<RunAs> ServerUser() {
   const passwd *pw = getpwnam("postgres");
   if (pw == nullptr) throw std::runtime_error("running as root, but there is no user \"postgres\"");
   return RunAs{pw->pw_uid, pw->pw_gid};
+}
+
+void ChownTo(const std::string &path, const std::optional<RunAs> &run_as) {
+  if (run_as && chown(path.c_str(), run_as->uid, run_as->gid) != 0) {
+    throw std::system_error(errno, std::generic_category(), "chown " + path);
+  }
 }
 
 pid_t Spawn(const std::vector<std::string> &argv, const SpawnOptions &options) {
@@ -128,6 +138,31 @@ std::optional<int> Reaper::WaitFor(pid_t pid, int timeout_ms) {
   }
 }
 
+void AwaitReady(pid_t &pid, const std::function<void()> &probe, int timeout_ms,
+                const std::string &what, const std::string &see) {
+  const std::int64_t deadline = MonoMs() + timeout_ms;
+  for (;;) {
+    Reaper::Reap();
+    if (const std::optional<int> status = Reaper::Status(pid)) {
+      Reaper::Forget(pid);
+      pid = -1;
+      throw std::runtime_error(what + " exited at start (" + DescribeStatus(*status) + "); see " +
+                               see);
+    }
+    try {
+      probe();
+      return;
+    } catch (const std::exception &) {
+      // not yet: starting up, or recovering
+    }
+    if (MonoMs() >= deadline) {
+      throw std::runtime_error(what + " not ready after " + std::to_string(timeout_ms) +
+                               " ms; see " + see);
+    }
+    SleepMs(20);
+  }
+}
+
 bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 || errno == EPERM; }
 
 namespace {
@@ -176,6 +211,16 @@ void SleepMs(int ms) {
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
+
+void CatchStopSignals() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+bool StopRequested() { return g_stop_requested != 0; }
 
 std::string DescribeStatus(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));

@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct RunAs {
 // The postgres user when we are root (the server refuses to run as root);
 // nullopt otherwise (run as ourselves).
 std::optional<RunAs> ServerUser();
+// Gives path to run_as (what the server's user must own); nothing without.
+void ChownTo(const std::string &path, const std::optional<RunAs> &run_as);
 
 struct SpawnOptions {
   std::optional<RunAs> run_as;
@@ -50,6 +53,14 @@ class Reaper {
   static std::optional<int> WaitFor(pid_t pid, int timeout_ms);
 };
 
+// Waits until a server just started as pid takes connections: probe()
+// (a connection attempt) returns without throwing; tried every 20 ms for up
+// to timeout_ms.  Throws if the server exits meanwhile (then forgets it and
+// sets pid to -1) or is not ready in time; what names it in the message,
+// and see says where to look.
+void AwaitReady(pid_t &pid, const std::function<void()> &probe, int timeout_ms,
+                const std::string &what, const std::string &see);
+
 // Whether a process with this PID exists (zombies included).
 bool ProcessExists(pid_t pid);
 // Children of pid, from /proc.
@@ -58,6 +69,12 @@ std::vector<pid_t> ChildrenOf(pid_t pid);
 char ProcessState(pid_t pid);
 
 void SleepMs(int ms);
+
+// SIGTERM and SIGINT only set a flag (StopRequested) that the main loop of
+// an orchestrator or a worker polls, so that it ends where it chooses and
+// writes its last lines (a run is checked even when interrupted).
+void CatchStopSignals();
+bool StopRequested();
 
 // "exit 3", "signal 9".
 std::string DescribeStatus(int status);

@@ -32,79 +32,22 @@
 # Builds nothing; each run makes its own throwaway cluster (initdb as
 # "postgres", Unix socket only) and removes it.  Exit 0 only if all of them hold.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/suite.sh"
 
-usage() {
-  echo "usage: $0 BUILD_DIR [--duration S] [--unguarded-duration S] [--permit-duration S] [--seed N] [--pg-bindir DIR] [--keep]" >&2
-  exit 2
-}
-(($# >= 1)) || usage
-build=$(cd "$1" && pwd) || usage
-shift
+usage_options="[--duration S] [--unguarded-duration S] [--permit-duration S] [--seed N] [--pg-bindir DIR] [--keep]"
 duration=45
 unguarded_duration=20
 permit_duration=25
 permits=3
-seed=1
-keep=0
-pg_bindir=()
-while (($#)); do
+own_option() {
   case $1 in
-    --duration) duration=$2; shift 2 ;;
-    --unguarded-duration) unguarded_duration=$2; shift 2 ;;
-    --permit-duration) permit_duration=$2; shift 2 ;;
-    --seed) seed=$2; shift 2 ;;
-    --pg-bindir) pg_bindir=(--pg-bindir "$2"); shift 2 ;;
-    --keep) keep=1; shift ;;
-    *) usage ;;
+    --unguarded-duration) unguarded_duration=$2 ;;
+    --permit-duration) permit_duration=$2 ;;
+    *) return 1 ;;
   esac
-done
-
-stress=$build/test/stress/pg_fencing_stress
-check=$build/test/stress/pg_fencing_stress_check
-if [[ $EUID -ne 0 ]]; then
-  echo "$0: run as root (the server runs as \"postgres\", the harness kills its processes)" >&2
-  exit 2
-fi
-if [[ ! -x $stress || ! -x $check ]]; then
-  echo "$0: $stress or $check missing; build first (cmake --build $build)" >&2
-  exit 2
-fi
-
-work=$(mktemp -d /tmp/pg_fencing_stress_run.XXXXXX)
-chmod 755 "$work"
-failures=()
-
-# Runs the harness into $work/NAME; prints the checker's report; returns its status.
-stress_run() {
-  local name=$1 seconds=$2
-  shift 2
-  echo
-  echo "==> $name: pg_fencing_stress --duration $seconds --seed $seed $*"
-  # Bounded: setup, the run, the final stop and the check take well under 5 minutes more.
-  timeout --kill-after=30 $((seconds + 300)) \
-    "$stress" --dir "$work/$name" --duration "$seconds" --seed "$seed" --examples 2 "${pg_bindir[@]}" "$@" \
-    >"$work/$name.out" 2>&1
-  local rc=$?
-  sed -n '/^pg_fencing_stress: faults injected/p; /^== check/,$p' "$work/$name.out"
-  if ((rc == 2 || rc >= 124)); then
-    echo "--- $name: harness error (status $rc); last lines:"
-    tail -n 5 "$work/$name.out"
-  fi
-  return $rc
 }
-
-# A run that must find no violation: records a failure otherwise.
-expect_no_violation() {
-  local name=$1
-  stress_run "$@"
-  local rc=$?
-  if ((rc == 0)); then
-    echo "--- $name: PASS (no violation)"
-  else
-    echo "--- $name: FAILED (status $rc)"
-    failures+=("$name")
-  fi
-}
+parse_arguments "$@"
+prepare_suite 'the server runs as "postgres", the harness kills its processes' pg_fencing_stress_run
 
 # 1. Guarded: no violation allowed; then again with the guard's fast paths
 # off (the workers' sessions turn them off).
@@ -160,9 +103,7 @@ event_field() {
 plant() {
   local run=$1 name=$2 expect=$3
   local dir=$work/plant-$run-$name rec
-  rm -rf "$dir"
-  cp -a "$work/$run" "$dir"
-  rm -rf "$dir/pgdata"
+  copy_run "$work/$run" "$dir"
   case $name in
     lost-write)  # drop an acknowledged write from the servers' histories
       local wid
@@ -257,14 +198,7 @@ plant() {
         awk -F'\t' -v r="$rid" '$2 != r' "$rec/reads.tsv" >"$dir/t" && mv "$dir/t" "$rec/reads.tsv"
       done ;;
   esac
-  "$check" "$dir" --examples 1 >"$dir.out" 2>&1
-  local rc=$?
-  if ((rc == 1)) && grep -q "$expect" "$dir.out"; then
-    echo "    planted $name: reported ($(grep -m1 "$expect" "$dir.out" | sed 's/^ *//'))"
-  else
-    echo "    planted $name: NOT REPORTED (status $rc, expected \"$expect\")"
-    failures+=("plant-$run-$name")
-  fi
+  expect_reported "$dir" "$name" "$expect" "plant-$run-$name"
 }
 echo
 echo "==> checker self-test: defects planted in copies of the guarded run"
@@ -299,11 +233,4 @@ else
   failures+=(self-test-permits)
 fi
 
-echo
-if ((${#failures[@]} == 0)); then
-  echo "stress: PASS (guarded and permit runs clean, unguarded runs caught, planted defects reported)"
-  ((keep)) && echo "run directories kept in $work" || rm -rf "$work"
-  exit 0
-fi
-echo "stress: FAILED: ${failures[*]} (run directories kept in $work)"
-exit 1
+finish stress "guarded and permit runs clean, unguarded runs caught, planted defects reported"

@@ -74,10 +74,6 @@ namespace client = pg_fencing::client;
 
 namespace {
 
-volatile sig_atomic_t g_stop = 0;
-
-void OnTerminate(int) { g_stop = 1; }
-
 // How many kinds of Thaw a request's value carries (FreezeSignalValue).
 constexpr int kThawKinds = 4;
 static_assert(static_cast<int>(Thaw::kReacquire) + 1 == kThawKinds,
@@ -145,7 +141,7 @@ class Worker {
 
   int Run() {
     log_.Write(prefix_ + "ev=start pid=" + std::to_string(getpid()));
-    while (!g_stop) {
+    while (!StopRequested()) {
       if (!EnsureDb()) {
         SleepMs(100);
         continue;
@@ -237,7 +233,7 @@ class Worker {
     const bool careless = Chance(config_.p_careless);
     const bool zombie = Chance(config_.p_zombie);
     bool saw_lost = false;
-    while (!g_stop && MonoMs() < hold_end) {
+    while (!StopRequested() && MonoMs() < hold_end) {
       if (!lease->held()) {
         if (!saw_lost) {
           saw_lost = true;
@@ -259,11 +255,11 @@ class Worker {
                  FirstLine(error.what()));
     }
     lease.reset();
-    if (zombie && !g_stop) {
+    if (zombie && !StopRequested()) {
       log_.Write(prefix_ + "ev=zombie tok=" + std::to_string(token));
       const std::int64_t until =
           MonoMs() + Uniform(0, static_cast<int>(config_.zombie_max.count()));
-      while (!g_stop && MonoMs() < until) {
+      while (!StopRequested() && MonoMs() < until) {
         Operate(token);
         Gap();
       }
@@ -667,11 +663,7 @@ WorkerConfig ParseWorkerArguments(const std::vector<std::string> &args) {
 }
 
 int RunWorker(const WorkerConfig &config) {
-  struct sigaction action {};
-  action.sa_handler = OnTerminate;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  CatchStopSignals();
   struct sigaction freeze {};
   freeze.sa_sigaction = OnFreeze;
   freeze.sa_flags = SA_SIGINFO | SA_RESTART;

@@ -9,13 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
+
 namespace pg_fencing::stress {
 
-struct WorkerConfig {
-  int slot = 0;         // which of the N workers (stable across respawns)
-  int incarnation = 0;  // how many times this slot was started before
-  std::string conninfo;
-  std::string log_path;
+struct WorkerConfig : WorkerProcessConfig {
   int rows = 16;
   std::chrono::milliseconds ttl{500};
   std::chrono::milliseconds acquire_wait{1000};
@@ -41,7 +39,6 @@ struct WorkerConfig {
   // Per read: present the token, then take the presentation back (roll back
   // its savepoint) before reading, which must then see no row.
   double p_undo = 0.15;
-  std::uint64_t seed = 1;
 };
 
 // What a frozen writer does when it resumes, inside its frozen transaction,
