@@ -413,6 +413,13 @@ class FleetOrchestrator {
     int index = -1;
     const bool want_leader = first_round || Uniform(0, 1) == 0;
     if (want_leader) index = LeaderSlot();
+    // The first round's must find a leader: between a resignation and the
+    // next grant there is none, and a run whose leader is never paused or
+    // killed judges nothing of it (a vacuous run).  Waited for, up to 10 s.
+    for (int waited_ms = 0; first_round && index < 0 && waited_ms < 10000; waited_ms += 50) {
+      SleepMs(50);
+      index = LeaderSlot();
+    }
     const bool leader = index >= 0;
     if (!leader) index = Uniform(0, static_cast<int>(processes_.size()) - 1);
     const WorkerSlots::Slot &p = processes_[static_cast<std::size_t>(index)];
