@@ -89,6 +89,9 @@ sub stop
 	my ($client) = @_;
 	$client->{run}->signal('INT');
 	$client->{run}->finish;
+	# The interrupt that ends \watch cancels the statement it may be
+	# running just then: psql says so, which is no error of the client's.
+	$client->{err} =~ s/^Cancel request sent\n//mg;
 	return;
 }
 
