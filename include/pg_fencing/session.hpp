@@ -153,9 +153,19 @@ class Session {
   // and otherwise as Acquire.
   std::unique_ptr<SessionLease> Lock(const std::string &lock_name,
                                      const SessionLockOptions &options = {});
-  // Every lock of lock_names or none (fencing_session_acquire_all): their
-  // tokens in the order given, or nullopt when not all could be had within
-  // `wait`.  Never deadlocks with another session's AcquireAll.
+  // Every lock of lock_names or none, exclusive leases: their tokens in the
+  // order given, or nullopt when not all could be had within `wait`.  Never
+  // deadlocks with another session's AcquireAll.  Without a wait (nullopt,
+  // or 0), one fencing_session_acquire_all, which never sleeps.  With a
+  // wait, one lock after the other in byte order of the names, each a place
+  // in its line as Acquire waits (no snapshot and nothing running on the
+  // server between its polls), with what is left of the wait; a lock taken
+  // stays taken -- visible to others -- while the next is waited for (all
+  // or none holds for the answer, not for every instant), and when one is
+  // not had in time, or an error ends the wait, every lease it took is
+  // given back and every place left.  A lock the session held already is
+  // kept.  On a database without the line (before 1.10),
+  // fencing_session_acquire_all with the wait.
   std::optional<std::vector<Token>> AcquireAll(
       const std::vector<std::string> &lock_names,
       std::optional<std::chrono::milliseconds> wait = std::nullopt);
@@ -172,9 +182,22 @@ class Session {
   // lock is busy (after the wait, if one was given).
   std::optional<Token> AcquireOne(const std::string &lock_name, const SessionLockOptions &options);
   // AcquireOne's wait: a place in the lock's line, of the kind options say
-  // (session.cpp); the token as text, nullopt when the wait ran out.
+  // (session.cpp); the token as text, nullopt when the wait ran out.  On a
+  // database without the line, AwaitInSession's answer, or, given no_line,
+  // nullopt with *no_line set.
   std::optional<std::string> WaitInLine(const std::string &lock_name,
-                                        const SessionLockOptions &options);
+                                        const SessionLockOptions &options, bool *no_line = nullptr);
+  // AcquireAll's wait in line: nullopt when the wait ran out (what it took
+  // given back), or with *no_line set when the database has no line
+  // (nothing taken).
+  std::optional<std::vector<Token>> AcquireAllInLine(const std::vector<std::string> &lock_names,
+                                                     std::chrono::milliseconds wait, bool *no_line);
+  // Of the names, those the session holds an exclusive lease of now, with
+  // their tokens: AcquireAll keeps them rather than wait for them (and give
+  // them back with what it took).
+  std::map<std::string, Token> HeldInSession(const std::vector<std::string> &order);
+  // Releases each lease (and leaves its place), quietly, the last first.
+  void GiveBack(const std::vector<std::pair<std::string, Token>> &taken) noexcept;
   // The waits the line cannot hold (WaitInLine): CALL fencing_await on the
   // work connection, under work_mutex_ (the caller's); the token as text,
   // nullopt when the wait ran out.

@@ -38,6 +38,16 @@
 // wait) waits in CALL fencing_await instead, as does every wait on a
 // database without the line's kinds.
 //
+// AcquireAll with a wait waits in line too: one lock after the other, in
+// byte order of the distinct names (the order fencing_session_acquire_all
+// takes them in, so that two sessions with overlapping sets cannot
+// deadlock), each an exclusive wait in its line with what is left of the
+// wait.  A lock taken stays taken while the next is waited for (visible
+// to others: all or none holds for the answer, not for every instant);
+// when one is not had in time, or an error ends the wait, every lease it
+// took is given back and its place left.  Without a wait, and on a
+// database without the line, it is one fencing_session_acquire_all.
+//
 // Prepared statements.  None: every statement goes through PQexecParams
 // (pqxx_compat::ExecParams*), libpq's unnamed statement, which lives for
 // one statement only and so works behind a transaction pooler.
@@ -322,7 +332,7 @@ std::optional<Token> Session::AcquireOne(const std::string &lock_name,
 }
 
 std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
-                                               const SessionLockOptions &options) {
+                                               const SessionLockOptions &options, bool *no_line) {
   // The client's deadline governs: it polls at it and then leaves.  The
   // place's own end, on the server, is a backstop for a client that is
   // gone, set kLineGrace later, so that the last poll, however late its
@@ -378,6 +388,10 @@ std::optional<std::string> Session::WaitInLine(const std::string &lock_name,
     // A database without the line, or without its kinds: the wait of 1.8.
     if (pqxx_compat::SqlState(e) != kUndefinedFunction) throw;
     listener.reset();
+    if (no_line != nullptr) {
+      *no_line = true;
+      return std::nullopt;
+    }
     return AwaitInSession(lock_name, options);
   }
   try {
@@ -454,11 +468,87 @@ std::optional<std::string> Session::AwaitInSession(const std::string &lock_name,
 
 std::optional<std::vector<Token>> Session::AcquireAll(const std::vector<std::string> &lock_names,
                                                       std::optional<milliseconds> wait) {
+  // Names the server refuses (none, an empty one) go to it, as always.
+  const bool plain =
+      !lock_names.empty() && std::none_of(lock_names.begin(), lock_names.end(),
+                                          [](const std::string &name) { return name.empty(); });
+  if (wait && wait->count() > 0 && plain) {
+    bool no_line = false;
+    std::optional<std::vector<Token>> tokens = AcquireAllInLine(lock_names, *wait, &no_line);
+    if (!no_line) return tokens;
+  }
   const std::optional<std::string> tokens =
       AcquireInSession("SELECT fencing_session_acquire_all($1, $2::text[], $3::interval)",
                        ArrayLiteral(lock_names), wait);
   if (!tokens) return std::nullopt;
   return TokensOfArray(*tokens);
+}
+
+std::optional<std::vector<Token>> Session::AcquireAllInLine(
+    const std::vector<std::string> &lock_names, milliseconds wait, bool *no_line) {
+  const Clock::time_point deadline = Clock::now() + wait;
+  // Byte order: std::string compares as unsigned char, as COLLATE "C".
+  std::vector<std::string> order(lock_names);
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  std::map<std::string, Token> had = HeldInSession(order);
+  std::vector<std::pair<std::string, Token>> taken;  // the leases this call took
+  try {
+    for (const std::string &lock_name : order) {
+      if (had.count(lock_name) > 0) continue;  // held already: kept, and not given back
+      SessionLockOptions options;
+      options.wait =
+          std::max(milliseconds(0), std::chrono::ceil<milliseconds>(deadline - Clock::now()));
+      const std::optional<std::string> token = WaitInLine(lock_name, options, no_line);
+      if (!token) {
+        GiveBack(taken);
+        return std::nullopt;
+      }
+      taken.emplace_back(lock_name, detail::TokenOfText(token->c_str()));
+      had[lock_name] = taken.back().second;
+    }
+  } catch (...) {
+    GiveBack(taken);
+    throw;
+  }
+  std::vector<Token> tokens;
+  tokens.reserve(lock_names.size());
+  for (const std::string &lock_name : lock_names) tokens.push_back(had.at(lock_name));
+  return tokens;
+}
+
+std::map<std::string, Token> Session::HeldInSession(const std::vector<std::string> &order) {
+  std::lock_guard<std::mutex> lock(work_mutex_);
+  CheckHeld();
+  pqxx::nontransaction tx(*work_conn_);
+  const pqxx::row row = pqxx_compat::ExecParams1(
+      tx,
+      "SELECT array_agg(l.token ORDER BY u.i) FROM unnest($2::text[]) WITH ORDINALITY u(n, i) "
+      "LEFT JOIN fencing_leases l ON l.lock_name = u.n AND l.session_id = $1 AND l.live",
+      id_, ArrayLiteral(order));
+  // "{17,NULL,42}": one element per name of order.
+  const std::string text = row[0].c_str();
+  std::map<std::string, Token> held;
+  std::string::size_type start = 1;
+  for (const std::string &lock_name : order) {
+    std::string::size_type end = text.find(',', start);
+    if (end == std::string::npos) end = text.size() - 1;
+    const std::string element = text.substr(start, end - start);
+    if (element != "NULL") held[lock_name] = detail::TokenOfText(element.c_str());
+    start = end + 1;
+  }
+  return held;
+}
+
+void Session::GiveBack(const std::vector<std::pair<std::string, Token>> &taken) noexcept {
+  for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
+    try {
+      Release(it->first, it->second);  // leaves its place too, which gives the lease back
+    } catch (...) {
+      // The caller is on its way out with an answer or an error of its own;
+      // the lease ends with the session at the latest.
+    }
+  }
 }
 
 template <typename... More>

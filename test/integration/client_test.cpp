@@ -575,6 +575,145 @@ bool ThirdPartyGetsIt(pqxx::connection &conn, const std::string &lock) {
   return true;
 }
 
+// The places waiting in lock's line for session (fencing_lines, which any
+// role reads for the locks it may use).
+int WaitingPlaces(pqxx::connection &conn, const std::string &lock, std::int64_t session) {
+  pqxx::nontransaction tx(conn);
+  return pqxx_compat::ExecParams1(
+             tx, "SELECT count(*)::int FROM fencing_lines WHERE lock_name = $1 AND session_id = $2",
+             lock, session)[0]
+      .as<int>();
+}
+
+// AcquireAll with a wait for two busy locks waits in line, one lock after
+// the other in byte order: nothing runs on the server for it between its
+// polls (no snapshot, no xid, no statement that waits), the lock it took
+// first is the session's while it waits for the next, and once both are
+// released it has both, tokens in the caller's order.
+TEST_F(ClientTest, SessionAcquireAllWithAWaitWaitsInLineWithNothingRunning) {
+  const std::string a = Name("a"), b = Name("b");
+  Session holder(SessionOf("holder", 20s));
+  std::optional<Token> held_a = holder.Acquire(a), held_b = holder.Acquire(b);
+  ASSERT_TRUE(held_a && held_b);
+  const std::string app = "ct_session_all_" + std::to_string(getpid());
+  SessionOptions options = SessionOf("waiter", 20s);
+  options.conninfo = std::string(Dsn()) + " application_name=" + app;
+  options.line_poll = 200ms;
+  Session session(options);
+  std::optional<std::vector<Token>> granted;
+  std::string failure;
+  std::thread waiter([&] {
+    try {
+      granted = session.AcquireAll({b, a}, 10s);
+    } catch (const std::exception &e) {
+      failure = e.what();
+    }
+  });
+  int idle_looks = 0, busy_looks = 0;
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 1000) {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::result r = pqxx_compat::ExecParams(
+        tx,
+        "SELECT state, backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
+        "WHERE application_name = $1",
+        app);
+    for (const auto &row : r) {
+      if (row[0].as<std::string>() == "idle" && !row[1].as<bool>()) {
+        ++idle_looks;
+      } else {
+        ++busy_looks;  // a statement running (a poll, or one that waits), or a transaction
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(idle_looks, 15) << "the waiting connection was not seen idle between polls";
+  EXPECT_LE(busy_looks, 3) << "a statement ran for the wait, or a snapshot was held";
+  EXPECT_EQ(WaitingPlaces(*conn_, a, session.id()), 1) << "it waits for the first in byte order";
+
+  EXPECT_TRUE(holder.Release(a, *held_a));
+  const Clock::time_point released = Clock::now();
+  while (WaitingPlaces(*conn_, b, session.id()) == 0 && Since(released) < 5000) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(WaitingPlaces(*conn_, b, session.id()), 1)
+      << "it took the first and waits for the second";
+  EXPECT_TRUE(Row(a).live) << "the first is the session's while it waits";
+  EXPECT_GT(Row(a).token, *held_a);
+
+  EXPECT_TRUE(holder.Release(b, *held_b));
+  waiter.join();
+  ASSERT_EQ(failure, "");
+  ASSERT_TRUE(granted);
+  ASSERT_EQ(granted->size(), 2u);
+  EXPECT_EQ((*granted)[0], Row(b).token) << "in the caller's order";
+  EXPECT_EQ((*granted)[1], Row(a).token);
+  EXPECT_TRUE(Row(a).live && Row(b).live);
+  EXPECT_EQ(Leader(a), std::optional<std::string>("waiter"));
+  EXPECT_EQ(Leader(b), std::optional<std::string>("waiter"));
+  EXPECT_TRUE(session.Release(b, (*granted)[0]));
+  EXPECT_TRUE(session.Release(a, (*granted)[1]));
+  if (IsSuperuser()) {
+    EXPECT_TRUE(LineSessions(*conn_, a).empty() && LineSessions(*conn_, b).empty())
+        << "released: their places left too";
+  }
+}
+
+// All or none on timeout: AcquireAll with a wait takes the free lock, waits
+// in line for the busy one, and when its wait runs out gives back the lock
+// it took and leaves no place; a lock the session held before is kept.
+TEST_F(ClientTest, SessionAcquireAllThatRunsOutGivesBackWhatItTook) {
+  const std::string before = Name("a"), free = Name("b"), busy = Name("c");
+  Session holder(SessionOf("holder", 20s));
+  const std::optional<Token> blocker = holder.Acquire(busy);
+  ASSERT_TRUE(blocker);
+  SessionOptions options = SessionOf("waiter", 20s);
+  options.line_poll = 100ms;
+  Session session(options);
+  const std::optional<Token> kept = session.Acquire(before);
+  ASSERT_TRUE(kept);
+  std::atomic<bool> seen_taken{false};
+  std::thread watcher([&] {
+    pqxx::connection watch(Dsn());
+    const Clock::time_point start = Clock::now();
+    while (Since(start) < 1400 && !seen_taken) {
+      pqxx::nontransaction tx(watch);
+      seen_taken = pqxx_compat::ExecParams1(
+                       tx,
+                       "SELECT count(*) = 1 FROM fencing_leases WHERE lock_name = $1 AND live "
+                       "AND session_id = $2",
+                       free, session.id())[0]
+                       .as<bool>();
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  const Clock::time_point start = Clock::now();
+  const std::optional<std::vector<Token>> all = session.AcquireAll({busy, free, before}, 1500ms);
+  const long long took = Since(start);
+  watcher.join();
+  EXPECT_FALSE(all) << "busy: not all could be had";
+  EXPECT_GE(took, 1400);
+  EXPECT_LT(took, 4000);
+  EXPECT_TRUE(seen_taken) << "it took the free lock while it waited for the busy one";
+  {
+    pqxx::nontransaction tx(*conn_);
+    const pqxx::row row = pqxx_compat::ExecParams1(
+        tx, "SELECT state, session_id IS NULL FROM fencing_leases WHERE lock_name = $1", free);
+    EXPECT_EQ(row[0].as<std::string>(), "released") << "the lock it took is given back";
+    EXPECT_TRUE(row[1].as<bool>());
+  }
+  EXPECT_EQ(WaitingPlaces(*conn_, busy, session.id()), 0) << "no place of the session remains";
+  EXPECT_EQ(WaitingPlaces(*conn_, free, session.id()), 0);
+  if (IsSuperuser()) {
+    EXPECT_TRUE(LineSessions(*conn_, busy).empty() && LineSessions(*conn_, free).empty());
+  }
+  EXPECT_TRUE(Row(before).live) << "the lock it held before is kept";
+  EXPECT_EQ(Row(before).token, *kept);
+  EXPECT_EQ(Leader(before), std::optional<std::string>("waiter"));
+  EXPECT_EQ(Leader(busy), std::optional<std::string>("holder"));
+  EXPECT_TRUE(ThirdPartyGetsIt(*conn_, free)) << "the freed lock is anyone's";
+}
+
 // A Session::Lock with a wait on its own thread.
 class LineWaiter {
  public:

@@ -65,6 +65,33 @@ LEAVE = "SELECT fencing_line_leave(%s)"
 # server while the lease lives) left.  One statement: the select list is
 # evaluated in order, so the release's answer is the lease's own.
 RELEASE_AND_LEAVE = "SELECT fencing_release(%s, %s::fencing_token), fencing_line_leave(%s)"
+# Of the lock names given, those the session holds an exclusive lease of
+# now, and the tokens: lock_all in line keeps them, rather than wait for
+# them and give them back with what it took (one array each, so one row).
+HELD_IN_SESSION = ("SELECT coalesce(array_agg(lock_name), '{}'), coalesce(array_agg(token::bigint), '{}') "
+                   "FROM fencing_leases WHERE session_id = %s AND live AND lock_name = ANY(%s::text[])")
+# What a session's wait in line answers on a server without the line.
+NO_LINE = object()
+
+
+def acquire_order(names) -> list:
+    """The distinct names in byte order (UTF-8, as COLLATE "C"): the one
+    order in which every lock_all takes its locks, fencing_session_acquire_all
+    too, so that two with overlapping sets cannot deadlock."""
+    return sorted(set(names), key=lambda n: n.encode())
+
+
+def plain_names(names) -> bool:
+    """Whether lock_all may wait in line for names: some, each a non-empty
+    text; otherwise fencing_session_acquire_all refuses them, as always."""
+    return bool(names) and all(isinstance(n, str) and n for n in names)
+
+
+def not_all_message(names, wait) -> str:
+    """lock_all's LockTimeout."""
+    from .errors import seconds
+    return (f"not all of {list(names)} could be had"
+            + (f" (waited {seconds(wait)})" if wait is not None else ""))
 
 
 def poll_period(poll: Optional[float], listening: bool) -> float:

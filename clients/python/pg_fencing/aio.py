@@ -15,11 +15,13 @@ and a campaign, is a place in the lock's line (1.10, pg_fencing._line):
 short statements, no server connection held between them; with
 aio.Client(listen=True) one connection per client LISTENs on
 fencing_line, read by the event loop, and wakes the place whose number it
-hears.  Cancelling the awaiting task leaves the line (giving back a grant
-made meanwhile).  The other waits (a lease of its own, lock_all) are one
-statement (CALL fencing_await, a waiting function), holding no snapshot
-while they sleep, and cancelling the awaiting task cancels the wait (the
-statement is cancelled with it).
+hears.  lock_all with a wait waits in line for one lock after the other
+(as the threaded Session.lock_all).  Cancelling the awaiting task leaves
+the line (giving back a grant made meanwhile, and lock_all what it took).
+The other waits (a lease of its own; on a server before 1.10 every wait
+in a session) are one statement (CALL fencing_await, a waiting function),
+holding no snapshot while they sleep, and cancelling the awaiting task
+cancels the wait (the statement is cancelled with it).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence,
 import psycopg
 
 from ._heartbeat import RENEWAL_ERRORS, LeaseClock
-from ._line import (CHANNEL as LINE_CHANNEL, JOIN, LEAVE, LISTEN_STARTUP, POLL_PLACE,
-                    RELEASE_AND_LEAVE, Board, Watch, last_poll_at, poll_period)
+from ._line import (CHANNEL as LINE_CHANNEL, HELD_IN_SESSION, JOIN, LEAVE, LISTEN_STARTUP, NO_LINE,
+                    POLL_PLACE, RELEASE_AND_LEAVE, Board, Watch, acquire_order, last_poll_at,
+                    not_all_message, plain_names, poll_period)
 from ._wire import NoAnswer, connect, interval
 from .election import (_READ_LEADER, _UNSET, CHANNEL, Candidacy, Leader, _changed, may_mend,
                        reconnect_delay)
@@ -485,15 +488,48 @@ class Session:
 
     async def lock_all(self, lock_names: Sequence[str], *,
                        wait: Optional[float] = None) -> List[SessionLease]:
+        """As the threaded Session.lock_all(): with a wait, one lock after
+        the other in line, in byte order of the names; cancelling the task
+        gives back what it took and leaves its place."""
         names = list(lock_names)
+        if wait is not None and wait > 0 and self._has_line is not False and plain_names(names):
+            leases = await self._lock_all_in_line(names, wait)
+            if leases is not None:
+                return leases
         async with self._on_work(wait, f"all of {names}") as (conn, left):
             tokens = (await _in_read_committed(
                 conn, "SELECT fencing_session_acquire_all(%s, %s::text[], %s::interval)::bigint[]",
                 (self.id, names, None if left is None else interval(left))))[0]
         if tokens is None:
-            raise LockTimeout(f"not all of {names} could be had"
-                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
+            raise LockTimeout(not_all_message(names, wait))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
+
+    async def _lock_all_in_line(self, names: List[str], wait: float) -> Optional[List[SessionLease]]:
+        """As the threaded Session._lock_all_in_line()."""
+        end = time.monotonic() + wait
+        held = dict(zip(*(await self._line_row(HELD_IN_SESSION, (self.id, names)))))
+        had: Dict[str, Tuple[int, Optional[int]]] = {n: (int(t), None) for n, t in held.items()}
+        taken: List[Tuple[str, int]] = []  # (lock name, place) of the leases this call took
+        try:
+            for lock_name in acquire_order(names):
+                if lock_name in had:
+                    continue  # held already: kept, and not given back
+                if not self._take_place(lock_name, "exclusive"):
+                    raise AssertionError("an exclusive wait always has a place")
+                token, place = await self._place_wait(lock_name, max(0.0, end - time.monotonic()))
+                if token is NO_LINE:
+                    return None
+                if token is None:
+                    raise LockTimeout(not_all_message(names, wait))
+                taken.append((lock_name, place))
+                had[lock_name] = (token, place)
+        except BaseException:
+            for lock_name, place in reversed(taken):
+                self._forget_place(lock_name)
+                if not self._closed:  # gives back the lease the place took
+                    await asyncio.shield(self._leave_quietly(place))
+            raise
+        return [SessionLease(self, n, "exclusive", *had[n]) for n in names]
 
     async def _wait(self, lock_name: str, wait: Optional[float], kind: str = "exclusive",
                     permits: Optional[int] = None,
@@ -503,21 +539,28 @@ class Session:
         server before 1.10; a second shared lease or permit of a lock where
         the session has a place already)."""
         if self._has_line is not False and self._take_place(lock_name, kind):
-            try:
-                token, place = await self._wait_in_line(lock_name, wait, kind, permits, payload)
-            except psycopg.errors.UndefinedFunction as error:
-                self._forget_place(lock_name)
-                if "fencing_line_join" not in str(error):
-                    raise
-                self._has_line = False
-            except BaseException:
-                self._forget_place(lock_name)
-                raise
-            else:
-                if token is None:
-                    self._forget_place(lock_name)
+            token, place = await self._place_wait(lock_name, wait, kind, permits, payload)
+            if token is not NO_LINE:
                 return token, place
         return await self._await_in_session(lock_name, wait, kind, permits, payload)
+
+    async def _place_wait(self, lock_name: str, wait: Optional[float], kind: str = "exclusive",
+                          permits: Optional[int] = None, payload: Optional[str] = None) -> tuple:
+        """As the threaded Session._place_wait()."""
+        try:
+            token, place = await self._wait_in_line(lock_name, wait, kind, permits, payload)
+        except psycopg.errors.UndefinedFunction as error:
+            self._forget_place(lock_name)
+            if "fencing_line_join" not in str(error):
+                raise
+            self._has_line = False
+            return NO_LINE, None
+        except BaseException:
+            self._forget_place(lock_name)
+            raise
+        if token is None:
+            self._forget_place(lock_name)
+        return token, place
 
     def _take_place(self, lock_name: str, kind: str) -> bool:
         if kind != "exclusive" and self._places.get(lock_name, 0) > 0:

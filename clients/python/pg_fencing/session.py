@@ -16,12 +16,18 @@ A wait for a lease of any kind (lock(name, wait=..., kind=...)) is a place
 in the lock's line (1.10, pg_fencing._line): joined, then polled, each a
 short statement on the work connection, so that the wait holds no server
 connection -- through a transaction pooler, none at all between polls.
-lock_all(wait=...) is still one statement that waits
-(fencing_session_acquire_all), and so is a wait the line cannot hold
-(CALL fencing_await in the session: on a server before 1.10, or for a
-second shared lease or permit of a lock where the session has a place,
-see Session._wait): such waits take turns on the work connection, the
-wait for the turn counting against theirs.  A release, a statement of the
+lock_all(wait=...) waits in
+line too, for one lock after the other in byte order of the names (the
+order fencing_session_acquire_all takes them in, so that two sessions
+with overlapping sets cannot deadlock), giving back what it took when one
+is not had in time; without a wait it is one statement
+(fencing_session_acquire_all), which never sleeps.  The waits the line
+cannot hold are one statement that waits: CALL fencing_await in the
+session (on a server before 1.10, or for a second shared lease or permit
+of a lock where the session has a place, see Session._wait), and on a
+server before 1.10 lock_all(wait=...) (fencing_session_acquire_all with a
+wait): such waits take turns on the work connection, the wait for the
+turn counting against theirs.  A release, a statement of the
 line, or an acquire without a wait, that finds it busy uses a connection
 of its own.
 """
@@ -36,8 +42,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import psycopg
 
 from ._heartbeat import Heartbeat, LeaseClock
-from ._line import (JOIN, LEAVE, POLL_PLACE, RELEASE_AND_LEAVE, Listener, Watch, last_poll_at,
-                    poll_period)
+from ._line import (HELD_IN_SESSION, JOIN, LEAVE, NO_LINE, POLL_PLACE, RELEASE_AND_LEAVE, Listener,
+                    Watch, acquire_order, last_poll_at, not_all_message, plain_names, poll_period)
 from ._wire import Connection, interval
 from .errors import SESSION_ENDED, LeaseLost, LockTimeout, seconds
 
@@ -194,10 +200,26 @@ class Session:
         return SessionLease(self, lock_name, kind, int(token))
 
     def lock_all(self, lock_names: Sequence[str], *, wait: Optional[float] = None) -> List[SessionLease]:
-        """Every lock or none (fencing_session_acquire_all), in the order
-        given; LockTimeout when not all could be had.  Never deadlocks with
-        another session's lock_all."""
+        """Every lock or none, exclusive leases with their tokens in the
+        order given; LockTimeout when not all could be had.  Never deadlocks
+        with another session's lock_all.
+
+        Without a wait (None, or 0), one statement that never sleeps
+        (fencing_session_acquire_all).  With a wait, on a server with the
+        line (1.10), one lock after the other in byte order of the names,
+        each a place in its line (as lock(name, wait=...)) with what is left
+        of the wait: no snapshot and no server connection held meanwhile.
+        A lock taken stays taken -- visible to others, and theirs to wait
+        for -- while the next is waited for: all or none holds for the
+        answer, not for every instant.  When one is not had in time, or the
+        wait ends otherwise (an error, KeyboardInterrupt), every lease it
+        took is given back and every place left; a lock the session held
+        already is kept."""
         names = list(lock_names)
+        if wait is not None and wait > 0 and self._has_line is not False and plain_names(names):
+            leases = self._lock_all_in_line(names, wait)
+            if leases is not None:
+                return leases
         with self._on_work(wait, f"all of {names}") as (conn, left):
             conn.row("BEGIN ISOLATION LEVEL READ COMMITTED")
             try:
@@ -210,9 +232,36 @@ class Session:
                     conn.row("ROLLBACK")
                 raise
         if tokens is None:
-            raise LockTimeout(f"not all of {names} could be had"
-                              + (f" (waited {seconds(wait)})" if wait is not None else ""))
+            raise LockTimeout(not_all_message(names, wait))
         return [SessionLease(self, n, "exclusive", int(t)) for n, t in zip(names, tokens)]
+
+    def _lock_all_in_line(self, names: List[str], wait: float) -> Optional[List[SessionLease]]:
+        """lock_all(names, wait=wait) in line (1.10): the leases, or None
+        when the server has no line (nothing taken, nothing joined)."""
+        end = time.monotonic() + wait
+        held = dict(zip(*self._line_row(HELD_IN_SESSION, (self.id, names))))
+        had: Dict[str, Tuple[int, Optional[int]]] = {n: (int(t), None) for n, t in held.items()}
+        taken: List[Tuple[str, int]] = []  # (lock name, place) of the leases this call took
+        try:
+            for lock_name in acquire_order(names):
+                if lock_name in had:
+                    continue  # held already: kept, and not given back
+                if not self._take_place(lock_name, "exclusive"):
+                    raise AssertionError("an exclusive wait always has a place")
+                token, place = self._place_wait(lock_name, max(0.0, end - time.monotonic()))
+                if token is NO_LINE:
+                    return None
+                if token is None:
+                    raise LockTimeout(not_all_message(names, wait))
+                taken.append((lock_name, place))
+                had[lock_name] = (token, place)
+        except BaseException:
+            for lock_name, place in reversed(taken):
+                self._forget_place(lock_name)
+                if not self._closed:
+                    self._leave_quietly(place)  # gives back the lease the place took
+            raise
+        return [SessionLease(self, n, "exclusive", *had[n]) for n in names]
 
     def _wait(self, lock_name: str, wait: Optional[float], kind: str = "exclusive",
               permits: Optional[int] = None,
@@ -227,21 +276,30 @@ class Session:
         fencing_session_acquire gives again too, but a second shared lease
         or permit is another lease)."""
         if self._has_line is not False and self._take_place(lock_name, kind):
-            try:
-                token, place = self._wait_in_line(lock_name, wait, kind, permits, payload)
-            except psycopg.errors.UndefinedFunction as error:
-                self._forget_place(lock_name)
-                if "fencing_line_join" not in str(error):
-                    raise
-                self._has_line = False
-            except BaseException:
-                self._forget_place(lock_name)
-                raise
-            else:
-                if token is None:
-                    self._forget_place(lock_name)
+            token, place = self._place_wait(lock_name, wait, kind, permits, payload)
+            if token is not NO_LINE:
                 return token, place
         return self._await_in_session(lock_name, wait, kind, permits, payload)
+
+    def _place_wait(self, lock_name: str, wait: Optional[float], kind: str = "exclusive",
+                    permits: Optional[int] = None, payload: Optional[str] = None) -> tuple:
+        """_wait_in_line() for a place counted by _take_place(), which it
+        forgets unless the lease was had; (NO_LINE, None) on a server
+        without the line (then known: self._has_line)."""
+        try:
+            token, place = self._wait_in_line(lock_name, wait, kind, permits, payload)
+        except psycopg.errors.UndefinedFunction as error:
+            self._forget_place(lock_name)
+            if "fencing_line_join" not in str(error):
+                raise
+            self._has_line = False
+            return NO_LINE, None
+        except BaseException:
+            self._forget_place(lock_name)
+            raise
+        if token is None:
+            self._forget_place(lock_name)
+        return token, place
 
     def _take_place(self, lock_name: str, kind: str) -> bool:
         """Counts a wait's place in lock_name's line; False (nothing counted)

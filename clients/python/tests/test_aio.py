@@ -489,3 +489,58 @@ def test_permits_go_to_the_waits_in_the_order_they_came(db, name):
                 await asyncio.wait(waits.values(), timeout=10)
 
     run(scenario())
+
+
+def test_lock_all_with_a_wait_holds_no_server_connection_and_gives_back_on_timeout(
+        db, name, pgbouncer_pool_of_1):
+    """Through a PgBouncer with one server connection (transaction
+    pooling), a task's lock_all with a wait for two busy locks waits in
+    line: another client's statements go through the pool meanwhile, and
+    once both are released it has both, tokens in the caller's order.  A
+    second lock_all whose wait runs out with one lock still busy gives
+    back the one it took and leaves no place."""
+    first, second = name + "_a", name + "_b"
+
+    async def scenario():
+        client = aio.Client(CONNINFO)
+        pooled = aio.Client(pgbouncer_pool_of_1, poll=0.2)
+        async with await client.session(ttl=30) as holder, \
+                await pooled.session(ttl=30, holder="pooled-" + name) as waiter:
+            held = [await holder.lock(first), await holder.lock(second)]
+            waiting = asyncio.create_task(waiter.lock_all([second, first], wait=20))
+            try:
+                await asyncio.sleep(0.5)  # the wait has begun
+                assert await asyncio.to_thread(short_statements_go_through, pgbouncer_pool_of_1), \
+                    "another client's statements were held up by the wait through the pool of 1"
+                assert not waiting.done(), waiting
+                assert line_kinds(db, first) == [("pooled-" + name, "exclusive", 1)], "a place in line"
+                assert await held[0].release()
+                await asyncio.sleep(0.6)
+                assert line_kinds(db, second) == [("pooled-" + name, "exclusive", 1)], \
+                    "the first taken, it waits for the second"
+                assert not waiting.done(), waiting
+                assert await held[1].release()
+                leases = await asyncio.wait_for(waiting, 5)
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+                await asyncio.wait({waiting}, timeout=10)
+            assert [lease.lock_name for lease in leases] == [second, first]
+            tokens = dict(db.execute("SELECT lock_name, token::bigint FROM fencing_leases "
+                                     "WHERE lock_name = ANY(%s) AND live AND session_id = %s",
+                                     ([first, second], waiter.id)).fetchall())
+            assert [lease.token for lease in leases] == [tokens[second], tokens[first]]
+            for lease in leases:
+                assert await lease.release()
+
+            # All or none: the second lock stays busy past the wait.
+            blocker = await holder.lock(second)
+            with pytest.raises(aio.LockTimeout):
+                await waiter.lock_all([second, first], wait=1)
+            row = db.execute("SELECT state, session_id FROM fencing_leases WHERE lock_name = %s",
+                             (first,)).fetchone()
+            assert row == ("released", None), f"the lock it took is given back: {row}"
+            assert places_of(db, waiter.id) == [], "no place of the session remains"
+            assert blocker.held()
+
+    run(scenario())

@@ -286,3 +286,101 @@ def test_a_session_that_took_a_permit_in_line_waits_for_another_one(client, db, 
         assert third.place is not None and live_tokens() == {second.token, third.token}
         assert second.release() and third.release()
         assert live_tokens() == set()
+
+
+def test_lock_all_with_a_wait_holds_no_snapshot_and_no_connection_and_gets_both_once_released(
+        client, db, name):
+    """lock_all with a wait waits in line, one lock after the other in byte
+    order of the names: while both are busy its connections sit idle with
+    no snapshot (no xmin horizon held), the lock it took first is visible
+    as the session's while it waits for the next, and once both are
+    released it has both, tokens in the caller's order."""
+    first, second = name + "_a", name + "_b"
+    with client.session(ttl=30) as other, client.session(ttl=30, holder="all-" + name) as session:
+        held = {n: other.lock(n) for n in (first, second)}
+        got = {}
+        waiter = threading.Thread(
+            target=lambda: got.update(leases=session.lock_all([second, first], wait=10)))
+        waiter.start()
+        try:
+            time.sleep(0.3)  # the wait has begun
+            app = f"pg_fencing session {session.holder}"[:63]
+            states = []
+            for _ in range(10):
+                states += [tuple(r) for r in db.execute(
+                    "SELECT state, backend_xmin IS NULL AND backend_xid IS NULL FROM pg_stat_activity "
+                    "WHERE application_name = %s", (app,)).fetchall()]
+                time.sleep(0.1)
+            assert waiter.is_alive(), "it stopped waiting while both locks were held"
+            # A statement running now (a poll, a renewal) has a snapshot while it runs.
+            assert states and all(s == "active" or snapshotless for s, snapshotless in states), states
+            assert not any(s.startswith("idle in transaction") for s, _ in states), states
+            assert [s for s, _ in states].count("active") <= 2, \
+                f"between its polls its connections sit idle, holding no snapshot: {states}"
+            assert [p[1:] for p in places_of(db, session.id)] == [(first, False)], \
+                "it waits for the first lock in byte order first"
+
+            assert held[first].release()
+            deadline = time.monotonic() + 5
+            while [p[1:] for p in places_of(db, session.id)] != [(first, True), (second, False)] \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert [p[1:] for p in places_of(db, session.id)] == [(first, True), (second, False)], \
+                "it took the first and waits in the second's line"
+            assert leases_of(db, [first])[first][0] == "live" and \
+                leases_of(db, [first])[first][2] == session.id, "the first is the session's meanwhile"
+            assert waiter.is_alive()
+
+            assert held[second].release()
+            waiter.join(5)
+            assert not waiter.is_alive()
+        finally:
+            waiter.join(15)
+        leases = got["leases"]
+        assert [lease.lock_name for lease in leases] == [second, first], "in the caller's order"
+        now = leases_of(db, [first, second])
+        assert [lease.token for lease in leases] == [now[second][1], now[first][1]]
+        assert all(now[n][0] == "live" and now[n][2] == session.id for n in (first, second)), now
+        assert all(lease.held() for lease in leases)
+        assert all(lease.release() for lease in leases)
+        assert places_of(db, session.id) == [], "released: their places left too"
+
+
+def test_lock_all_that_times_out_gives_back_what_it_took_and_leaves_no_place(client, db, name):
+    """All or none on timeout: lock_all with a wait takes the free lock,
+    waits in line for the busy one, and when its wait runs out gives the
+    lock it took back, leaves every place, and keeps a lock the session
+    held before the call."""
+    before, free, busy = name + "_a", name + "_b", name + "_c"
+    with client.session(ttl=30) as other, client.session(ttl=30) as session:
+        blocker = other.lock(busy)
+        kept = session.lock(before)
+        seen = []
+
+        def watch():
+            deadline = time.monotonic() + 1.4
+            while time.monotonic() < deadline:
+                seen.append(leases_of(db, [free]).get(free))
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        started = time.monotonic()
+        with pytest.raises(pg_fencing.LockTimeout, match="not all of"):
+            session.lock_all([busy, free, before], wait=1.5)
+        took = time.monotonic() - started
+        watcher.join()
+        assert 1.3 < took < 4, took
+        assert ("live", session.id) in [(s[0], s[2]) for s in seen if s], \
+            f"it took the free lock while it waited for the busy one: {seen}"
+        state, _, session_id = leases_of(db, [free])[free]
+        assert state == "released" and session_id is None, "the lock it took is given back"
+        assert places_of(db, session.id) == [], "no place of the session remains"
+        assert db.execute("SELECT count(*) FROM fencing_lines WHERE session_id = %s",
+                          (session.id,)).fetchone()[0] == 0
+        assert leases_of(db, [before])[before] == ("live", kept.token, session.id), \
+            "the lock it held before is kept"
+        assert kept.held() and blocker.held()
+        # The freed lock is anyone's at once; the session goes on.
+        assert other.lock(free).held()
+        assert session.lock_all([before], wait=1)[0].token == kept.token

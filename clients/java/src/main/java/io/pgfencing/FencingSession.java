@@ -3,14 +3,20 @@ package io.pgfencing;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.stream.Stream;
 
 /**
  * A session (fencing_session_open): one keepalive for many leases.
@@ -35,12 +41,15 @@ import java.util.concurrent.locks.ReentrantLock;
  * wait holds no transaction and -- through a transaction pooler -- no server connection between
  * its statements; arrival order is kept (exclusive places first, a semaphore's permits to its
  * places in arrival order). At its deadline, or on an interrupt, the place is left, which gives
- * back a grant made meanwhile. The waits the line does not hold are still one statement that
- * waits, on the work connection, taking turns there (a timed one counting the wait for its turn
- * against its time): {@link #lockAll} (every lock or none, which places in several lines cannot
- * promise: fencing_session_acquire_all), and one more shared lease or permit of a lock whose
- * line already has the session's place, taken by a lease in the session or another thread's
- * wait (the line keeps one place per session and lock; CALL fencing_await). A statement of the
+ * back a grant made meanwhile. {@link #lockAll} and {@link #tryLockAll} with a wait wait in line
+ * too, for one lock after the other in byte order of the names (the order
+ * fencing_session_acquire_all takes them in, so that two sessions with overlapping sets cannot
+ * deadlock), giving back every lease they took when one is not had in time; without a wait they
+ * are one statement that never sleeps (fencing_session_acquire_all). The wait the line does not
+ * hold is still one statement that waits, on the work connection, taking turns there (a timed
+ * one counting the wait for its turn against its time): one more shared lease or permit of a
+ * lock whose line already has the session's place, taken by a lease in the session or another
+ * thread's wait (the line keeps one place per session and lock; CALL fencing_await). A statement of the
  * line, or a release, that finds the work connection busy (within a quarter of a second) uses a
  * connection of its own.
  */
@@ -405,14 +414,23 @@ public final class FencingSession implements AutoCloseable {
         }
     }
 
-    /** Every lock or none (fencing_session_acquire_all), in the order given, waiting until
-     *  granted. Never deadlocks with another session's lockAll. */
+    /**
+     * Every lock or none, exclusive leases in the order given, waiting until granted. Never
+     * deadlocks with another session's lockAll. The wait is in line (pg_fencing 1.10), one lock
+     * after the other in byte order of the names, each a place as {@link #lock} waits: no
+     * snapshot and no server connection held while it waits. A lock taken stays taken -- visible
+     * to others, and theirs to wait for -- while the next is waited for: all or none holds for
+     * the answer, not for every instant. Whatever ends the wait without every lock (an
+     * interrupt, the session's loss, an error) gives back every lease it took and leaves every
+     * place; a lock the session held already is kept.
+     */
     public List<Lease> lockAll(List<String> lockNames) throws SQLException, InterruptedException {
         return tryLockAll(lockNames, Wire.FOREVER).orElseThrow();
     }
 
-    /** Every lock or none, waiting up to {@code time} (0: one attempt); empty if not all could
-     *  be had. */
+    /** Every lock or none, waiting up to {@code time} in line as {@link #lockAll} does; 0: one
+     *  statement that never sleeps (fencing_session_acquire_all). Empty if not all could be
+     *  had, every lease the wait took given back. */
     public Optional<List<Lease>> tryLockAll(List<String> lockNames, long time, TimeUnit unit)
             throws SQLException, InterruptedException {
         return tryLockAll(lockNames, Math.max(0, unit.toNanos(time)));
@@ -421,6 +439,10 @@ public final class FencingSession implements AutoCloseable {
     private Optional<List<Lease>> tryLockAll(List<String> lockNames, long waitNanos)
             throws SQLException, InterruptedException {
         List<String> names = List.copyOf(lockNames);
+        if (waitNanos > 0 && !names.isEmpty() && names.stream().noneMatch(String::isEmpty)) {
+            return Optional.ofNullable(lockAllInLine(names, waitNanos));
+        }
+        // No wait, or names the server refuses (as it always has): one statement.
         Wire.Grant grant = onWork(waitNanos, left -> Wire.waitInSlices(left, slice ->
                 Wire.valueWithin(work, System.nanoTime() + slice + Wire.ANSWER_GRACE_NANOS,
                         tokens -> releaseAll(names, tokens),
@@ -436,6 +458,83 @@ public final class FencingSession implements AutoCloseable {
             leases.add(new SessionLease(names.get(i), Kind.EXCLUSIVE, tokens.get(i), null));
         }
         return Optional.of(leases);
+    }
+
+    /** tryLockAll with a wait, in line: the leases in the order of {@code names}, or null when
+     *  the wait ran out (what it took given back). */
+    private List<Lease> lockAllInLine(List<String> names, long waitNanos)
+            throws SQLException, InterruptedException {
+        long start = System.nanoTime();
+        List<String> order = acquireOrder(names);
+        Map<String, Long> tokens = heldAlready(order);
+        Map<String, Long> places = new HashMap<>();
+        List<Long> taken = new ArrayList<>(); // the places of the leases this call took
+        boolean all = false;
+        try {
+            for (String lockName : order) {
+                if (tokens.containsKey(lockName)) {
+                    continue; // held already: kept, and not given back
+                }
+                long left = waitNanos == Wire.FOREVER ? Wire.FOREVER
+                        : Math.max(0, waitNanos - (System.nanoTime() - start));
+                LineLease grant = waitInLine(lockName, Kind.EXCLUSIVE, null, left, null);
+                if (grant == null) {
+                    return null;
+                }
+                taken.add(grant.place());
+                tokens.put(lockName, grant.token());
+                places.put(lockName, grant.place());
+            }
+            all = true;
+        } finally {
+            if (!all && !closed) {
+                for (int i = taken.size() - 1; i >= 0; i--) {
+                    leaveQuietly(taken.get(i)); // gives back the lease the place took
+                }
+            }
+        }
+        List<Lease> leases = new ArrayList<>();
+        for (String lockName : names) {
+            leases.add(new SessionLease(lockName, Kind.EXCLUSIVE, tokens.get(lockName),
+                    places.get(lockName)));
+        }
+        return leases;
+    }
+
+    /** The distinct names in byte order (UTF-8, as COLLATE "C"): the one order in which every
+     *  lockAll takes its locks, fencing_session_acquire_all too, so that two with overlapping
+     *  sets cannot deadlock. */
+    static List<String> acquireOrder(List<String> names) {
+        return names.stream().distinct()
+                .sorted((a, b) -> Arrays.compareUnsigned(a.getBytes(StandardCharsets.UTF_8),
+                        b.getBytes(StandardCharsets.UTF_8)))
+                .toList();
+    }
+
+    /** Of {@code order}, the locks the session holds an exclusive lease of now, with their
+     *  tokens: lockAll keeps them, rather than wait for them and give them back with what it
+     *  took. One short statement. */
+    private Map<String, Long> heldAlready(List<String> order) throws SQLException, InterruptedException {
+        checkInLine();
+        String[] row;
+        try {
+            row = lineRow("SELECT array_agg(l.token::bigint ORDER BY u.i) FROM unnest(ARRAY["
+                    + String.join(", ", Collections.nCopies(order.size(), "?"))
+                    + "]::text[]) WITH ORDINALITY u(n, i) LEFT JOIN fencing_leases l "
+                    + "ON l.lock_name = u.n AND l.session_id = ?::bigint AND l.live",
+                    Stream.concat(order.stream(), Stream.of(id)).toArray());
+        } catch (SQLException e) {
+            throw FencingException.map(e);
+        }
+        Map<String, Long> held = new HashMap<>();
+        String text = row[0];
+        String[] parts = text.substring(1, text.length() - 1).split(",");
+        for (int i = 0; i < order.size(); i++) {
+            if (!"NULL".equals(parts[i].strip())) {
+                held.put(order.get(i), Long.parseLong(parts[i].strip()));
+            }
+        }
+        return held;
     }
 
     /** '{41,42}' as numbers. */

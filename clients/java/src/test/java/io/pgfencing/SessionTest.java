@@ -12,6 +12,7 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
+import java.util.Optional;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -242,6 +243,142 @@ class SessionTest {
             assertEquals(String.valueOf(session.id()), Live.value(db,
                     "SELECT session_id FROM fencing_leases WHERE lock_name = ?", name + "_3"));
             assertTrue(third.release());
+        }
+    }
+
+    /** Rows "state|snapshotless" of pg_stat_activity for connections named applicationName. */
+    private static List<String> activity(Connection db, String applicationName) throws SQLException {
+        List<String> rows = new java.util.ArrayList<>();
+        try (java.sql.PreparedStatement statement = db.prepareStatement("SELECT state || '|' || "
+                + "(backend_xmin IS NULL AND backend_xid IS NULL) FROM pg_stat_activity "
+                + "WHERE application_name = ?")) {
+            statement.setString(1, applicationName);
+            try (java.sql.ResultSet result = statement.executeQuery()) {
+                while (result.next()) {
+                    rows.add(result.getString(1));
+                }
+            }
+        }
+        return rows;
+    }
+
+    @Test
+    void lockAllWithAWaitHoldsNoSnapshotAndNoConnectionAndGetsBothOnceReleased() throws Exception {
+        String name = Live.name();
+        String first = name + "_a";
+        String second = name + "_b";
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(30)));
+             FencingSession waiter = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(30))
+                     .withHolder("all-" + name))) {
+            Lease heldFirst = holder.lock(first);
+            Lease heldSecond = holder.lock(second);
+            AtomicReference<Object> outcome = new AtomicReference<>();
+            Thread waiting = new Thread(() -> {
+                try {
+                    outcome.set(waiter.tryLockAll(List.of(second, first), 10, TimeUnit.SECONDS));
+                } catch (Throwable e) {
+                    outcome.set(e);
+                }
+            });
+            waiting.start();
+            try {
+                TimeUnit.MILLISECONDS.sleep(300); // the wait has begun
+                List<String> states = new java.util.ArrayList<>();
+                for (int i = 0; i < 10; i++) {
+                    states.addAll(activity(db, "pg_fencing session all-" + name));
+                    TimeUnit.MILLISECONDS.sleep(100);
+                }
+                assertTrue(waiting.isAlive(), "it stopped waiting while both locks were held");
+                // A statement running now (a poll, a renewal) has a snapshot while it runs.
+                assertTrue(!states.isEmpty() && states.stream()
+                                .allMatch(r -> r.startsWith("active|") || r.endsWith("|true")),
+                        "a snapshot held while it waits: " + states);
+                assertTrue(states.stream().noneMatch(r -> r.startsWith("idle in transaction")), states.toString());
+                assertTrue(states.stream().filter(r -> r.startsWith("active|")).count() <= 2,
+                        "between its polls its connections sit idle, holding no snapshot: " + states);
+                assertEquals("1", Live.value(db, "SELECT count(*) FROM fencing_lines WHERE lock_name = ? "
+                        + "AND session_id = ?", first, waiter.id()), "it waits for the first in byte order");
+
+                assertTrue(heldFirst.release());
+                Live.eventually(Duration.ofSeconds(5), () -> {
+                    try {
+                        return Live.count(db, "SELECT count(*) FROM fencing_lines WHERE lock_name = ? "
+                                + "AND session_id = ?", second, waiter.id()) == 1;
+                    } catch (SQLException e) {
+                        return false;
+                    }
+                });
+                assertEquals(String.valueOf(waiter.id()), Live.value(db, "SELECT session_id FROM fencing_leases "
+                        + "WHERE lock_name = ? AND live", first), "the first is the session's while it waits");
+                assertTrue(waiting.isAlive());
+                assertTrue(heldSecond.release());
+                waiting.join(5000);
+                assertFalse(waiting.isAlive());
+            } finally {
+                waiting.interrupt();
+                waiting.join(5000);
+            }
+            assertInstanceOf(Optional.class, outcome.get(), String.valueOf(outcome.get()));
+            @SuppressWarnings("unchecked")
+            List<Lease> leases = ((Optional<List<Lease>>) outcome.get()).orElseThrow();
+            assertEquals(List.of(second, first), leases.stream().map(Lease::lockName).toList(),
+                    "in the caller's order");
+            for (Lease lease : leases) {
+                assertEquals(String.valueOf(lease.token()), Live.value(db, "SELECT token::bigint FROM "
+                        + "fencing_leases WHERE lock_name = ? AND live AND session_id = ?",
+                        lease.lockName(), waiter.id()));
+                assertTrue(lease.isHeld());
+                assertTrue(lease.release());
+            }
+            assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_line WHERE session_id = ?",
+                    waiter.id()), "released: their places left too");
+        }
+    }
+
+    @Test
+    void lockAllThatTimesOutGivesBackWhatItTookAndLeavesNoPlace() throws Exception {
+        String name = Live.name();
+        String before = name + "_a";
+        String free = name + "_b";
+        String busy = name + "_c";
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(30)));
+             FencingSession session = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(30)))) {
+            Lease blocker = holder.lock(busy);
+            Lease kept = session.tryLock(before, 0, TimeUnit.SECONDS).orElseThrow(); // no place
+            List<String> seen = new CopyOnWriteArrayList<>();
+            Thread watcher = new Thread(() -> {
+                try (Connection watch = Live.db()) {
+                    long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(1400);
+                    while (System.nanoTime() < end) {
+                        seen.add(String.valueOf(Live.value(watch, "SELECT session_id FROM fencing_leases "
+                                + "WHERE lock_name = ? AND live", free)));
+                        TimeUnit.MILLISECONDS.sleep(50);
+                    }
+                } catch (Exception e) {
+                    seen.add(e.toString());
+                }
+            });
+            watcher.start();
+            long started = System.nanoTime();
+            assertTrue(session.tryLockAll(List.of(busy, free, before), 1500, TimeUnit.MILLISECONDS).isEmpty(),
+                    "busy: not all could be had");
+            long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+            watcher.join(5000);
+            assertTrue(took >= 1300 && took < 4000, "took " + took + " ms");
+            assertTrue(seen.contains(String.valueOf(session.id())),
+                    "it took the free lock while it waited for the busy one: " + seen);
+            assertEquals("released|null", Live.value(db, "SELECT state || '|' || coalesce(session_id::text, "
+                    + "'null') FROM fencing_leases WHERE lock_name = ?", free), "the lock it took is given back");
+            assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_line WHERE session_id = ?", session.id()),
+                    "no place of the session remains");
+            assertEquals(0, Live.count(db, "SELECT count(*) FROM fencing_lines WHERE session_id = ?", session.id()));
+            assertEquals(String.valueOf(kept.token()), Live.value(db, "SELECT token::bigint FROM fencing_leases "
+                    + "WHERE lock_name = ? AND live AND session_id = ?", before, session.id()),
+                    "the lock it held before is kept");
+            assertTrue(kept.isHeld() && blocker.isHeld());
+            assertTrue(holder.tryLock(free, 0, TimeUnit.SECONDS).isPresent(), "the freed lock is anyone's");
         }
     }
 }
