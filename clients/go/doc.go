@@ -15,7 +15,7 @@
 // Semaphore and Election take their leases in one.
 //
 // Every wait ends when its context does, on the server too. A session's
-// wait, of every kind (Session.Lock and LockShared, Mutex.Lock,
+// wait, of every kind (Session.Lock, LockShared and LockAll, Mutex.Lock,
 // Semaphore.Acquire, Election.Campaign), is a place in the lock's line
 // (pg_fencing 1.10): one row on the server,
 // polled in short statements, left when the context ends; it holds no

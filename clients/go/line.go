@@ -27,8 +27,8 @@ package fencing
 // waiting, or kept by a lease taken through it) cannot be a place, and is
 // CALL fencing_await in the session (Session.awaitInSession), holding a
 // connection for its length, as before the line. So is the wait of a lease
-// of its own (Client.Acquire with a Wait, acquire.go); LockAll waits in
-// fencing_session_acquire_all.
+// of its own (Client.Acquire with a Wait, acquire.go). Session.LockAll
+// waits for its locks one at a time, each a place in its line.
 
 import (
 	"context"
@@ -77,8 +77,8 @@ const (
 )
 
 // LineOptions configure how a client's waits in line (every wait in a
-// session: Session.Lock and LockShared, Mutex.Lock, Semaphore.Acquire,
-// Election.Campaign) learn that their turn may have come: Client.WithLine.
+// session: Session.Lock, LockShared and LockAll, Mutex.Lock,
+// Semaphore.Acquire, Election.Campaign) learn that their turn may have come: Client.WithLine.
 type LineOptions struct {
 	// Listen: one connection of the client's own LISTENs on fencing_line for
 	// all its waits, open while some wait uses it, and a place whose number

@@ -2,7 +2,9 @@ package fencing
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -30,13 +32,13 @@ type SessionOptions struct {
 // It uses two connections: the heartbeat's, so that a renewal never queues
 // behind anything, and one that short statements (a try, a release, the
 // close, and the join, polls and leave of a wait in line) take turns on.
-// Every wait -- for an exclusive lease, a shared lease or a permit -- is a
-// place in the lock's line (pg_fencing 1.10, line.go): short statements on
-// the shared connection, nothing held on the server between them. Only a
-// wait the line cannot hold (a second shared lease or permit of a lock
-// where the session has a place: CALL fencing_await) and LockAll's wait
-// get a connection of their own for their length, so that they hold up
-// nothing else in the session.
+// Every wait -- for an exclusive lease, a shared lease or a permit, and
+// LockAll's for each of its locks -- is a place in the lock's line
+// (pg_fencing 1.10, line.go): short statements on the shared connection,
+// nothing held on the server between them. Only a wait the line cannot hold
+// (a second shared lease or permit of a lock where the session has a place:
+// CALL fencing_await) gets a connection of its own for its length, so that
+// it holds up nothing else in the session.
 type Session struct {
 	client *Client
 	id     int64
@@ -169,31 +171,42 @@ func (s *Session) TryLockShared(ctx context.Context, name string) (*SessionLease
 	return s.acquire(ctx, request{lockName: name, kind: Shared}, 0)
 }
 
-// LockAll takes every one of names or none (fencing_session_acquire_all),
-// in the order given, waiting up to wait: ErrLockTimeout when not all could
-// be had. It never deadlocks with another session's LockAll.
+// LockAll takes every one of names or none, waiting up to wait (0: one
+// attempt; WaitForever: until ctx ends): a lease per name, in the order
+// given (a name given twice, the same lease twice); ErrLockTimeout when
+// not all could be had. It never deadlocks with another session's LockAll.
+//
+// Without a wait it is one statement, fencing_session_acquire_all, which
+// takes every lock or none at once. With a wait it waits in line, holding
+// no server connection, snapshot or transaction between its short
+// statements: one lock at a time, in the byte order of the distinct names
+// (the order fencing_session_acquire_all takes them in, so two LockAlls
+// with overlapping sets cannot wait for each other), each as Lock waits,
+// for the time left. A lock taken while it waits for the next is the
+// session's meanwhile, and others see it held: all or none holds for the
+// result, not for every instant. When one is not had by the deadline, or
+// ctx ends, or an error stops it, every lease it took is given back and
+// every place it had left (a lock the session held before the call stays
+// held).
 func (s *Session) LockAll(ctx context.Context, names []string, wait time.Duration) ([]*SessionLease, error) {
 	if err := s.Err(); err != nil {
 		return nil, err
 	}
-	var waitArg interface{}
-	if wait > 0 {
-		waitArg = interval(wait) // the function form: a short wait, it holds its snapshot
+	if wait > 0 && lineable(names) {
+		return s.lockAllInLine(ctx, names, wait)
 	}
 	var tokens pgtype.Int8Array
-	err := s.onConn(ctx, wait > 0, func(conn *pgx.Conn) error {
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		return inReadCommitted(ctx, conn, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, "SELECT fencing_session_acquire_all($1::bigint, $2::text[], $3::interval)::bigint[]",
-				s.id, names, waitArg).Scan(&tokens)
+			// Without a wait: it never sleeps (and refuses bad names at once).
+			return tx.QueryRow(ctx, "SELECT fencing_session_acquire_all($1::bigint, $2::text[])::bigint[]",
+				s.id, names).Scan(&tokens)
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pg_fencing: taking %q in %s: %w", names, s.describe(), mapGuardError(err))
 	}
 	if tokens.Status != pgtype.Present {
-		if wait > 0 {
-			return nil, fmt.Errorf("%w: not all of %q could be had (waited %v)", ErrLockTimeout, names, wait)
-		}
 		return nil, fmt.Errorf("%w: not all of %q could be had", ErrLockTimeout, names)
 	}
 	if len(tokens.Elements) != len(names) {
@@ -205,6 +218,91 @@ func (s *Session) LockAll(ctx context.Context, names []string, wait time.Duratio
 			token: Token(tokens.Elements[i].Int)}
 	}
 	return leases, nil
+}
+
+// lineable: names the line can wait for, one by one; the server's one
+// statement refuses the others (none, an empty name) with its own error.
+func lineable(names []string) bool {
+	for _, name := range names {
+		if name == "" {
+			return false
+		}
+	}
+	return len(names) > 0
+}
+
+// lockAllInLine is LockAll's wait: each distinct name in byte order, as a
+// place in its line (waitInLine) for the time left of the whole wait; on
+// any failure, what it took is given back (giveBackAll).
+func (s *Session) lockAllInLine(ctx context.Context, names []string, wait time.Duration) ([]*SessionLease, error) {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted) // byte order, as strcmp: the server's order (COLLATE "C")
+	var distinct []string
+	for i, name := range sorted {
+		if i == 0 || name != sorted[i-1] {
+			distinct = append(distinct, name)
+		}
+	}
+	var end time.Time
+	if wait != WaitForever {
+		end = time.Now().Add(wait)
+	}
+	taken := make(map[string]*SessionLease, len(distinct))
+	var order []*SessionLease // as taken, for the give-back
+	for _, name := range distinct {
+		left := WaitForever
+		if !end.IsZero() {
+			// At least a millisecond: the last ones get one look at their
+			// turn (a free lock is taken) rather than none.
+			if left = time.Until(end); left < time.Millisecond {
+				left = time.Millisecond
+			}
+		}
+		lease, err := s.waitInLine(ctx, request{lockName: name, kind: Exclusive, session: s.id}, left)
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrLockTimeout):
+				err = fmt.Errorf("%w: not all of %q could be had (waited %v; lock %q stayed busy)", ErrLockTimeout, names, wait, name)
+			case ctx.Err() != nil:
+				err = fmt.Errorf("pg_fencing: taking %q in %s: %w", names, s.describe(), ctx.Err())
+			}
+			if notGivenBack := s.giveBackAll(order); notGivenBack != nil {
+				err = fmt.Errorf("%w; a lease taken meanwhile was not given back (%v): it lasts until the session ends",
+					err, notGivenBack)
+			}
+			return nil, err
+		}
+		taken[name] = lease
+		order = append(order, lease)
+	}
+	leases := make([]*SessionLease, len(names))
+	for i, name := range names {
+		leases[i] = taken[name]
+	}
+	return leases, nil
+}
+
+// giveBackAll releases the leases a LockAll that failed took through the
+// line, leaving their places, within giveBackTimeout whatever ctx was. A
+// lease the session held before the call (waitInLine answers it without a
+// place) is not the call's to give back. Nothing to do once the session is
+// lost or closed: its leases and places went, or go, with it.
+func (s *Session) giveBackAll(leases []*SessionLease) error {
+	if s.lostReason() != "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	var first error
+	for _, lease := range leases {
+		if lease.place == 0 {
+			continue
+		}
+		if _, err := lease.Release(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // acquire takes a lock of any kind in the session: one attempt for a wait

@@ -142,8 +142,10 @@ export declare class Session extends EventEmitter {
   /** Throws LeaseLostError unless the session is held. */
   check(): void;
   lock(name: string, options?: SessionLockOptions): Promise<SessionLease>;
-  /** Every lock or none, in the order given. */
-  lockAll(names: string[], options?: { wait?: number }): Promise<SessionLease[]>;
+  /** Every lock or none, in the order given. With a wait (seconds), in line one lock at a
+   *  time (byte order of the names); at the deadline, on signal's abort or an error, what it
+   *  took meanwhile is given back. */
+  lockAll(names: string[], options?: { wait?: number; signal?: AbortSignal }): Promise<SessionLease[]>;
   /** Closes the session, releasing every lease in it (and ending its places in line): how
    *  many. Idempotent. A wait pending in the session ends with LeaseLostError; calls made
    *  after the close reject with it. */

@@ -13,14 +13,15 @@
 // (pg_fencing 1.10, ./line.js): joined, then polled, each a short statement
 // in autocommit on the work connection, which is free between them --
 // through a transaction pooler no server connection is held between polls.
-// Two waits are still one statement that waits on the work connection:
-// lockAll() with a wait (fencing_session_acquire_all), and a wait the line
-// cannot hold -- a second shared lease or permit of a lock where the session
-// has a place already (the server keeps one place per session and lock):
-// CALL fencing_await(..., session =>).  While one is pending, a statement of
-// the line or a release goes on a connection of its own rather than queue
-// behind it.
+// lockAll() with a wait waits in line too, for one lock after the other.
+// One wait is still one statement that waits on the work connection: a
+// wait the line cannot hold -- a second shared lease or permit of a lock
+// where the session has a place already (the server keeps one place per
+// session and lock): CALL fencing_await(..., session =>).  While one is
+// pending, a statement of the line or a release goes on a connection of its
+// own rather than queue behind it.
 
+import { Buffer } from 'node:buffer';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
@@ -112,7 +113,7 @@ export class Session extends EventEmitter {
   #pollMs;
   #watches = new Set(); // the wake-ups of the waits in line, woken by close()
   #places = new Map(); // lock name -> the session's places in its line: waiting, or kept by a lease taken through it
-  #longWaits = 0; // statements that wait (CALL fencing_await, lockAll), pending on the work connection
+  #longWaits = 0; // statements that wait (CALL fencing_await), pending on the work connection
 
   async #open() {
     try {
@@ -400,15 +401,30 @@ export class Session extends EventEmitter {
     return new LeaseLostError(`fencing session ${this.id} is no longer held: ${err.message}`, { cause: err });
   }
 
-  // Every lock of names or none (fencing_session_acquire_all), in the order
-  // given: their SessionLeases; LockTimeoutError when not all could be had.
-  // Never deadlocks with another session's lockAll.  Its wait is the
-  // function form's (there is no procedure for it), which holds a snapshot
-  // while it waits: keep it short.
-  lockAll(names, { wait } = {}) {
+  // Every lock of names or none, in the order given: their SessionLeases (a
+  // name given twice, the same lease twice); LockTimeoutError when not all
+  // could be had.  Never deadlocks with another session's lockAll.
+  //
+  // Without a wait it is one statement, fencing_session_acquire_all, which
+  // takes every lock or none at once.  With a wait it waits in line, holding
+  // no server connection, snapshot or transaction between its short
+  // statements: one lock at a time, in the byte order of the distinct names
+  // (the order fencing_session_acquire_all takes them in, so two lockAlls
+  // with overlapping sets cannot wait for each other), each as lock(name,
+  // { wait }) waits, for the time left.  A lock taken while it waits for the
+  // next is the session's meanwhile, and others see it held: all or none
+  // holds for the result, not for every instant.  When one is not had by
+  // the deadline, or signal aborts, or an error stops it, every lease it
+  // took is given back and every place it had left (a lock the session held
+  // before the call stays held).
+  lockAll(names, { wait, signal } = {}) {
     if (!Array.isArray(names) || names.length === 0) throw new TypeError('lockAll needs a non-empty array of lock names');
     const waitMs = wait == null ? null : millis(wait, 'wait', { zeroOk: true });
-    return this.#waiting(waitMs !== null, () => this.#inSession(async (client) => {
+    if (waitMs > 0 && names.every((name) => typeof name === 'string' && name !== '')) {
+      return this.#lockAllInLine(names, waitMs, signal);
+    }
+    // Without a wait: one statement that never sleeps (and refuses bad names).
+    return this.#inSession(async (client) => {
       await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
       let tokens;
       try {
@@ -420,11 +436,90 @@ export class Session extends EventEmitter {
         await client.query('ROLLBACK').catch(() => {});
         throw err;
       }
-      if (tokens === null) {
-        throw new LockTimeoutError(`not all of ${JSON.stringify(names)} could be had` + (waitMs === null ? '' : ` (waited ${waitMs / 1000} s)`));
-      }
+      if (tokens === null) throw new LockTimeoutError(`not all of ${JSON.stringify(names)} could be had`);
       return names.map((name, i) => new SessionLease(this, name, 'exclusive', BigInt(tokens[i])));
-    }));
+    });
+  }
+
+  // lockAll's wait: each distinct name in byte order, a place in its line
+  // (_waitInLine) for the time left of the whole wait, after one attempt
+  // for a lock the session held before (its token back, as the one
+  // statement would give it; not the call's to give back).  On any failure
+  // what it took through the line is given back.
+  async #lockAllInLine(names, waitMs, signal) {
+    signal?.throwIfAborted();
+    this.check();
+    const until = performance.now() + waitMs;
+    // Byte order, as strcmp (the server's COLLATE "C"): UTF-8 bytes compare
+    // as code points, which UTF-16's < does not (a surrogate pair sorts below
+    // U+E000..U+FFFF there).
+    const bytes = new Map(names.map((name) => [name, Buffer.from(name, 'utf8')]));
+    const distinct = [...bytes.keys()].sort((a, b) => Buffer.compare(bytes.get(a), bytes.get(b)));
+    const heldBefore = await this.#liveExclusive(distinct);
+    const taken = new Map(); // name -> SessionLease
+    const ours = []; // the leases the call took, to give back if it fails
+    try {
+      for (const name of distinct) {
+        let lease = null;
+        if (heldBefore.has(name)) {
+          lease = await this.#tryAgain(name);
+          // Not the one held before (it ended meanwhile): the call's.
+          if (lease !== null && lease.token !== heldBefore.get(name)) ours.push(lease);
+        }
+        if (lease === null) {
+          this.#takePlace(name, 'exclusive'); // always counted for an exclusive lease
+          let granted = null;
+          try {
+            // At least a millisecond: the last ones get one look at their
+            // turn (a free lock is taken) rather than none.
+            granted = await this._waitInLine(name, Math.max(until - performance.now(), 1), { signal });
+          } finally {
+            if (granted === null) this.#forgetPlace(name);
+          }
+          if (granted === null) {
+            throw new LockTimeoutError(`not all of ${JSON.stringify(names)} could be had (waited ${waitMs / 1000} s; ` +
+              `${describeLock('exclusive', name)} stayed busy)`);
+          }
+          lease = new SessionLease(this, name, 'exclusive', granted.token, granted.place);
+          ours.push(lease);
+        }
+        taken.set(name, lease);
+      }
+    } catch (err) {
+      await this.#giveBackAll(ours);
+      throw err;
+    }
+    return names.map((name) => taken.get(name));
+  }
+
+  // The locks of names the session holds an exclusive lease of now: lock
+  // name -> token (a BigInt).
+  async #liveExclusive(names) {
+    const { rows } = await this.#brief((client) => client.query(
+      "SELECT lock_name, token::text AS token FROM fencing_leases WHERE session_id = $1 AND state = 'live' AND lock_name = ANY($2::text[])",
+      [this.id, names],
+    ));
+    return new Map(rows.map((row) => [row.lock_name, BigInt(row.token)]));
+  }
+
+  // fencing_session_acquire of a lock the session holds: its lease (without
+  // a place) while it lives, else null.
+  async #tryAgain(name) {
+    try {
+      return await this.lock(name);
+    } catch (err) {
+      if (err instanceof LockTimeoutError) return null;
+      throw err;
+    }
+  }
+
+  // Gives back the leases a lockAll that failed took (through the line:
+  // their places left too); those the session held before it, kept.  Nothing
+  // to do once the session is lost or closed: its leases and places went,
+  // or go, with it.  A give-back that fails is left to the session's end.
+  async #giveBackAll(leases) {
+    if (!this.held()) return;
+    for (const lease of leases) await lease.release().catch(() => {});
   }
 
   // Stops the heartbeat and closes the session, releasing every lease in

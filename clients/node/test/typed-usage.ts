@@ -57,7 +57,7 @@ export async function usage(): Promise<void> {
   const session: Session = await client.session({ ttl: 10, onLost: () => {} });
   const id: bigint = session.id;
   const one: SessionLease = await session.lock('partition-3', { wait: 1, kind: 'permit', permits: 2 });
-  const all: SessionLease[] = await session.lockAll(['a', 'b'], { wait: 0.5 });
+  const all: SessionLease[] = await session.lockAll(['a', 'b'], { wait: 0.5, signal: AbortSignal.timeout(1000) });
   await one.query(db, 'SELECT $1', [one.token]);
   const count: number = await session.close();
   session.on('lost', (why: string) => void why);
