@@ -209,12 +209,22 @@ func pgCandidates(o opts, sessionsOnly bool) error {
 	const batch = 100
 	lostTotal := 0
 
+	// The sessions of -system pgsessions are opened with a long ttl, which
+	// their renewals keep while the leases are taken (100,000 grants take
+	// longer than a 3 s session lives on 2 cores), and bring to -ttl once
+	// this process has all of its sessions and leases.
+	fillTTL := "10 min"
+	filled := func() bool { return len(sessions) >= o.count }
 	renew := func() error {
 		if len(sessions) == 0 {
 			return nil
 		}
 		t0 := time.Now()
-		rows, err := conn.Query(ctx, "SELECT fencing_session_renew(s) FROM unnest($1::bigint[]) s", sessions)
+		renewTTL := ttl
+		if sessionsOnly && !filled() {
+			renewTTL = fillTTL
+		}
+		rows, err := conn.Query(ctx, "SELECT fencing_session_renew(s, $2::interval) FROM unnest($1::bigint[]) s", sessions, renewTTL)
 		if err != nil {
 			return fmt.Errorf("renew: %w", err)
 		}
@@ -285,8 +295,12 @@ func pgCandidates(o opts, sessionsOnly bool) error {
 		if left := o.count - len(sessions); left < k {
 			k = left
 		}
+		openTTL := ttl
+		if sessionsOnly {
+			openTTL = fillTTL
+		}
 		rows, err := conn.Query(ctx, "SELECT fencing_session_open('c' || $1::int || '-' || i, $2::interval) FROM generate_series($3::int, $4::int) i",
-			o.id, ttl, len(sessions)+1, len(sessions)+k)
+			o.id, openTTL, len(sessions)+1, len(sessions)+k)
 		if err != nil {
 			return fmt.Errorf("open: %w", err)
 		}
