@@ -585,6 +585,48 @@ int WaitingPlaces(pqxx::connection &conn, const std::string &lock, std::int64_t 
       .as<int>();
 }
 
+// What the connections of application `app` were seen doing, looked at every
+// 50 ms for `ms`: idle with no snapshot and no xid, running a statement, or
+// anything else (idle in a transaction, a snapshot held while idle); and
+// how often the statement was a CALL fencing_await.  Without the
+// heartbeat's connection (its last statement a fencing_session_ call) when
+// skip_heartbeat.
+struct ConnectionLooks {
+  int idle = 0;
+  int active = 0;
+  int other = 0;
+  int awaiting = 0;
+};
+
+ConnectionLooks LookAtConnections(pqxx::connection &conn, const std::string &app, long long ms,
+                                  bool skip_heartbeat) {
+  ConnectionLooks looks;
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < ms) {
+    pqxx::nontransaction tx(conn);
+    const pqxx::result r = pqxx_compat::ExecParams(
+        tx,
+        std::string("SELECT state, query LIKE '%fencing_await%', "
+                    "backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
+                    "WHERE application_name = $1") +
+            (skip_heartbeat ? " AND query NOT LIKE '%fencing_session_%'" : ""),
+        app);
+    for (const auto &row : r) {
+      if (row[1].as<bool>()) ++looks.awaiting;
+      const std::string state = row[0].as<std::string>();
+      if (state == "idle" && !row[2].as<bool>()) {
+        ++looks.idle;
+      } else if (state == "active") {
+        ++looks.active;
+      } else {
+        ++looks.other;
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return looks;
+}
+
 // AcquireAll with a wait for two busy locks waits in line, one lock after
 // the other in byte order: nothing runs on the server for it between its
 // polls (no snapshot, no xid, no statement that waits), the lock it took
@@ -609,26 +651,10 @@ TEST_F(ClientTest, SessionAcquireAllWithAWaitWaitsInLineWithNothingRunning) {
       failure = e.what();
     }
   });
-  int idle_looks = 0, busy_looks = 0;
-  const Clock::time_point start = Clock::now();
-  while (Since(start) < 1000) {
-    pqxx::nontransaction tx(*conn_);
-    const pqxx::result r = pqxx_compat::ExecParams(
-        tx,
-        "SELECT state, backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
-        "WHERE application_name = $1",
-        app);
-    for (const auto &row : r) {
-      if (row[0].as<std::string>() == "idle" && !row[1].as<bool>()) {
-        ++idle_looks;
-      } else {
-        ++busy_looks;  // a statement running (a poll, or one that waits), or a transaction
-      }
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_GE(idle_looks, 15) << "the waiting connection was not seen idle between polls";
-  EXPECT_LE(busy_looks, 3) << "a statement ran for the wait, or a snapshot was held";
+  // Busy: a statement running (a poll, or one that waits), or a transaction.
+  const ConnectionLooks looks = LookAtConnections(*conn_, app, 1000, false);
+  EXPECT_GE(looks.idle, 15) << "the waiting connection was not seen idle between polls";
+  EXPECT_LE(looks.active + looks.other, 3) << "a statement ran for the wait, or a snapshot was held";
   EXPECT_EQ(WaitingPlaces(*conn_, a, session.id()), 1) << "it waits for the first in byte order";
 
   EXPECT_TRUE(holder.Release(a, *held_a));
@@ -785,29 +811,10 @@ TEST_F(ClientTest, SessionAcquireWaitsInLineWithNothingRunning) {
       failure = e.what();
     }
   });
-  int idle_looks = 0, busy_looks = 0, awaiting_looks = 0;
-  const Clock::time_point start = Clock::now();
-  while (Since(start) < 1500) {
-    pqxx::nontransaction tx(*conn_);
-    const pqxx::result r = pqxx_compat::ExecParams(
-        tx,
-        "SELECT state, query LIKE '%fencing_await%', "
-        "backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
-        "WHERE application_name = $1 AND query NOT LIKE '%fencing_session_%'",
-        app);
-    for (const auto &row : r) {
-      if (row[1].as<bool>()) ++awaiting_looks;
-      if (row[0].as<std::string>() == "idle" && !row[2].as<bool>()) {
-        ++idle_looks;
-      } else if (row[0].as<std::string>() != "active") {
-        ++busy_looks;  // idle in transaction, or holding a snapshot while idle
-      }
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_GE(idle_looks, 20) << "the waiting connection was not seen idle between polls";
-  EXPECT_EQ(busy_looks, 0);
-  EXPECT_EQ(awaiting_looks, 0) << "the wait ran CALL fencing_await";
+  const ConnectionLooks looks = LookAtConnections(*conn_, app, 1500, true);
+  EXPECT_GE(looks.idle, 20) << "the waiting connection was not seen idle between polls";
+  EXPECT_EQ(looks.other, 0) << "idle in a transaction, or a snapshot held while idle";
+  EXPECT_EQ(looks.awaiting, 0) << "the wait ran CALL fencing_await";
   EXPECT_TRUE(holder->Release());
   waiter.join();
   ASSERT_EQ(failure, "");
@@ -974,29 +981,10 @@ TEST_F(ClientTest, SessionWaitsForAPermitAndASharedLeaseInLineWithNothingRunning
   LineWaiter permit_waits(permit_session, sem, PermitOf2(20s));
   LineWaiter shared_waits(shared_session, rw, shared);
 
-  int idle_looks = 0, busy_looks = 0, awaiting_looks = 0;
-  const Clock::time_point start = Clock::now();
-  while (Since(start) < 1500) {
-    pqxx::nontransaction tx(*conn_);
-    const pqxx::result r = pqxx_compat::ExecParams(
-        tx,
-        "SELECT state, query LIKE '%fencing_await%', "
-        "backend_xmin IS NOT NULL OR backend_xid IS NOT NULL FROM pg_stat_activity "
-        "WHERE application_name = $1 AND query NOT LIKE '%fencing_session_%'",
-        app);
-    for (const auto &row : r) {
-      if (row[1].as<bool>()) ++awaiting_looks;
-      if (row[0].as<std::string>() == "idle" && !row[2].as<bool>()) {
-        ++idle_looks;
-      } else if (row[0].as<std::string>() != "active") {
-        ++busy_looks;  // idle in transaction, or holding a snapshot while idle
-      }
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_GE(idle_looks, 40) << "the waiting connections were not seen idle between polls";
-  EXPECT_EQ(busy_looks, 0);
-  EXPECT_EQ(awaiting_looks, 0) << "a wait ran CALL fencing_await";
+  const ConnectionLooks looks = LookAtConnections(*conn_, app, 1500, true);
+  EXPECT_GE(looks.idle, 40) << "the waiting connections were not seen idle between polls";
+  EXPECT_EQ(looks.other, 0) << "idle in a transaction, or a snapshot held while idle";
+  EXPECT_EQ(looks.awaiting, 0) << "a wait ran CALL fencing_await";
   if (IsSuperuser()) {
     EXPECT_EQ(LineSessions(*conn_, sem), (std::vector<std::int64_t>{permit_session.id()}));
     EXPECT_EQ(LineSessions(*conn_, rw), (std::vector<std::int64_t>{shared_session.id()}));
