@@ -654,7 +654,8 @@ TEST_F(ClientTest, SessionAcquireAllWithAWaitWaitsInLineWithNothingRunning) {
   // Busy: a statement running (a poll, or one that waits), or a transaction.
   const ConnectionLooks looks = LookAtConnections(*conn_, app, 1000, false);
   EXPECT_GE(looks.idle, 15) << "the waiting connection was not seen idle between polls";
-  EXPECT_LE(looks.active + looks.other, 3) << "a statement ran for the wait, or a snapshot was held";
+  EXPECT_LE(looks.active + looks.other, 3)
+      << "a statement ran for the wait, or a snapshot was held";
   EXPECT_EQ(WaitingPlaces(*conn_, a, session.id()), 1) << "it waits for the first in byte order";
 
   EXPECT_TRUE(holder.Release(a, *held_a));
