@@ -94,3 +94,14 @@ export async function kill(child) {
   child.kill('SIGKILL');
   await child.exited;
 }
+
+// A promise's outcome as it stands: state 'pending', then 'resolved' with
+// value or 'rejected' with error; done settles when it does.
+export function track(promise) {
+  const tracked = { state: 'pending' };
+  tracked.done = promise.then(
+    (value) => Object.assign(tracked, { state: 'resolved', value }),
+    (error) => Object.assign(tracked, { state: 'rejected', error }),
+  );
+  return tracked;
+}

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { Client } from '../index.js';
-import { connectDb, newName, sql1, waitUntil, within } from './helpers.js';
+import { connectDb, newName, sql1, track, waitUntil, within } from './helpers.js';
 import { PGBOUNCER, havePgBouncer, startPgBouncer } from './pgbouncer.js';
 
 const client = new Client();
@@ -20,20 +20,10 @@ after(async () => {
   await db.end();
 });
 
-// A promise's outcome as it stands: 'pending', or { lease } / { error }.
-function track(promise) {
-  const tracked = { state: 'pending' };
-  tracked.done = promise.then(
-    (lease) => Object.assign(tracked, { state: 'granted', lease }),
-    (error) => Object.assign(tracked, { state: 'failed', error }),
-  );
-  return tracked;
-}
-
 async function granted(tracked, what, timeoutMs = 10_000) {
   await within(tracked.done, timeoutMs, what);
-  if (tracked.state === 'failed') throw tracked.error;
-  return tracked.lease;
+  if (tracked.state === 'rejected') throw tracked.error;
+  return tracked.value;
 }
 
 // How many of these sessions wait on the server: with a place in line that
@@ -148,7 +138,7 @@ describe('every wait in a session is a place in line', () => {
       await db.query('COMMIT');
       assert.equal(stolen, null, 'a permit asked for outside the line was granted while A, B and C wait');
       const a = await granted(waits[0], "A's wait for the first permit freed");
-      assert.deepEqual(waits.map((w) => w.state), ['granted', 'pending', 'pending'], 'B or C had a permit before a second one was freed');
+      assert.deepEqual(waits.map((w) => w.state), ['resolved', 'pending', 'pending'], 'B or C had a permit before a second one was freed');
       await blockers[1].release();
       const b = await granted(waits[1], "B's wait for the second permit freed");
       await sleep(300); // C polls a few times

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { Client, LockTimeoutError } from '../index.js';
-import { connectDb, newName, sql1, waitUntil, within } from './helpers.js';
+import { connectDb, newName, sql1, track, waitUntil, within } from './helpers.js';
 
 const client = new Client();
 let db;
@@ -17,16 +17,6 @@ before(async () => {
 after(async () => {
   await db.end();
 });
-
-// A promise's outcome as it stands: 'pending', or { value } / { error }.
-function track(promise) {
-  const tracked = { state: 'pending' };
-  tracked.done = promise.then(
-    (value) => Object.assign(tracked, { state: 'resolved', value }),
-    (error) => Object.assign(tracked, { state: 'rejected', error }),
-  );
-  return tracked;
-}
 
 const placesIn = (session, lockName) =>
   sql1(db, 'SELECT count(*)::int FROM fencing_lines WHERE session_id = $1 AND lock_name = $2', [session.id, lockName]);
