@@ -27,8 +27,8 @@ func waitInBackground(wait func() (*SessionLease, error)) chan waitResult {
 	return result
 }
 
-// waiting: the result has not come yet.
-func waiting(result chan waitResult) bool {
+// waiting: the result has not come yet (it is put back when it has).
+func waiting[T any](result chan T) bool {
 	select {
 	case r := <-result:
 		result <- r

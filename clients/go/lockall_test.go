@@ -76,7 +76,7 @@ func TestLockAllWithAWaitHoldsNoSnapshotNorConnectionWhileItWaits(t *testing.T) 
 	if quiet < samples*2/3 {
 		t.Fatalf("the waiter's connections were idle in %d of %d samples only", quiet, samples)
 	}
-	if !lockAllPending(result) {
+	if !waiting(result) {
 		t.Fatal("LockAll returned while both locks were held")
 	}
 	if n := queryValue[int64](t, db, "SELECT count(*) FROM fencing_lines WHERE session_id = $1 AND lock_name = $2",
@@ -98,7 +98,7 @@ func TestLockAllWithAWaitHoldsNoSnapshotNorConnectionWhileItWaits(t *testing.T) 
 		waiter.ID(), second); n != 1 {
 		t.Fatalf("the waiter has %d places in the second lock's line", n)
 	}
-	if !lockAllPending(result) {
+	if !waiting(result) {
 		t.Fatal("LockAll returned while the second lock was held")
 	}
 	if ok, err := held[1].Release(ctx); !ok || err != nil {
@@ -200,16 +200,5 @@ func TestLockAllGivesBackWhatItTookWhenALockStaysBusy(t *testing.T) {
 	}
 	if _, err := holder.TryLock(ctx, free); err != nil {
 		t.Fatalf("the lock LockAll gave back: %v", err)
-	}
-}
-
-// waiting2: the result has not come yet.
-func lockAllPending(result chan lockAllResult) bool {
-	select {
-	case r := <-result:
-		result <- r
-		return false
-	default:
-		return true
 	}
 }
