@@ -453,19 +453,26 @@ struct FirstOfLock {
   FirstPlace first;
 };
 
+// Runs one statement of the line about one place ($1), the extension's
+// schema in place of its %s, as the owner: the rows it found or changed.
+uint64 RunOnPlace(Oid schema, const char *statement, int64 place, int rc) {
+  const char *sql = psprintf(statement, quote_identifier(get_namespace_name(schema)));
+  const AsOwner as = BecomeOwner(schema);
+  Oid types[] = {INT8OID};
+  Datum values[] = {Int64GetDatum(place)};
+  Run(sql, 1, types, values, nullptr, rc);
+  const uint64 rows = SPI_processed;
+  BecomeCaller(as);
+  return rows;
+}
+
 // Locks the place's row until this transaction ends, if it still waits: a
 // leave of it waits for the grant's commit and finds the token, which it
 // gives back.  False when it has been left or has taken its lease.
 bool HoldPlace(Oid schema, int64 place) {
-  const AsOwner as = BecomeOwner(schema);
-  Oid types[] = {INT8OID};
-  Datum values[] = {Int64GetDatum(place)};
-  Run(psprintf("SELECT 1 FROM %s.fencing_line WHERE place = $1 AND token IS NULL FOR UPDATE",
-               quote_identifier(get_namespace_name(schema))),
-      1, types, values, nullptr, SPI_OK_SELECT);
-  const bool still_waiting = SPI_processed == 1;
-  BecomeCaller(as);
-  return still_waiting;
+  return RunOnPlace(schema,
+                    "SELECT 1 FROM %s.fencing_line WHERE place = $1 AND token IS NULL FOR UPDATE",
+                    place, SPI_OK_SELECT) == 1;
 }
 
 // A waiting place whose turn it is takes its lease, as the caller, through
@@ -732,13 +739,8 @@ bool SessionHasPlace(Oid schema, int64 session, Datum lock_name) {
 }
 
 void MarkPlaceKeptByCall(Oid schema, int64 place) {
-  const AsOwner as = BecomeOwner(schema);
-  Oid types[] = {INT8OID};
-  Datum values[] = {Int64GetDatum(place)};
-  Run(psprintf("UPDATE %s.fencing_line SET by_call = true WHERE place = $1",
-               quote_identifier(get_namespace_name(schema))),
-      1, types, values, nullptr, SPI_OK_UPDATE);
-  BecomeCaller(as);
+  (void)RunOnPlace(schema, "UPDATE %s.fencing_line SET by_call = true WHERE place = $1", place,
+                   SPI_OK_UPDATE);
 }
 
 bool LineHoldsOffShared(const LeaseTableIds &ids, int64 lock_id) {
