@@ -147,3 +147,53 @@ CREATE OR REPLACE VIEW @extschema@.fencing_lock_stats WITH (security_barrier) AS
            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user), k.owner, k.users);
 COMMENT ON VIEW @extschema@.fencing_lock_stats IS
   'per lock: grants, renewals, releases, expiries, takeovers and revokes committed, waiters (sessions in its waiting room and live places in its line), and writes refused under it, since fencing_stats_reset(); needs shared_preload_libraries = ''pg_fencing''';
+
+-- A session's open counts its role's sessions, and sweeps the role's
+-- ended ones, only near the role's limit (see the install script).
+--
+-- How many entries fencing_session_role has for a role, up to most: at
+-- least as many as the role has sessions, read from the index alone
+-- (src/backend/lease_engine.cpp).
+CREATE FUNCTION @extschema@.fencing_session_entries(role oid, most integer) RETURNS integer
+  AS 'MODULE_PATHNAME', 'fencing_session_entries' LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION @extschema@.fencing_session_entries(oid, integer) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.fencing_session_entries(oid, integer) IS
+  'how many index entries the role''s sessions have, counting at most most (at least its sessions); internal';
+
+CREATE OR REPLACE FUNCTION @extschema@.fencing_session_open_as(caller oid, holder text, ttl interval)
+  RETURNS bigint LANGUAGE plpgsql
+  SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  checked boolean;
+  most CONSTANT integer := pg_catalog.current_setting('pg_fencing.max_sessions_per_role')::integer;
+  held bigint;
+  id bigint;
+BEGIN
+  checked := @extschema@.fencing_check_session_args(holder, ttl, true);
+  IF @extschema@.fencing_session_entries(caller, most) >= most THEN
+    -- The caller's own ended sessions are swept here, a batch at a time,
+    -- for a server without the expiry worker; only at READ COMMITTED,
+    -- where each of the sweep's statements sees what committed before it.
+    -- Never another role's: this transaction is the caller's, and would
+    -- hold that role's rows until it ends.
+    IF pg_catalog.current_setting('transaction_isolation') = 'read committed' THEN
+      PERFORM @extschema@.fencing_end_expired_sessions(caller::regrole, 100);
+    END IF;
+    SELECT pg_catalog.count(*) INTO held
+      FROM (SELECT FROM @extschema@.fencing_session x
+             WHERE x.holder_role OPERATOR(pg_catalog.=) caller::regrole LIMIT most) mine;
+    IF held >= most THEN
+      RAISE EXCEPTION 'role "%" has % fencing sessions, the most pg_fencing.max_sessions_per_role allows',
+        pg_catalog.pg_get_userbyid(caller), held
+        USING ERRCODE = '53400',
+              DETAIL = 'Sessions that have ended count until they are swept: by the expiry worker, or by the role''s next fencing_session_open() at READ COMMITTED.',
+              HINT = 'Close the sessions the role no longer uses (fencing_session_close), or have a superuser raise the limit for the role with ALTER ROLE ... SET pg_fencing.max_sessions_per_role.';
+    END IF;
+  END IF;
+  id := @extschema@.fencing_grant()::bigint;
+  INSERT INTO @extschema@.fencing_session (session_id, holder, holder_role, ttl, opened_at, expires_at)
+    VALUES (id, holder, caller::regrole, ttl, pg_catalog.clock_timestamp(),
+            pg_catalog.clock_timestamp() + ttl);
+  PERFORM @extschema@.fencing_commit_durably();
+  RETURN id;
+END $$;

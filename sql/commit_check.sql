@@ -41,8 +41,12 @@ COMMIT;
 SELECT v FROM jobs;
 
 -- 2. The same, with an unrelated open instead of the close: its sweep
--- (of the caller's own ended sessions) writes the session's end into the
--- lease inside the writer's transaction.  Refused.
+-- (of the caller's own ended sessions, which an open makes when the role
+-- is at its limit, here 1) writes the session's end into the lease inside
+-- the writer's transaction.  Refused.
+RESET ROLE;
+SET pg_fencing.max_sessions_per_role = 1;
+SET ROLE cc_app;
 SELECT fencing_session_open('w', '300 ms') AS s \gset
 SELECT fencing_session_acquire(:s, 'cc-job') AS t \gset
 BEGIN;
@@ -54,6 +58,9 @@ SELECT count(*) AS swept FROM fencing_sessions WHERE session_id = :s;
 COMMIT;
 \set VERBOSITY default
 SELECT v FROM jobs;
+RESET ROLE;
+RESET pg_fencing.max_sessions_per_role;
+SET ROLE cc_app;
 
 -- 3. A write under a shared lease, which runs out; the transaction then
 -- takes the lock exclusively (its grant marks the ended shared lease).

@@ -21,6 +21,7 @@ END $$;
 
 CREATE ROLE tn_app;
 CREATE ROLE tn_b;
+CREATE ROLE tn_c;
 SELECT fencing_allow_create('tn_app');
 
 -- 1. B floods sessions that end at once, at REPEATABLE READ (where an open
@@ -86,6 +87,23 @@ RESET default_transaction_isolation;
 SELECT fencing_session_open('b', '1 hour') IS NOT NULL AS opens_after_its_own_sweep;
 SELECT count(*) AS b_sessions FROM fencing_sessions;
 RESET ROLE;
+-- Below the limit an open neither sweeps nor counts the role's rows
+-- (1.10): it counts the entries of the index on the sessions' role (at
+-- least as many as the role has sessions; a deleted row's entry counts
+-- until VACUUM, so C, which never had a session, shows it exactly), and
+-- only when they reach the limit does it sweep and count.  C's two ended
+-- sessions stay through three opens under its limit of 5, and are swept
+-- by the open that finds the limit reached.
+SET ROLE tn_c;
+SET default_transaction_isolation = 'repeatable read';
+SELECT count(fencing_session_open('c', '1 microsecond')) AS opened FROM generate_series(1, 2);
+RESET default_transaction_isolation;
+SELECT count(fencing_session_open('c', '1 hour')) AS opened_below_the_limit
+  FROM generate_series(1, 3);
+SELECT count(*) FILTER (WHERE NOT live) AS ended_left, count(*) AS c_sessions FROM fencing_sessions;
+SELECT fencing_session_open('c', '1 hour') IS NOT NULL AS opens_at_the_limit;
+SELECT count(*) FILTER (WHERE NOT live) AS ended_left, count(*) AS c_sessions FROM fencing_sessions;
+RESET ROLE;
 RESET pg_fencing.max_sessions_per_role;
 
 -- 3. A session id is not a secret B can learn from pg_locks: the hold an
@@ -111,6 +129,7 @@ SET ROLE tn_b;
 SELECT fencing_note_ended_here('1');
 SELECT fencing_session_unhold(1);
 SELECT fencing_end_expired_sessions('tn_app', 1);
+SELECT fencing_session_entries('tn_app'::regrole, 10);
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION fencing_note_ended_here(fencing_token) TO tn_b;
 SET ROLE tn_b;
@@ -156,4 +175,4 @@ RESET ROLE;
 
 \c contrib_regression
 DROP DATABASE fencing_tenants_probe;
-DROP ROLE tn_app, tn_b;
+DROP ROLE tn_app, tn_b, tn_c;

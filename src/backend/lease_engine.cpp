@@ -24,6 +24,8 @@
 // fencing_lock_authorize(), which creates it or raises the usual 42501.
 // The first lease of a lock and its first mark are inserted with SQL
 // (INSERT ... ON CONFLICT), once per lock.
+#include <algorithm>
+
 #include "boundary.hpp"
 
 extern "C" {
@@ -1905,6 +1907,26 @@ Datum fencing_session_unhold(PG_FUNCTION_ARGS) {
     (void)LockRelease(&tag, ExclusiveLock, false);
   }
   PG_RETURN_VOID();
+}
+
+// fencing_session_entries(role oid, most integer) RETURNS integer (1.10;
+// internal): how many entries fencing_session's index on holder_role has
+// for role, counting at most most -- at least as many as the role has
+// sessions.  fencing_session_open counts a role's sessions exactly (and
+// sweeps its ended ones) only when this reaches the limit: an exact count
+// visits every session's row, which at 10,000 sessions of one role made
+// each open cost 2 ms where a count of entries costs a tenth of that.
+PG_FUNCTION_INFO_V1(fencing_session_entries);
+Datum fencing_session_entries(PG_FUNCTION_ARGS) {
+  if (PG_ARGISNULL(0) || PG_ARGISNULL(1)) PG_RETURN_NULL();
+  const LeaseTableIds &ids = LeaseTablesOf(ExtensionSchema(fcinfo));
+  Relation session = table_open(ids.session, AccessShareLock);
+  Relation by_role = index_open(ids.session_role, AccessShareLock);
+  const int64 entries =
+      CountIndexEntries(session, by_role, PG_GETARG_OID(0), std::max(PG_GETARG_INT32(1), 0));
+  index_close(by_role, NoLock);
+  table_close(session, NoLock);
+  PG_RETURN_INT32(static_cast<int32>(entries));
 }
 
 // fencing_session_renew(session bigint, ttl interval DEFAULT NULL) RETURNS

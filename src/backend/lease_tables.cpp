@@ -273,6 +273,8 @@ const LeaseTableIds &LeaseTablesOf(Oid schema) {
   ids.session = get_relname_relid("fencing_session", schema);
   ids.session_key =
       OidIsValid(ids.session) ? RelationIn(schema, "fencing_session_pkey") : InvalidOid;
+  ids.session_role =
+      OidIsValid(ids.session) ? RelationIn(schema, "fencing_session_role") : InvalidOid;
   ids.session_expires_at =
       OidIsValid(ids.session) ? ColumnOf(ids.session, "expires_at") : InvalidAttrNumber;
   ids.session_holder_role =
@@ -399,6 +401,21 @@ List *FetchRowsByNumber(Relation table, Relation btree, int64 number, Snapshot s
   index_endscan(scan);
   ExecDropSingleTupleTableSlot(slot);
   return rows;
+}
+
+int64 CountIndexEntries(Relation table, Relation btree, Oid number, int64 most) {
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid, InvalidOid, F_OIDEQ,
+                         ObjectIdGetDatum(number));
+  // SnapshotAny: index_getnext_tid() never looks at the table, and no
+  // snapshot judges an entry, so every entry counts (those the index has
+  // marked dead aside, which no snapshot sees).
+  IndexScanDesc scan = compat::IndexBeginScan(table, btree, SnapshotAny, 1);
+  index_rescan(scan, &key, 1, nullptr, 0);
+  int64 entries = 0;
+  while (entries < most && index_getnext_tid(scan, ForwardScanDirection) != nullptr) ++entries;
+  index_endscan(scan);
+  return entries;
 }
 
 void InsertRow(Relation table, const Datum *values, const bool *nulls) {

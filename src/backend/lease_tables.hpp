@@ -60,6 +60,8 @@ struct LeaseTableIds {
   // and the session a lease, a permit or a shared lease is in
   // (InvalidAttrNumber before 1.8).
   Oid session, session_key;
+  // fencing_session's B-tree on holder_role: a role's sessions.
+  Oid session_role;
   AttrNumber session_expires_at, session_holder, session_holder_role, session_ttl, lease_session_id,
       permit_session_id;
   // The session's hold key (1.9; InvalidAttrNumber before: the hold is
@@ -93,6 +95,12 @@ HeapTuple FetchRowByNumber(Relation table, Relation btree, int64 number, Snapsho
 // first column (fencing_permit's slots of a lock, through its primary key),
 // copied, in the index's order; NIL if none.
 List *FetchRowsByNumber(Relation table, Relation btree, int64 number, Snapshot snapshot);
+
+// How many entries btree (over table) has for number on its first column
+// (an oid), counting at most most: dead and uncommitted rows' entries
+// included, so at least as many as any snapshot sees rows, and read
+// without a visit to the table.
+int64 CountIndexEntries(Relation table, Relation btree, Oid number, int64 most);
 
 // Inserts a row, as an INSERT would (WAL, TOAST, index entries; triggers
 // through an INSERT when the table has any).  values and nulls have one

@@ -1,8 +1,8 @@
 # The transactions of sql/commit_check.sql, with the library preloaded
 # (1.9, issue 42): a transaction writes under a lease, outlives it, and
 # then calls what before 1.9 let its COMMIT through -- the close of its
-# own session, an open (whose sweep ended that session), a new acquire of
-# the same lock, a release.  Preloaded, the expiry worker ends such a
+# own session, an open at its role's limit (whose sweep ended that
+# session), a new acquire of the same lock, a release.  Preloaded, the expiry worker ends such a
 # transaction at its lease's end (the statement running then is
 # cancelled); the COMMIT check refuses whatever is left (55Z04).  Either
 # way the write must not land, and what is refused must say why.  A live
@@ -42,8 +42,9 @@ SELECT fencing_session_acquire(:s, 'job') AS t \gset},
 		'jobs'
 	],
 	[
-		'an open whose sweep ends its session',
-		q{SELECT fencing_session_open('w', '300 ms') AS s \gset
+		'an open whose sweep ends its session (at its role\'s limit, where an open sweeps)',
+		q{SET pg_fencing.max_sessions_per_role = 1;
+SELECT fencing_session_open('w', '300 ms') AS s \gset
 SELECT fencing_session_acquire(:s, 'job') AS t \gset},
 		q{SELECT fencing_session_open('unrelated', '1 min');},
 		'jobs'
