@@ -20,7 +20,8 @@ import java.util.concurrent.locks.Lock;
  * }
  * }</pre>
  *
- * <p>Each lock holds one lease at a time, with its own connection and heartbeat; after
+ * <p>Each lock holds one lease at a time, with its own connection (its acquire, wait and
+ * release), renewed by the client's heartbeat (one connection for all the client's renewals); after
  * {@link #unlock()} it can be locked again, with a new token. Shared by threads it is a mutex
  * among them too: a thread locking it while another has its lease waits (in arrival order)
  * until that one is unlocked, and only then asks the server. It is not reentrant: the thread

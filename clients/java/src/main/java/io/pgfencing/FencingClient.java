@@ -12,9 +12,8 @@ import java.util.Optional;
 import java.util.Properties;
 
 /**
- * The entry point. Every lease, session and election it makes uses connections of its own, from
- * the same JDBC URL and properties (and so as the same role, which renewals and releases
- * require).
+ * The entry point. Every lease, session and election it makes connects with the same JDBC URL
+ * and properties (and so as the same role, which renewals and releases require).
  *
  * <pre>{@code
  * FencingClient client = new FencingClient("jdbc:postgresql://db/app", props);
@@ -33,6 +32,17 @@ import java.util.Properties;
  * client is in line, and a place polls at once when its number is announced (and at the latest
  * every 2 s by default). Leave it off through a transaction-pooling PgBouncer, where LISTEN cannot
  * be relied on; turn it on when the URL names the server (or a session pool).
+ *
+ * <p>The connections it makes: <b>one heartbeat connection</b> for the client (and the clients
+ * {@link #withListen} and {@link #withPoll} make from it), named {@code pg_fencing heartbeat
+ * <pid>:<random>}, open while something of the client's lives, on which one thread renews every
+ * session, election and lease of its own in one statement per round ({@link SharedHeartbeat});
+ * a <b>work connection</b> per session (per campaigning candidate: an election campaigns in a
+ * session of its own) and per lease of its own ({@link FencedLock}, {@link Semaphore},
+ * {@link SharedLock}: its acquire, its wait and its release), idle between short statements;
+ * and, with {@link #withListen(boolean)}, <b>one LISTEN connection</b> while any of its waits is
+ * in line. A waiting candidate costs one place in line and its session's row on the server, and
+ * through a transaction pooler no server connection between its short statements.
  */
 public final class FencingClient {
     private final String url;
@@ -41,13 +51,16 @@ public final class FencingClient {
     private final Duration poll;
     /** LISTENs on fencing_line for the waits in line; null: they poll on their timer alone. */
     private final Line.Listener listener;
+    /** Renews everything the client (and the copies made from it) makes: one connection. */
+    private final SharedHeartbeat heartbeat;
 
     /** @param properties the driver's (user, password, ...); copied */
     public FencingClient(String jdbcUrl, Properties properties) {
-        this(jdbcUrl, properties, false, null);
+        this(jdbcUrl, properties, false, null, null);
     }
 
-    private FencingClient(String jdbcUrl, Properties properties, boolean listen, Duration poll) {
+    private FencingClient(String jdbcUrl, Properties properties, boolean listen, Duration poll,
+                          SharedHeartbeat heartbeat) {
         this.url = jdbcUrl;
         this.properties = new Properties();
         this.properties.putAll(properties);
@@ -55,22 +68,30 @@ public final class FencingClient {
         Line.pollNanos(poll, listen); // IllegalArgumentException now, not at the first wait
         this.poll = poll;
         this.listener = listen ? new Line.Listener(this) : null;
+        // A copy (withListen, withPoll) connects as the same role: it shares the heartbeat.
+        this.heartbeat = heartbeat != null ? heartbeat : new SharedHeartbeat(this);
+    }
+
+    /** The client's one heartbeat, shared by the copies made from it. */
+    SharedHeartbeat heartbeat() {
+        return heartbeat;
     }
 
     /**
      * A client like this one whose waits in line also LISTEN on {@code fencing_line} (one
      * connection for all of them, open while one waits), to learn of a hand-over at once rather
      * than at the next poll. Only for a URL that names the server or a session pool: through a
-     * transaction pooler LISTEN cannot be relied on (the waits still poll on their timer).
+     * transaction pooler LISTEN cannot be relied on (the waits still poll on their timer). It
+     * shares this client's heartbeat.
      */
     public FencingClient withListen(boolean value) {
-        return new FencingClient(url, properties, value, poll);
+        return new FencingClient(url, properties, value, poll, heartbeat);
     }
 
     /** A client like this one whose waits in line poll their place every {@code value} (null:
-     *  the default, 0.5 s, or 2 s when listening). */
+     *  the default, 0.5 s, or 2 s when listening). It shares this client's heartbeat. */
     public FencingClient withPoll(Duration value) {
-        return new FencingClient(url, properties, listen, value);
+        return new FencingClient(url, properties, listen, value, heartbeat);
     }
 
     /** Whether the waits in line LISTEN on fencing_line. */
@@ -187,7 +208,8 @@ public final class FencingClient {
         return new SharedLock(this, name, options);
     }
 
-    /** Opens a session (fencing_session_open) at once; one heartbeat for many leases. */
+    /** Opens a session (fencing_session_open) at once; one keepalive for many leases, renewed
+     *  by the client's heartbeat. */
     public FencingSession openSession(LeaseOptions options) throws SQLException {
         return new FencingSession(this, options);
     }

@@ -29,11 +29,14 @@ import java.util.stream.Stream;
  * }   // closing the session releases every lease in it
  * }</pre>
  *
- * <p>One heartbeat renews the session (fencing_session_renew), and with it every lease in it;
- * its loss is every lease's, reported once through {@link LeaseOptions#onLost()}. Two
- * connections: the heartbeat's (a renewal never queues behind another statement; the close
- * goes there too) and the work connection. Every kind of lease: exclusive, shared, a
- * semaphore's permit. Waits end on an interrupt, on the server too, and at the close.
+ * <p>The client's heartbeat ({@link SharedHeartbeat}: one connection and one thread for all
+ * the client's sessions, elections and leases) renews the session (fencing_session_renew), and
+ * with it every lease in it, on the session's own clock (ttl, heartbeat period, safe deadline);
+ * its loss is every lease's, reported once through {@link LeaseOptions#onLost()}. The session's
+ * own connection is its work connection: the open, the acquires, the statements of the line,
+ * the releases and the close go there (or, when another thread's statement holds it, on one of
+ * their own). Every kind of lease: exclusive, shared, a semaphore's permit. Waits end on an
+ * interrupt, on the server too, and at the close.
  *
  * <p>A wait for a lease of any kind ({@link #lock}, {@link #lockShared}, {@link #acquirePermit},
  * their try forms with a time) is a place in the lock's line (pg_fencing 1.10, {@link Line}):
@@ -56,9 +59,7 @@ import java.util.stream.Stream;
 public final class FencingSession implements AutoCloseable {
     private final FencingClient client;
     private final String holder;
-    private final LeaseOptions options;
     final Heartbeat beat;
-    private final Connection beatConnection;
     /** Used under workLock; made again when found closed. */
     private volatile Connection work;
     private final ReentrantLock workLock = new ReentrantLock();
@@ -87,27 +88,21 @@ public final class FencingSession implements AutoCloseable {
             throw new IllegalArgumentException("a session has no payload; its leases may");
         }
         this.client = client;
-        this.options = options;
         this.holder = options.holderOrDefault();
-        this.beat = new Heartbeat("session", options, this::renew, this::dropHeartbeat, refused);
-        Connection beatConnection = client.connect("pg_fencing session " + holder);
-        Connection work = null;
+        this.beat = new Heartbeat("session", options, this::renewal, refused);
+        Connection work = client.connect("pg_fencing session " + holder);
         long sent = System.nanoTime();
         try {
-            work = client.connect("pg_fencing session " + holder);
-            sent = System.nanoTime();
-            this.id = Long.parseLong(Wire.value(beatConnection,
+            this.id = Long.parseLong(Wire.value(work,
                     "SELECT fencing_session_open(?, ?::interval)", holder,
                     Wire.interval(options.ttl())));
         } catch (SQLException | RuntimeException e) {
             Wire.closeQuietly(work);
-            Wire.closeQuietly(beatConnection);
             throw e;
         }
-        this.beatConnection = beatConnection;
         this.work = work;
         beat.begin(sent);
-        beat.start("pg_fencing session " + id);
+        beat.start(client.heartbeat());
     }
 
     /** The session's id on the server (fencing_sessions, fencing_leases.session_id). */
@@ -629,32 +624,20 @@ public final class FencingSession implements AutoCloseable {
         }
     }
 
-    private boolean renew(long deadline) throws SQLException, InterruptedException {
+    /** What the heartbeat's renewal asks: the session, and for an election's session also
+     *  that the lease in it lives (a revoke ends the lease only). */
+    private Heartbeat.Target renewal() {
         LineLease lease = guarded;
-        if (lease == null) {
-            return "t".equals(Wire.valueWithin(beatConnection, deadline, null,
-                    "SELECT fencing_session_renew(?::bigint, ?::interval)", id,
-                    Wire.interval(options.ttl())));
-        }
-        // An election's session: the lease in it lives too (a revoke ends the lease only).
-        // Polling a granted place answers its token while the lease lives.
-        return "t".equals(Wire.valueWithin(beatConnection, deadline, null,
-                "SELECT fencing_session_renew(?::bigint, ?::interval) AND coalesce((SELECT "
-                        + "p.state = 'granted' AND p.token::bigint = ? FROM "
-                        + "fencing_line_poll(ARRAY[?::bigint]) p), false)", id,
-                Wire.interval(options.ttl()), lease.token(), lease.place()));
-    }
-
-    private void dropHeartbeat() {
-        Wire.abort(beatConnection);
+        return lease == null ? Heartbeat.Target.session(id)
+                : Heartbeat.Target.leader(id, lease.token(), lease.place());
     }
 
     /**
      * Stops the heartbeat and closes the session, releasing every lease in it. Idempotent. A
      * session lost already is closed all the same (the server says it has ended: nothing to
      * report). A wait in the session on another thread ends with LeaseLostException: the close
-     * goes over the heartbeat's connection, not behind the wait on the work connection, and the
-     * server ends a session's waits when it closes it.
+     * never queues behind the wait on the work connection (it goes on a connection of its own
+     * when that one is busy), and the server ends a session's waits when it closes it.
      */
     @Override
     public void close() throws SQLException {
@@ -669,24 +652,46 @@ public final class FencingSession implements AutoCloseable {
         try {
             closeOnTheServer();
         } finally {
-            Wire.closeQuietly(beatConnection);
             closeWork();
         }
     }
 
+    /**
+     * fencing_session_close on the work connection when it is free, else on a connection of its
+     * own: the close must end a wait in the session on another thread (a CALL fencing_await
+     * holds the work connection while it waits), not queue behind it. It used to go on the
+     * session's heartbeat connection for that reason; that connection is the client's now, and
+     * a close there would queue behind a round of renewals, which may wait up to its earliest
+     * deadline when the server is slow. A work connection found broken: once more on one of
+     * its own.
+     */
     private void closeOnTheServer() throws SQLException {
-        // The heartbeat gave its connection up after a renewal without answer: a new one.
-        boolean fresh = Wire.isClosed(beatConnection);
-        Connection connection = fresh ? client.connect("pg_fencing session " + holder) : beatConnection;
+        if (workLock.tryLock()) {
+            Connection on = null;
+            try {
+                reconnectWork();
+                on = work;
+                closeOn(on);
+                return;
+            } catch (SQLException e) {
+                if (on == null || !Wire.isClosed(on)) {
+                    throw e;
+                }
+            } finally {
+                workLock.unlock();
+            }
+        }
+        try (Connection own = client.connect("pg_fencing session " + holder)) {
+            closeOn(own);
+        }
+    }
+
+    private void closeOn(Connection connection) throws SQLException {
         try {
             Wire.value(connection, "SELECT fencing_session_close(?)", id);
         } catch (SQLException e) {
             if (!FencingException.SESSION_ENDED.equals(e.getSQLState())) {
                 throw e;
-            }
-        } finally {
-            if (fresh) {
-                Wire.closeQuietly(connection);
             }
         }
     }

@@ -23,11 +23,12 @@ import java.util.function.Consumer;
  * }</pre>
  *
  * <p>The leader is whoever holds the lock's live exclusive lease. A candidate campaigns in a
- * {@link FencingSession} of its own (1.8), whose heartbeat (one connection, a renewal every
- * ttl/3 unless the options say otherwise) keeps it in the lock's line while it waits (1.10: a
- * place the database keeps, polled by short statements, no server connection held between
- * them, arrival order kept) and keeps its lease once it leads; each renewal also checks that
- * the lease lives (a revoke ends the lease, not the session). A candidate that gives up (its
+ * {@link FencingSession} of its own (1.8), renewed by the client's heartbeat (one connection
+ * for all the client's sessions, elections and leases; a renewal every ttl/3 unless the options
+ * say otherwise), which keeps it in the lock's line while it waits (1.10: a place the database
+ * keeps, polled by short statements on the session's work connection, no server connection
+ * held between them, arrival order kept) and keeps its lease once it leads; each renewal also
+ * checks that the lease lives (a revoke ends the lease, not the session). A candidate that gives up (its
  * time ran out, an interrupt) leaves the line, giving back anything granted to it meanwhile,
  * and closes its session; a session lost while it waits is replaced by a new one, which joins
  * the line again at the back. {@link #resign()} releases the lease (the next place in line is

@@ -2,8 +2,9 @@ package io.pgfencing;
 
 /**
  * Hears of a {@link LeaderElection}'s terms: {@link #gained} from the thread that campaigned,
- * {@link #lost} once per term, from the heartbeat thread when the lease is lost or from the
- * thread that resigned.
+ * {@link #lost} once per term, from the thread that reports the loss of the lease (the
+ * options' onLost runs there too; not the heartbeat's, which renews on) or from the thread that
+ * resigned.
  */
 public interface LeadershipListener {
     default void gained(Lease lease) {

@@ -14,7 +14,8 @@ import java.util.function.Consumer;
  * @param ttl       the server ends the lease this long after the last renewal
  * @param heartbeat time between renewals; null for ttl/3
  * @param holder    the application's label in fencing_leases; null for host:pid:random
- * @param onLost    called once, with the reason, from the heartbeat thread; may be null
+ * @param onLost    called once, with the reason, from a thread of the client's (not the one that
+ *                  renews, so that it may block); may be null
  * @param payload   JSON text published with an exclusive lease; may be null
  */
 public record LeaseOptions(Duration ttl, Duration heartbeat, String holder, Consumer<String> onLost,

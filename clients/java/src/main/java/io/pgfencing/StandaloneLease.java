@@ -8,8 +8,10 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
- * A lease of its own: its connection (acquire, renewals and release come from the role that
- * acquired, which one connection guarantees) and its heartbeat thread.
+ * A lease of its own: its connection, for the acquire (and its wait) and the release, and its
+ * renewals (fencing_renew) by the client's heartbeat ({@link SharedHeartbeat}, one connection for
+ * everything the client renews), on the lease's own clock. Every connection of the client is of
+ * the role that acquired, as renewals and releases require.
  *
  * <p>A wait is {@code CALL fencing_await}, which commits each attempt before it sleeps: a
  * follower waiting for hours holds no snapshot and no transaction id. It goes in slices of at
@@ -41,7 +43,7 @@ final class StandaloneLease implements Lease {
         this.permits = permits;
         this.holder = options.holderOrDefault();
         this.options = options;
-        this.beat = new Heartbeat("lease", options, this::renew, this::dropConnection,
+        this.beat = new Heartbeat("lease", options, () -> Heartbeat.Target.lease(lockName, token),
                 "the lease expired, was released, revoked or taken over");
     }
 
@@ -128,7 +130,8 @@ final class StandaloneLease implements Lease {
         token = granted;
         beat.begin(sent);
         // A wait can outlast much of the ttl: the server started the lease when it granted
-        // it. One renewal right away gives a send time close to the grant.
+        // it. One renewal right away, part of the acquire (on its connection), gives a send
+        // time close to the grant.
         if (System.nanoTime() - sent > beat.margin) {
             long renewSent = System.nanoTime();
             boolean renewed;
@@ -145,7 +148,7 @@ final class StandaloneLease implements Lease {
             }
             beat.renewed(renewSent);
         }
-        beat.start("pg_fencing lease " + lockName);
+        beat.start(client.heartbeat());
     }
 
     /** A grant that came although the caller was interrupted: nobody will use it. */
@@ -158,14 +161,11 @@ final class StandaloneLease implements Lease {
         }
     }
 
+    /** A renewal on the lease's own connection (the heartbeat's go on the client's). */
     private boolean renew(long deadline) throws SQLException, InterruptedException {
         return "t".equals(Wire.valueWithin(connection, deadline, null,
                 "SELECT fencing_renew(?, ?::fencing_token, ?::interval)",
                 lockName, token, Wire.interval(options.ttl())));
-    }
-
-    private void dropConnection() {
-        Wire.abort(connection);
     }
 
     @Override
@@ -176,8 +176,8 @@ final class StandaloneLease implements Lease {
         beat.stop();
         try {
             if (Wire.isClosed(connection)) {
-                // The heartbeat gave its connection up: release on a new one rather than leave
-                // the lock to run out.
+                // The connection broke (the network, a terminated backend): release on a new
+                // one rather than leave the lock to run out.
                 connection = client.connect("pg_fencing lease " + holder);
             }
             return "t".equals(Wire.value(connection, "SELECT fencing_release(?, ?::fencing_token)",

@@ -8,6 +8,8 @@ import java.sql.SQLException;
 import java.sql.SQLTimeoutException;
 import java.sql.Types;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -88,10 +90,26 @@ final class Wire {
     static String valueWithin(Connection connection, long deadline, Consumer<String> abandoned,
                               String sql, Object... params)
             throws SQLException, InterruptedException {
+        return within(connection, deadline, abandoned, Wire::firstValue, sql, params);
+    }
+
+    /** {@link #valueWithin} for every row of the answer, each row's values as text. */
+    static List<String[]> rowsWithin(Connection connection, long deadline, String sql,
+                                     Object... params) throws SQLException, InterruptedException {
+        return within(connection, deadline, null, Wire::allRows, sql, params);
+    }
+
+    private interface Reader<T> {
+        T read(PreparedStatement statement) throws SQLException;
+    }
+
+    private static <T> T within(Connection connection, long deadline, Consumer<T> abandoned,
+                                Reader<T> reader, String sql, Object... params)
+            throws SQLException, InterruptedException {
         PreparedStatement statement = connection.prepareStatement(sql);
         try {
             bind(statement, params);
-            Future<String> answer = CALLS.submit(() -> firstValue(statement));
+            Future<T> answer = CALLS.submit(() -> reader.read(statement));
             try {
                 return answer.get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             } catch (TimeoutException late) {
@@ -99,7 +117,7 @@ final class Wire {
                 throw new SQLTimeoutException("no answer from the server before the deadline to: "
                         + sql + "; its connection was aborted");
             } catch (InterruptedException interrupted) {
-                String value = cancel(connection, statement, answer);
+                T value = cancel(connection, statement, answer);
                 if (value != null && abandoned != null) {
                     abandoned.accept(value);
                 }
@@ -116,14 +134,32 @@ final class Wire {
         }
     }
 
+    private static List<String[]> allRows(PreparedStatement statement) throws SQLException {
+        List<String[]> rows = new ArrayList<>();
+        if (!statement.execute()) {
+            return rows;
+        }
+        try (ResultSet result = statement.getResultSet()) {
+            int columns = result.getMetaData().getColumnCount();
+            while (result.next()) {
+                String[] values = new String[columns];
+                for (int i = 0; i < columns; i++) {
+                    values[i] = result.getString(i + 1);
+                }
+                rows.add(values);
+            }
+        }
+        return rows;
+    }
+
     /**
      * Ends a statement the caller no longer waits for: it is cancelled on the server, again every
      * 100 ms while it runs (a cancel that comes before the driver has sent the statement is a
      * no-op), and waited for up to the grace, after which the connection is aborted. Returns its
      * value if it answered all the same.
      */
-    private static String cancel(Connection connection, PreparedStatement statement,
-                                 Future<String> answer) {
+    private static <T> T cancel(Connection connection, PreparedStatement statement,
+                                Future<T> answer) {
         long end = System.nanoTime() + ANSWER_GRACE_NANOS;
         while (System.nanoTime() < end) {
             try {

@@ -177,8 +177,9 @@ class ElectionTest {
             assertTrue(first.awaitLost(Duration.ofSeconds(3)));
             Lease second = election.campaign(null, 5, TimeUnit.SECONDS).orElseThrow();
             assertTrue(second.token() > first.token());
-            // The new term's session: its heartbeat's connection and its work connection.
-            assertEquals(2, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+            // The new term's session: its work connection (its renewals go on the client's
+            // heartbeat connection).
+            assertEquals(1, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
                     application), "the lost term's connections are still open");
         } finally {
             election.resign();
@@ -211,8 +212,8 @@ class ElectionTest {
         try (Connection db = Live.db()) {
             assertEquals(2, leases.size(), leases.toString());
             assertSame(leases.get(0), leases.get(1), "two terms at once: " + leases);
-            assertEquals(2, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
-                    "pg_fencing session twice-" + name), "one session (two connections), one heartbeat");
+            assertEquals(1, Live.count(db, "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?",
+                    "pg_fencing session twice-" + name), "one session (one work connection; the client's heartbeat)");
         } finally {
             election.resign();
             for (Lease lease : leases) {

@@ -40,6 +40,21 @@ final class Live {
     }
 
     /** A connection for the test's own statements, in autocommit. */
+    /** A client object of its own (its own heartbeat), logged in as role. */
+    static FencingClient clientAs(String role, String password) {
+        java.util.Properties properties = new java.util.Properties();
+        properties.setProperty("user", role);
+        properties.setProperty("password", password);
+        return new FencingClient(CLIENT.url(), properties);
+    }
+
+    /** One statement of its own. */
+    static void execute(Connection db, String sql) throws SQLException {
+        try (java.sql.Statement statement = db.createStatement()) {
+            statement.execute(sql);
+        }
+    }
+
     static Connection db() throws SQLException {
         return CLIENT.connect("pg_fencing tests");
     }

@@ -1,6 +1,8 @@
 package io.pgfencing;
 
 import static io.pgfencing.Live.CLIENT;
+import static io.pgfencing.Live.clientAs;
+import static io.pgfencing.Live.execute;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -11,10 +13,8 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
-import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
@@ -89,18 +89,6 @@ class RolesTest {
         }
     }
 
-    private static FencingClient clientAs(String role, String password) {
-        Properties properties = new Properties();
-        properties.setProperty("user", role);
-        properties.setProperty("password", password);
-        return new FencingClient(CLIENT.url(), properties);
-    }
-
-    private static void execute(Connection db, String sql) throws SQLException {
-        try (Statement statement = db.createStatement()) {
-            statement.execute(sql);
-        }
-    }
 
     /** The attack fails with 42501, and the error names {@code subject} (a lock). */
     private static void refused(String attack, Object subject, Executable attempt) {

@@ -226,8 +226,8 @@ class SessionTest {
              FencingSession session = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(5))
                      .withHolder("broken-" + name))) {
             Lease first = session.lock(name + "_1");
-            // The work connection's backend only: its last statement was the lock's join of the
-            // line (1.10), the heartbeat's fencing_session_open or fencing_session_renew.
+            // The work connection's backend: its last statement was the lock's join of the line
+            // (1.10), not the session's open (the renewals go on the client's heartbeat).
             assertEquals(1, Live.count(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     + "WHERE application_name = ? AND query LIKE '%fencing_line_join%'",
                     "pg_fencing session broken-" + name));
