@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import select
 import time
-from typing import Any, Optional, Sequence, Type, TypeVar
+from typing import Any, List, Optional, Sequence, Tuple, Type, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -89,6 +89,12 @@ class Connection:
         its first value as text, waiting until time.monotonic() reaches
         deadline at most: NoAnswer then (naming `what`, by default the
         statement), StatementFailed for an error."""
+        rows = self.rows_by(sql, params, deadline, what)
+        return rows[0][0] if rows and rows[0] else None
+
+    def rows_by(self, sql: str, params: Sequence[Optional[str]], deadline: float,
+                what: Optional[str] = None) -> List[Tuple[Optional[str], ...]]:
+        """value_by(), for every row: each a tuple of texts (None for NULL)."""
         unanswered = NoAnswer(what or f"`{sql}`", deadline - time.monotonic())
         pg = self.conn.pgconn
         pg.nonblocking = 1
@@ -96,7 +102,7 @@ class Connection:
             pg.send_query_params(sql.encode(), [None if p is None else p.encode() for p in params])
             while pg.flush() == 1:
                 self._wait(pg, deadline, unanswered, write=True)
-            value: Optional[str] = None
+            rows: List[Tuple[Optional[str], ...]] = []
             failure: Optional[StatementFailed] = None
             while True:
                 pg.consume_input()
@@ -106,9 +112,10 @@ class Connection:
                 result = pg.get_result()
                 if result is None:
                     break
-                if result.status == pq.ExecStatus.TUPLES_OK and result.ntuples > 0:
-                    raw = result.get_value(0, 0)
-                    value = None if raw is None else raw.decode()
+                if result.status == pq.ExecStatus.TUPLES_OK:
+                    rows = [tuple(None if v is None else v.decode()
+                                  for v in (result.get_value(r, c) for c in range(result.nfields)))
+                            for r in range(result.ntuples)]
                 elif result.status == pq.ExecStatus.FATAL_ERROR:
                     sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
                     message = (result.error_message or b"").decode().strip()
@@ -118,7 +125,7 @@ class Connection:
                 pg.nonblocking = 0
         if failure is not None:
             raise failure
-        return value
+        return rows
 
     def _wait(self, pg: pq.abc.PGconn, deadline: float, unanswered: NoAnswer, write: bool) -> None:
         timeout = deadline - time.monotonic()
@@ -142,6 +149,11 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self.conn.closed
+
+    @property
+    def usable(self) -> bool:
+        """Open, and not broken (a statement may be sent on it)."""
+        return not self.conn.closed and self.conn.pgconn.status == pq.ConnStatus.OK
 
     def close(self) -> None:
         if not self.conn.closed:

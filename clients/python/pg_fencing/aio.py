@@ -5,11 +5,15 @@
     async with client.lock("nightly-report", ttl=10, wait=30) as lease:
         await lease.execute(db, "UPDATE reports SET token = %s WHERE id = 7", (lease.token,))
 
-db is a psycopg.AsyncConnection.  Each lease and session renews from a
-task of its own on its own AsyncConnection, each renewal given up at the
-safe deadline (asyncio.wait_for; the connection is then closed); held() is
-judged on the monotonic clock as in the threaded client, so an event loop
-that was blocked (or a process that was paused) wakes up to held() False.
+db is a psycopg.AsyncConnection.  One task per client (and event loop),
+on one AsyncConnection of its own (AsyncHeartbeat), renews every lease
+and session of the client, in one statement whenever any is due, as the
+threaded client's heartbeat thread does (pg_fencing._heartbeat: the same
+scheduling and judgement); each statement is given up at the earliest
+safe deadline of the leases and sessions in it (asyncio.wait_for; the
+connection is then closed).  held() is judged on the monotonic clock as in
+the threaded client, so an event loop that was blocked (or a process that
+was paused) wakes up to held() False.
 A wait in a session (for an exclusive lease, a shared lease or a permit),
 and a campaign, is a place in the lock's line (1.10, pg_fencing._line):
 short statements, no server connection held between them; with
@@ -28,12 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
 
-from ._heartbeat import RENEWAL_ERRORS, LeaseClock
+from ._heartbeat import (RENEW, RENEWAL_ERRORS, Beat, default_heartbeat, heartbeat_name, plan,
+                         renewal_param, renewal_round)
 from ._line import (CHANNEL as LINE_CHANNEL, HELD_IN_SESSION, JOIN, LEAVE, LISTEN_STARTUP, NO_LINE,
                     POLL_PLACE, RELEASE_AND_LEAVE, Board, Watch, acquire_order, last_poll_at,
                     not_all_message, plain_names, poll_period)
@@ -114,29 +120,9 @@ async def fenced_execute(conn: psycopg.AsyncConnection, sql: str,
         raise  # not reached
 
 
-class _AsyncHeartbeat(LeaseClock):
-    """The renewing task: renew() sends one renewal (NoAnswer past the
-    deadline), drop() closes its connection after one that failed."""
-
-    def __init__(self, what, ttl, period, renew, drop, refused, on_lost):
-        super().__init__(what, ttl, period, refused, on_lost)
-        self._renew = renew
-        self._drop = drop
-        self._task: Optional[asyncio.Task] = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> bool:
-        if not self.mark_stopped():
-            return False
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-            try:
-                await self._task
-            except BaseException:
-                pass
-        return True
+class AsyncBeat(Beat):
+    """pg_fencing._heartbeat.Beat for asyncio: on_lost is called from the
+    heartbeat's task, wait_lost() is a coroutine."""
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:  # type: ignore[override]
         end = None if timeout is None else time.monotonic() + timeout
@@ -146,30 +132,130 @@ class _AsyncHeartbeat(LeaseClock):
             await asyncio.sleep(0.02)
         return True
 
-    async def _run(self) -> None:
+
+class _LoopBeats:
+    """What an AsyncHeartbeat renews in one event loop, and its task."""
+
+    def __init__(self) -> None:
+        self.beats: set = set()
+        self.changed = asyncio.Event()
+        self.task: Optional[asyncio.Task] = None
+
+
+class AsyncHeartbeat:
+    """pg_fencing._heartbeat.Heartbeat for asyncio: a client's one task (per
+    event loop) renewing every lease and session added to it, on one
+    AsyncConnection of its own (application_name: self.application_name),
+    opened at the first renewal and closed once nothing is left."""
+
+    def __init__(self, conninfo: str, application_name: Optional[str] = None):
+        self.conninfo = conninfo
+        self.application_name = application_name or heartbeat_name()
+        self._loops: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBeats]" = \
+            weakref.WeakKeyDictionary()
+
+    def beat(self, what: str, ttl: float, period: Optional[float], refused: str,
+             on_lost: OnLost) -> AsyncBeat:
+        return AsyncBeat(self, what, ttl, period, refused, on_lost)
+
+    def add(self, beat: AsyncBeat) -> None:
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopBeats()
+        beat._loop_beats = state  # type: ignore[attr-defined]
+        state.beats.add(beat)
+        if state.task is None:
+            state.task = loop.create_task(self._run(state))
+        state.changed.set()
+
+    def remove(self, beat: AsyncBeat) -> None:
+        state = getattr(beat, "_loop_beats", None)
+        if state is not None:
+            state.beats.discard(beat)
+            try:
+                state.changed.set()
+            except RuntimeError:
+                pass  # its event loop is closed: its task went with it
+
+    def renewing_here(self) -> bool:
+        return False  # on_lost is called from the task: the event loop's only thread
+
+    async def _run(self, state: _LoopBeats) -> None:
+        conn: Optional[psycopg.AsyncConnection] = None
         try:
-            while not self.overdue():
-                now = time.monotonic()
-                if now < self.due:
-                    await asyncio.sleep(min(self.due, self.deadline) - now)
-                    continue
-                sent = time.monotonic()
-                allowed = max(0.0, self.deadline - time.monotonic())
-                try:
-                    renewed, error = await asyncio.wait_for(self._renew(), allowed), None
-                except asyncio.TimeoutError:
-                    renewed, error = None, NoAnswer(f"the renewal of the {self.what}", allowed)
-                    await self._drop()
-                except RENEWAL_ERRORS as failure:
-                    renewed, error = None, failure
-                    await self._drop()
-                if not self.judge(renewed, error):
+            while True:
+                state.beats = {beat for beat in state.beats if not beat.ended}
+                if not state.beats:
+                    state.task = None  # at once: the next add() starts another
                     return
-                self.renewed(sent)
+                state.changed.clear()
+                beats = [beat for beat in list(state.beats) if not beat.overdue()]
+                batch, wake_at = plan(beats, time.monotonic())
+                if batch:
+                    conn = await self._renew(conn, batch)
+                elif wake_at is not None:
+                    try:
+                        await asyncio.wait_for(state.changed.wait(), max(0.0, wake_at - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        pass
         except asyncio.CancelledError:
             raise
         except Exception as error:  # nothing leaves the task silently
-            self.mark_lost(f"heartbeat failed: {error!r}")
+            beats, state.beats = list(state.beats), set()
+            state.task = None
+            for beat in beats:
+                beat.mark_lost(f"heartbeat failed: {error!r}")
+        finally:
+            if state.task is asyncio.current_task():
+                state.task = None
+            if conn is not None:
+                try:
+                    await conn.close()
+                except Exception:
+                    pass
+
+    async def _renew(self, conn: Optional[psycopg.AsyncConnection],
+                     batch: list) -> Optional[psycopg.AsyncConnection]:
+        """One round (renewal_round), each statement bounded by its bound;
+        the connection to use next (None: none usable)."""
+        rounds = renewal_round(batch)
+        part, bound = next(rounds)
+        while True:
+            sent = time.monotonic()
+            allowed = max(0.0, bound - sent)
+            held = [conn]
+            rows = error = None
+            try:
+                rows = await asyncio.wait_for(self._attempt(held, part), allowed)
+            except asyncio.TimeoutError:
+                error = NoAnswer(f"the renewal of {len(part)} leases and sessions", allowed)
+                await _dropped_quietly(held[0])
+                held[0] = None
+            except RENEWAL_ERRORS as failure:
+                error = failure
+                if held[0] is not None and held[0].closed:
+                    await _dropped_quietly(held[0])
+                    held[0] = None
+            conn = held[0]
+            try:
+                part, bound = rounds.send((rows, error, conn is not None, sent))
+            except StopIteration:
+                return conn
+
+    async def _attempt(self, held: list, part: list) -> list:
+        if held[0] is None:
+            held[0] = await _connect(self.conninfo, self.application_name)
+        cur = await held[0].execute(RENEW.format("%s"), (renewal_param(part),))
+        return [(int(i), bool(renewed)) for i, renewed in await cur.fetchall()]
+
+
+async def _dropped_quietly(conn: Optional[psycopg.AsyncConnection]) -> None:
+    if conn is not None:
+        try:
+            await conn.close()
+        except Exception:
+            pass
 
 
 class _Held(Judged):
@@ -197,16 +283,17 @@ class Lease(_Held):
     def __init__(self, conninfo: str, lock_name: str, *, kind: str = "exclusive",
                  permits: Optional[int] = None, holder: Optional[str] = None,
                  ttl: float = 10.0, wait: Optional[float] = None, on_lost: OnLost = None,
-                 payload: Optional[str] = None, heartbeat: Optional[float] = None):
+                 payload: Optional[str] = None, heartbeat: Optional[float] = None,
+                 shared_heartbeat: Optional[AsyncHeartbeat] = None):
         check_lease_arguments(kind, permits, payload, wait)
         self.conninfo, self.lock_name, self.kind, self.permits = conninfo, lock_name, kind, permits
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
         self.wait = wait
         self.payload = payload
-        self._beat = _AsyncHeartbeat("lease", self.ttl, heartbeat, self._renew, self._close,
-                                     "the lease expired, was released, revoked or taken over",
-                                     on_lost)
+        self._beat = (shared_heartbeat or default_heartbeat(conninfo, AsyncHeartbeat)).beat(
+            "lease", self.ttl, heartbeat, "the lease expired, was released, revoked or taken over",
+            on_lost)
         self._conn: Optional[psycopg.AsyncConnection] = None
         self._released = False
 
@@ -238,7 +325,7 @@ class Lease(_Held):
                 raise LeaseLost(f"{self.describe()} was granted (token {self.token}) but ended "
                                 "before it could be renewed; ttl too short?")
             self._beat.renewed(renew_sent)
-        self._beat.start()
+        self._beat.start({"lock_name": self.lock_name, "id": self.token, "ttl": interval(self.ttl)})
         return self
 
     async def _attempt(self) -> Optional[str]:
@@ -253,12 +340,19 @@ class Lease(_Held):
         if self.token is None or self._released:
             return False
         self._released = True
-        await self._beat.stop()
-        if self._conn is None or self._conn.closed:
-            self._conn = await _connect(self.conninfo, f"pg_fencing lease {self.holder}")
+        self._beat.stop()
         try:
-            return bool((await _row(self._conn, "SELECT fencing_release(%s, %s::fencing_token)",
-                                    (self.lock_name, self.token)))[0])
+            for attempt in (1, 2):
+                if self._conn is None or self._conn.closed:
+                    # Broken while it sat idle: release on a new one.
+                    self._conn = await _connect(self.conninfo, f"pg_fencing lease {self.holder}")
+                try:
+                    return bool((await _row(self._conn, "SELECT fencing_release(%s, %s::fencing_token)",
+                                            (self.lock_name, self.token)))[0])
+                except psycopg.OperationalError:
+                    if attempt == 2 or not self._conn.closed:
+                        raise  # an error of the statement's own, or broken twice
+            raise AssertionError("not reached")
         finally:
             await self._close()
 
@@ -280,6 +374,7 @@ class Lease(_Held):
         return self
 
     async def _renew(self) -> bool:
+        """The renewal right after a long wait (the heartbeat's from then on)."""
         assert self._conn is not None
         return bool((await _row(self._conn, "SELECT fencing_renew(%s, %s::fencing_token, %s::interval)",
                                 (self.lock_name, self.token, interval(self.ttl))))[0])
@@ -422,7 +517,8 @@ class Session:
 
     def __init__(self, conninfo: str, *, ttl: float = 10.0, holder: Optional[str] = None,
                  on_lost: OnLost = None, heartbeat: Optional[float] = None,
-                 listener: Optional[Listener] = None, poll: Optional[float] = None):
+                 listener: Optional[Listener] = None, poll: Optional[float] = None,
+                 shared_heartbeat: Optional[AsyncHeartbeat] = None):
         self.conninfo = conninfo
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
@@ -432,21 +528,23 @@ class Session:
         # How many places the session has in each lock's line: see _wait().
         self._places: Dict[str, int] = {}
         self._nudges: set = set()  # the events of the waits in line, set by close()
-        self._beat = _AsyncHeartbeat("session", self.ttl, heartbeat, self._renew,
-                                     self._drop_heartbeat, "the session ended, or was closed",
-                                     on_lost)
+        self._beat = (shared_heartbeat or default_heartbeat(conninfo, AsyncHeartbeat)).beat(
+            "session", self.ttl, heartbeat, "the session ended, or was closed", on_lost)
         self._work_lock = asyncio.Lock()
         self._closed = False
         self.id: int = 0
 
     async def open(self) -> "Session":
-        self._beat_conn = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
         self._work = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
-        sent = time.monotonic()
-        self.id = int((await _row(self._beat_conn, "SELECT fencing_session_open(%s, %s::interval)",
-                                  (self.holder, interval(self.ttl))))[0])
+        try:
+            sent = time.monotonic()
+            self.id = int((await _row(self._work, "SELECT fencing_session_open(%s, %s::interval)",
+                                      (self.holder, interval(self.ttl))))[0])
+        except BaseException:
+            await _dropped_quietly(self._work)
+            raise
         self._beat.begin(sent)
-        self._beat.start()
+        self._beat.start({"id": self.id, "ttl": interval(self.ttl)})
         return self
 
     def held(self) -> bool:
@@ -765,25 +863,23 @@ class Session:
             self._work = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
 
     async def close(self) -> int:
-        """As the threaded Session.close(): over the heartbeat's connection,
-        so that it ends a wait in another task instead of queueing behind it."""
-        await self._beat.stop()  # first: no on_lost during the close
+        """As the threaded Session.close(): on the work connection if it is
+        free, else on a connection of its own (_free_connection), so that
+        it ends a wait in another task instead of queueing behind it."""
+        self._beat.stop()  # first: no on_lost during the close
         if self._closed:
             return 0
         self._closed = True
         self._nudge()  # a wait in line in another task sees the close at once
         try:
-            if self._beat_conn.closed:  # given up after a failed renewal: a new one
-                self._beat_conn = await _connect(self.conninfo, f"pg_fencing session {self.holder}")
             try:
-                return int((await _row(self._beat_conn, "SELECT fencing_session_close(%s)",
-                                       (self.id,)))[0])
+                async with self._free_connection() as conn:
+                    return int((await _row(conn, "SELECT fencing_session_close(%s)", (self.id,)))[0])
             except psycopg.Error as error:
                 if error.sqlstate == SESSION_ENDED:
                     return 0  # ended already: nothing left to release
                 raise
         finally:
-            await self._drop_heartbeat()
             await self._close_work()
 
     async def _close_work(self) -> None:
@@ -814,14 +910,6 @@ class Session:
                 return bool((await _row(conn, RELEASE_AND_LEAVE, (lock_name, token, place)))[0])
             return bool((await _row(conn, "SELECT fencing_release(%s, %s::fencing_token)",
                                     (lock_name, token)))[0])
-
-    async def _renew(self) -> bool:
-        return bool((await _row(self._beat_conn, "SELECT fencing_session_renew(%s, %s::interval)",
-                                (self.id, interval(self.ttl))))[0])
-
-    async def _drop_heartbeat(self) -> None:
-        if not self._beat_conn.closed:
-            await self._beat_conn.close()
 
     async def __aenter__(self) -> "Session":
         return self
@@ -871,7 +959,7 @@ class Election:
 
     def __init__(self, conninfo: str, lock_name: str, *, holder: Optional[str] = None,
                  ttl: float = 10.0, on_lost: OnLost = None, listener: Optional[Listener] = None,
-                 poll: Optional[float] = None):
+                 poll: Optional[float] = None, shared_heartbeat: Optional[AsyncHeartbeat] = None):
         self.conninfo, self.lock_name = conninfo, lock_name
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
@@ -880,6 +968,7 @@ class Election:
         self.session: Optional[Session] = None
         self._listener = listener
         self._poll = poll
+        self._heartbeat = shared_heartbeat or default_heartbeat(conninfo, AsyncHeartbeat)
 
     async def campaign(self, payload: Optional[str] = None,
                        timeout: Optional[float] = None) -> ElectionLease:
@@ -891,7 +980,8 @@ class Election:
         while True:
             candidacy = Candidacy(self.on_lost)
             session = Session(self.conninfo, ttl=self.ttl, holder=self.holder,
-                              on_lost=candidacy.session_lost, listener=self._listener, poll=self._poll)
+                              on_lost=candidacy.session_lost, listener=self._listener, poll=self._poll,
+                              shared_heartbeat=self._heartbeat)
             try:
                 await session.open()
             except BaseException:
@@ -1018,11 +1108,13 @@ class Client(client.Client):
     _lease_class = Lease
     _election_class = Election
     _listener_class = Listener
+    _heartbeat_class = AsyncHeartbeat  # type: ignore[assignment]
 
     async def session(self, ttl: float = 10.0, holder: Optional[str] = None,  # type: ignore[override]
                       on_lost: OnLost = None, heartbeat: Optional[float] = None) -> Session:
         return await Session(self.conninfo, ttl=ttl, holder=holder, on_lost=on_lost,
-                             heartbeat=heartbeat, listener=self._listener, poll=self.poll).open()
+                             heartbeat=heartbeat, listener=self._listener, poll=self.poll,
+                             shared_heartbeat=self._heartbeat).open()
 
     async def leader(self, name: str) -> Optional[Leader]:  # type: ignore[override]
         conn = await _connect(self.conninfo, "pg_fencing leader")

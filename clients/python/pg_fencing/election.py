@@ -8,8 +8,9 @@
     for leader in client.election("scheduler").observe():   # followers
         print(leader)                                       # Leader(...) or None
 
-A candidate campaigns in a fencing session of its own (1.8), whose
-heartbeat (one connection, a renewal every ttl/3) keeps it in the lock's
+A candidate campaigns in a fencing session of its own (1.8), which its
+client's heartbeat (one connection and one statement for every session
+and lease of the client, each renewed every ttl/3) keeps in the lock's
 line while it waits (1.10: a place the database keeps, polled by short
 statements, no server connection held between them) and keeps its lease
 once it leads.  resign() releases the lease -- the next place in line is
@@ -34,6 +35,7 @@ import time
 import psycopg
 from typing import Callable, Iterator, NamedTuple, Optional
 
+from ._heartbeat import Heartbeat, default_heartbeat
 from ._line import Listener
 from ._wire import Connection
 from .errors import LeaseLost, LockTimeout
@@ -121,7 +123,11 @@ def close_quietly(session: Optional[Session]) -> None:
 class Election:
     def __init__(self, conninfo: str, lock_name: str, *, holder: Optional[str] = None,
                  ttl: float = 10.0, on_lost: Optional[Callable[[str], None]] = None,
-                 listener: Optional[Listener] = None, poll: Optional[float] = None):
+                 listener: Optional[Listener] = None, poll: Optional[float] = None,
+                 shared_heartbeat: Optional[Heartbeat] = None):
+        """shared_heartbeat: the client's, which renews the candidate's
+        sessions (pg_fencing.Client passes its own); None, the process's
+        default one for conninfo."""
         self.conninfo = conninfo
         self.lock_name = lock_name
         self.holder = holder or default_holder()
@@ -132,6 +138,7 @@ class Election:
         self.session: Optional[Session] = None
         self._listener = listener
         self._poll = poll
+        self._heartbeat = shared_heartbeat or default_heartbeat(conninfo)
 
     def campaign(self, payload: Optional[str] = None, timeout: Optional[float] = None) -> ElectionLease:
         """Blocks until this candidate leads (LockTimeout after timeout
@@ -148,7 +155,8 @@ class Election:
         while True:
             candidacy = Candidacy(self.on_lost)
             session = Session(self.conninfo, ttl=self.ttl, holder=self.holder,
-                              on_lost=candidacy.session_lost, listener=self._listener, poll=self._poll)
+                              on_lost=candidacy.session_lost, listener=self._listener, poll=self._poll,
+                              shared_heartbeat=self._heartbeat)
             self.session = session
             left = None if end is None else max(0.0, end - time.monotonic())
             try:

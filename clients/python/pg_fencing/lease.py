@@ -1,12 +1,16 @@
 """Leases: an exclusive lock, one permit of a semaphore, or a shared lease,
-kept alive by a heartbeat on a connection of its own.
+kept alive by its client's heartbeat (one per client object, renewing
+every lease and session of the client in one statement on one connection:
+pg_fencing._heartbeat); a Lease made without a client is renewed by the
+process's default heartbeat for its conninfo.
 
     with client.lock("nightly-report", ttl=10, wait=30) as lease:
         lease.execute(db, "UPDATE reports SET token = %s, body = %s WHERE id = 7",
                       (lease.token, body))
 
 Renewals and the release come from the role that acquired, which one
-connection guarantees.  A wait is waited with CALL fencing_await (1.7),
+conninfo guarantees.  The lease keeps the connection it acquired on, idle,
+for its release.  A wait is waited with CALL fencing_await (1.7),
 which commits each attempt before it sleeps: a follower waiting for hours
 holds no snapshot and no transaction id, and VACUUM is never held back by
 it.  held() says whether the lease can still be trusted; it cannot close
@@ -24,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import psycopg
 
-from ._heartbeat import Heartbeat
+from ._heartbeat import Heartbeat, default_heartbeat
 from ._wire import Connection, NoAnswer, StatementFailed, interval
 from .errors import LeaseLost, LockTimeout, raise_mapped, seconds
 
@@ -156,16 +160,19 @@ class Lease(_Held):
     holder    the application's label; default host:pid:random
     ttl       seconds: the server ends the lease ttl after the last renewal
     wait      seconds to wait for a busy lock (None: one attempt)
-    on_lost   called once, with a reason, from the heartbeat thread
+    on_lost   called once, with a reason, from a thread of the package's
     payload   JSON text published with an exclusive lease (fencing_leases)
     heartbeat seconds between renewals (default ttl/3)
+    shared_heartbeat  the client's heartbeat (pg_fencing.Client passes its
+              own); None, the process's default one for conninfo
     """
 
     def __init__(self, conninfo: str, lock_name: str, *, kind: str = "exclusive",
                  permits: Optional[int] = None, holder: Optional[str] = None,
                  ttl: float = 10.0, wait: Optional[float] = None,
                  on_lost: Optional[Callable[[str], None]] = None,
-                 payload: Optional[str] = None, heartbeat: Optional[float] = None):
+                 payload: Optional[str] = None, heartbeat: Optional[float] = None,
+                 shared_heartbeat: Optional[Heartbeat] = None):
         check_lease_arguments(kind, permits, payload, wait)
         self.conninfo = conninfo
         self.lock_name = lock_name
@@ -175,9 +182,9 @@ class Lease(_Held):
         self.ttl = float(ttl)
         self.wait = wait
         self.payload = payload
-        self._beat = Heartbeat("lease", self.ttl, heartbeat, renew=self._renew, drop=self._close,
-                               refused="the lease expired, was released, revoked or taken over",
-                               on_lost=on_lost)
+        self._beat = (shared_heartbeat or default_heartbeat(conninfo)).beat(
+            "lease", self.ttl, heartbeat,
+            refused="the lease expired, was released, revoked or taken over", on_lost=on_lost)
         self._conn: Optional[Connection] = None
         self._released = False
 
@@ -220,7 +227,7 @@ class Lease(_Held):
         except BaseException:
             self._release_quietly()
             raise
-        self._beat.start(name=f"pg_fencing lease {self.lock_name}")
+        self._beat.start({"lock_name": self.lock_name, "id": self.token, "ttl": interval(self.ttl)})
         return self
 
     def _attempt(self) -> Optional[str]:
@@ -248,13 +255,20 @@ class Lease(_Held):
             return False
         self._released = True
         self._beat.stop()
-        if self._conn is None or self._conn.closed:
-            # The heartbeat gave its connection up: release on a new one
-            # rather than leave the lock to run out.
-            self._conn = Connection(self.conninfo, f"pg_fencing lease {self.holder}")
         try:
-            return bool(self._conn.row("SELECT fencing_release(%s, %s::fencing_token)",
-                                       (self.lock_name, self.token))[0])
+            for attempt in (1, 2):
+                if self._conn is None or self._conn.closed:
+                    # Its connection broke meanwhile (it sat idle while the
+                    # heartbeat renewed): release on a new one rather than
+                    # leave the lock to run out.
+                    self._conn = Connection(self.conninfo, f"pg_fencing lease {self.holder}")
+                try:
+                    return bool(self._conn.row("SELECT fencing_release(%s, %s::fencing_token)",
+                                               (self.lock_name, self.token))[0])
+                except psycopg.OperationalError:
+                    if attempt == 2 or not self._conn.closed:
+                        raise  # an error of the statement's own, or broken twice
+            raise AssertionError("not reached")
         finally:
             self._close()
 
@@ -277,6 +291,8 @@ class Lease(_Held):
         return self
 
     def _renew(self, deadline: float) -> bool:
+        """The renewal right after a long wait, on the lease's connection
+        (the heartbeat renews it from then on)."""
         assert self._conn is not None
         return self._conn.value_by("SELECT fencing_renew($1, $2::fencing_token, $3::interval)",
                                    [self.lock_name, str(self.token), interval(self.ttl)],

@@ -6,11 +6,17 @@
         p3.execute(db, "UPDATE parts SET token = %s, v = %s WHERE id = 3", (p3.token, v))
     # leaving the block closes the session, releasing every lease in it
 
-One heartbeat renews the session (fencing_session_renew), and with it every
-lease in it; its loss is every lease's, reported once.  Two connections:
-the heartbeat's (a renewal never queues behind another statement; the
-close goes there too, so that it ends a wait on another thread instead of
-queueing behind it) and the work connection.
+The client's heartbeat renews the session (fencing_session_renew), and
+with it every lease in it; its loss is every lease's, reported once.  That
+heartbeat is one per client object (pg_fencing._heartbeat.Heartbeat: one
+thread and one connection renewing every session and lease of the client
+in one statement), so a renewal never queues behind a statement of the
+session's; a Session made without a client (Session(conninfo, ...)) is
+renewed by the process's default heartbeat for its conninfo.  The session
+has one connection of its own, the work connection (open, acquires,
+waits, releases, the close).  The close takes it only when it is free,
+else a connection of its own for that one statement (as a release does),
+so that it ends a wait on another thread instead of queueing behind it.
 
 A wait for a lease of any kind (lock(name, wait=..., kind=...)) is a place
 in the lock's line (1.10, pg_fencing._line): joined, then polled, each a
@@ -41,7 +47,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import psycopg
 
-from ._heartbeat import Heartbeat, LeaseClock
+from ._heartbeat import Heartbeat, LeaseClock, default_heartbeat
 from ._line import (HELD_IN_SESSION, JOIN, LEAVE, NO_LINE, POLL_PLACE, RELEASE_AND_LEAVE, Listener,
                     Watch, acquire_order, last_poll_at, not_all_message, plain_names, poll_period)
 from ._wire import Connection, interval
@@ -120,7 +126,9 @@ class Session:
     def __init__(self, conninfo: str, *, ttl: float = 10.0, holder: Optional[str] = None,
                  on_lost: Optional[Callable[[str], None]] = None,
                  heartbeat: Optional[float] = None, listener: Optional[Listener] = None,
-                 poll: Optional[float] = None):
+                 poll: Optional[float] = None, shared_heartbeat: Optional[Heartbeat] = None):
+        """shared_heartbeat: the client's (pg_fencing.Client passes its
+        own); None, the process's default one for conninfo."""
         self.conninfo = conninfo
         self.holder = holder or default_holder()
         self.ttl = float(ttl)
@@ -133,23 +141,22 @@ class Session:
         self._places_lock = threading.Lock()
         self._nudges: set = set()  # the Watch events of the waits in line, set by close()
         self._nudge_lock = threading.Lock()
-        self._beat = Heartbeat("session", self.ttl, heartbeat, renew=self._renew,
-                               drop=self._drop_heartbeat,
-                               refused="the session ended, or was closed", on_lost=on_lost)
+        self._beat = (shared_heartbeat or default_heartbeat(conninfo)).beat(
+            "session", self.ttl, heartbeat, refused="the session ended, or was closed",
+            on_lost=on_lost)
         self._work_lock = threading.Lock()
         self._closing = threading.Lock()
         self._closed = False
-        self._beat_conn = Connection(conninfo, f"pg_fencing session {self.holder}")
+        self._work = Connection(conninfo, f"pg_fencing session {self.holder}")
         try:
-            self._work = Connection(conninfo, f"pg_fencing session {self.holder}")
             sent = time.monotonic()
-            self.id = int(self._beat_conn.row("SELECT fencing_session_open(%s, %s::interval)",
-                                              (self.holder, interval(self.ttl)))[0])
+            self.id = int(self._work.row("SELECT fencing_session_open(%s, %s::interval)",
+                                         (self.holder, interval(self.ttl)))[0])
         except BaseException:
-            self._beat_conn.close()
+            self._work.close()
             raise
         self._beat.begin(sent)
-        self._beat.start(name=f"pg_fencing session {self.id}")
+        self._beat.start({"id": self.id, "ttl": interval(self.ttl)})
 
     def held(self) -> bool:
         return not self._closed and self._beat.lost_reason is None
@@ -523,8 +530,8 @@ class Session:
         """Stops the heartbeat and closes the session, releasing every lease
         in it: how many.  Idempotent: later calls return 0.  A wait in the
         session on another thread ends with LeaseLost (the server ends a
-        session's waits when it closes it): the close goes over the
-        heartbeat's connection, not behind the wait on the work connection."""
+        session's waits when it closes it): the close does not queue behind
+        that wait on the work connection (_close_on_the_server)."""
         self._beat.stop()  # first: no on_lost during the close
         with self._closing:
             if self._closed:
@@ -534,15 +541,17 @@ class Session:
         try:
             return self._close_on_the_server()
         finally:
-            self._beat_conn.close()
             self._close_work()
 
     def _close_on_the_server(self) -> int:
-        # The heartbeat gave its connection up after a failed renewal: a new one.
-        if self._beat_conn.closed:
-            self._beat_conn = Connection(self.conninfo, f"pg_fencing session {self.holder}")
+        # On the work connection if it is free, else on a connection of its
+        # own (_free_connection), never behind a statement running on it: a
+        # wait there (CALL fencing_await in the session) ends when the
+        # server closes the session, which this statement does.  The
+        # heartbeat's connection is the client's, busy with its rounds.
         try:
-            return int(self._beat_conn.row("SELECT fencing_session_close(%s)", (self.id,))[0])
+            with self._free_connection() as conn:
+                return int(conn.row("SELECT fencing_session_close(%s)", (self.id,))[0])
         except psycopg.Error as error:
             if error.sqlstate == SESSION_ENDED:
                 return 0  # ended already: nothing left to release
@@ -571,14 +580,6 @@ class Session:
             if place is not None:
                 return bool(conn.row(RELEASE_AND_LEAVE, (lock_name, token, place))[0])
             return bool(conn.row("SELECT fencing_release(%s, %s::fencing_token)", (lock_name, token))[0])
-
-    def _renew(self, deadline: float) -> bool:
-        return self._beat_conn.value_by("SELECT fencing_session_renew($1::bigint, $2::interval)",
-                                        [str(self.id), interval(self.ttl)], deadline,
-                                        what=f"the renewal of fencing session {self.id}") == "t"
-
-    def _drop_heartbeat(self) -> None:
-        self._beat_conn.close()
 
     def __enter__(self) -> "Session":
         return self
