@@ -16,11 +16,19 @@ import (
 	"github.com/jackc/pgx/v4"
 )
 
-// Client makes leases, sessions and observers, each on connections of its
-// own from one configuration (and so as one role, which renewals and
-// releases require).
+// Client makes leases, sessions and observers from one configuration (and
+// so as one role, which renewals and releases require). Every lease and
+// session it makes -- and every Mutex, Semaphore and Election in those
+// sessions -- is renewed by the client's one heartbeat, on one connection
+// of its own, opened while there is something to renew (keepalive.go); a
+// client made by WithLine shares it. The other connections: each session's
+// one for its short statements, a lease's while it is being acquired (its
+// CALL fencing_await too) and for its release, each observer's, and
+// optionally the line's listener (WithLine). Make one Client per process
+// and share it: each Client has a heartbeat of its own.
 type Client struct {
 	config   *pgx.ConnConfig
+	beats    *heartbeat    // renews every lease and session the client makes
 	line     LineOptions   // how waits in line learn their turn (WithLine)
 	listener *lineListener // LISTENs on fencing_line for them; nil: they poll
 }
@@ -37,7 +45,7 @@ func New(connString string) (*Client, error) {
 		return nil, fmt.Errorf("pg_fencing: bad connection string: %w", err)
 	}
 	withoutNamedStatements(config)
-	return &Client{config: config}, nil
+	return &Client{config: config, beats: newHeartbeat(config)}, nil
 }
 
 // NewFromConfig uses a configuration the caller parsed (TLS, dialer, ...),
@@ -49,7 +57,7 @@ func New(connString string) (*Client, error) {
 func NewFromConfig(config *pgx.ConnConfig) *Client {
 	config = config.Copy()
 	withoutNamedStatements(config)
-	return &Client{config: config}
+	return &Client{config: config, beats: newHeartbeat(config)}
 }
 
 // statementOptions are the keys of a connection string by which the user
@@ -159,7 +167,12 @@ func DefaultHolder() string {
 	if err != nil {
 		host = "unknown"
 	}
-	random := make([]byte, 4)
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), randomHex(4))
+}
+
+// randomHex is n random bytes in hexadecimal.
+func randomHex(n int) string {
+	random := make([]byte, n)
 	_, _ = rand.Read(random)
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(random))
+	return hex.EncodeToString(random)
 }

@@ -11,8 +11,16 @@
 // The write bounces with an error matching ErrStaleToken once another
 // holder has taken over, and Exec returns ErrLeaseLost without sending
 // anything once the lease is known lost. Sessions (Client.NewSession) give
-// one heartbeat to many leases, as an etcd session does, and Mutex,
+// one renewal to many leases, as an etcd session does, and Mutex,
 // Semaphore and Election take their leases in one.
+//
+// Connections: one heartbeat per Client renews every lease and session it
+// makes, on one connection of its own (open while there is something to
+// renew), one statement per round for all that are due; each session has
+// one connection for its short statements; a lease of its own has one while
+// it is acquired and a short one for its release; each observer has one;
+// and Client.WithLine can add one that LISTENs. Make one Client per process
+// and share it.
 //
 // Every wait ends when its context does, on the server too. A session's
 // wait, of every kind (Session.Lock, LockShared and LockAll, Mutex.Lock,
@@ -21,7 +29,9 @@
 // polled in short statements, left when the context ends; it holds no
 // server connection between polls, so a fleet of candidates can wait behind
 // a transaction-pooling PgBouncer (Client.WithLine can add a LISTENing
-// connection that wakes a place when its turn may have come). The wait of
+// connection that wakes a place when its turn may have come): a waiting
+// candidate costs a row of fencing_line, a poll every 0.5 s and its
+// session's share of the client's renewal statement. The wait of
 // a lease of its own (Client.Acquire) is CALL fencing_await, which pgx asks the server to cancel when the
 // context ends, and which holds no snapshot while it sleeps.
 package fencing

@@ -22,23 +22,24 @@ type LeaseOptions struct {
 	Wait      time.Duration
 	Payload   string        // JSON text published with an exclusive lease (fencing_leases.payload)
 	Heartbeat time.Duration // between renewals; default TTL/3
-	// OnLost is called once, with a reason, from the heartbeat goroutine,
-	// when the lease is lost while held; never after Release.
+	// OnLost is called once, with a reason, on a goroutine of its own, when
+	// the lease is lost while held; never after Release.
 	OnLost func(reason string)
 }
 
 const defaultTTL = 10 * time.Second
 
-// Lease is a lease of its own: a connection that took it and renews it,
-// with a heartbeat goroutine, until Release.
+// Lease is a lease of its own, renewed by the client's heartbeat (with the
+// client's other leases and sessions, keepalive.go) until Release. It keeps
+// no connection: it is taken on one that is closed once it is granted, and
+// released on a short one of its own.
 type Lease struct {
 	client *Client
 	req    request
 	token  Token
 	beat   *keepalive
 
-	mu       sync.Mutex // guards conn and released
-	conn     *pgx.Conn
+	mu       sync.Mutex // guards released
 	released bool
 }
 
@@ -68,10 +69,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts LeaseOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{client: c, req: r, beat: beat, conn: conn}
+	defer closeQuietly(conn)
+	l := &Lease{client: c, req: r, beat: beat}
 	token, sent, err := acquire(ctx, c, conn, r, opts.Wait)
 	if err != nil {
-		l.closeConn()
 		return nil, err
 	}
 	l.token = token
@@ -81,10 +82,17 @@ func (c *Client) Acquire(ctx context.Context, name string, opts LeaseOptions) (*
 	if time.Since(sent) > beat.margin {
 		sent = time.Now()
 		renewCtx, cancel := context.WithTimeout(ctx, r.ttl)
-		ok, err := l.renew(renewCtx)
+		var ok bool
+		err := conn.QueryRow(renewCtx, "SELECT fencing_renew($1, $2::fencing_token, $3::interval)",
+			r.lockName, token, interval(r.ttl)).Scan(&ok)
 		cancel()
 		if err != nil || !ok {
-			_, _ = l.release(ctx)
+			l.released = true
+			if !conn.IsClosed() {
+				_, _ = l.releaseOn(ctx, conn)
+			} else {
+				_, _ = l.releaseOnItsOwn(ctx)
+			}
 			if err == nil {
 				err = fmt.Errorf("%w: %s was granted (token %d) but ended before it could be renewed; ttl too short?",
 					ErrLeaseLost, r.describe(), token)
@@ -92,7 +100,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts LeaseOptions) (*
 			return nil, err
 		}
 	}
-	beat.begin(sent, l.renew, l.closeConn)
+	beat.begin(sent, c.beats, renewal{lockName: r.lockName, token: token, ttl: r.ttl})
 	return l, nil
 }
 
@@ -149,45 +157,27 @@ func (l *Lease) release(ctx context.Context) (bool, error) {
 	l.released = true
 	l.mu.Unlock()
 	l.beat.stop()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn == nil || l.conn.IsClosed() {
-		// The heartbeat gave its connection up: release on a new one rather
-		// than leave the lock to run out.
-		conn, err := l.client.connect(ctx, "pg_fencing lease "+l.req.holder)
-		if err != nil {
-			return false, err
-		}
-		l.conn = conn
+	return l.releaseOnItsOwn(ctx)
+}
+
+// releaseOnItsOwn releases the lease on a short connection of its own: the
+// heartbeat's renews others, and may be in a round (or gone).
+func (l *Lease) releaseOnItsOwn(ctx context.Context) (bool, error) {
+	conn, err := l.client.connect(ctx, "pg_fencing lease "+l.req.holder)
+	if err != nil {
+		return false, fmt.Errorf("pg_fencing: releasing %s (token %d): %w", l.req.describe(), l.token, err)
 	}
-	defer l.closeConnLocked()
+	defer closeQuietly(conn)
+	return l.releaseOn(ctx, conn)
+}
+
+func (l *Lease) releaseOn(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	var ours bool
-	err := l.conn.QueryRow(ctx, "SELECT fencing_release($1, $2::fencing_token)", l.req.lockName, l.token).Scan(&ours)
+	err := conn.QueryRow(ctx, "SELECT fencing_release($1, $2::fencing_token)", l.req.lockName, l.token).Scan(&ours)
 	if err != nil {
 		return false, fmt.Errorf("pg_fencing: releasing %s (token %d): %w", l.req.describe(), l.token, err)
 	}
 	return ours, nil
-}
-
-func (l *Lease) renew(ctx context.Context) (bool, error) {
-	var ok bool
-	err := l.conn.QueryRow(ctx, "SELECT fencing_renew($1, $2::fencing_token, $3::interval)",
-		l.req.lockName, l.token, interval(l.req.ttl)).Scan(&ok)
-	return ok, err
-}
-
-func (l *Lease) closeConn() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.closeConnLocked()
-}
-
-func (l *Lease) closeConnLocked() {
-	if l.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = l.conn.Close(ctx)
-		cancel()
-	}
 }
 
 func (l *Lease) String() string {

@@ -98,14 +98,15 @@ type LineOptions struct {
 	Poll time.Duration
 }
 
-// WithLine is a client like c (the same connection configuration) whose
-// waits in line follow opts. c itself is unchanged; sessions made by the
-// new client use its options.
+// WithLine is a client like c (the same connection configuration, and c's
+// heartbeat, which renews the leases and sessions of both) whose waits in
+// line follow opts. c itself is unchanged; sessions made by the new client
+// use its options.
 func (c *Client) WithLine(opts LineOptions) (*Client, error) {
 	if opts.Poll < 0 {
 		return nil, fmt.Errorf("pg_fencing: the line's poll period must not be negative, got %v", opts.Poll)
 	}
-	n := &Client{config: c.config, line: opts}
+	n := &Client{config: c.config, beats: c.beats, line: opts}
 	if opts.Listen || opts.ListenConnString != "" {
 		config := c.config
 		if opts.ListenConnString != "" {

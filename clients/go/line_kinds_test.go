@@ -128,9 +128,9 @@ func TestWaitsForAPermitAndASharedLeaseHoldNoServerConnection(t *testing.T) {
 		if err != nil {
 			t.Fatalf("another client's statement %d through the pool while the two wait: %v", i, err)
 		}
-		// The direct client's leases aside.
+		// The direct client's leases aside: their heartbeat's connection.
 		backends := queryValue[int64](t, db, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "+
-			"AND application_name NOT LIKE 'pg_fencing lease %'")
+			"AND application_name NOT LIKE 'pg_fencing lease %' AND application_name <> $1", direct.beats.name)
 		if backends > mostBackends {
 			mostBackends = backends
 		}

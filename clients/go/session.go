@@ -18,23 +18,24 @@ type SessionOptions struct {
 	TTL       time.Duration // default 10 s
 	Holder    string        // the holder of every lease in it; default DefaultHolder()
 	Heartbeat time.Duration // between renewals; default TTL/3
-	// OnLost is called once, with a reason, from the heartbeat goroutine,
-	// when the session (and so every lease in it) is lost; never after Close.
+	// OnLost is called once, with a reason, on a goroutine of its own, when
+	// the session (and so every lease in it) is lost; never after Close.
 	OnLost func(reason string)
 }
 
 // Session is one keepalive for many leases (pg_fencing 1.8), as an etcd
-// lease is for its keys: one heartbeat renews the session
-// (fencing_session_renew) and with it every lease in it; its loss is every
-// lease's, reported once. Mutex, Semaphore and Election take their leases
-// in a session.
+// lease is for its keys: one renewal (fencing_session_renew) renews the
+// session and with it every lease in it; its loss is every lease's,
+// reported once. Mutex, Semaphore and Election take their leases in a
+// session.
 //
-// It uses two connections: the heartbeat's, so that a renewal never queues
-// behind anything, and one that short statements (a try, a release, the
-// close, and the join, polls and leave of a wait in line) take turns on.
-// Every wait -- for an exclusive lease, a shared lease or a permit, and
-// LockAll's for each of its locks -- is a place in the lock's line
-// (pg_fencing 1.10, line.go): short statements on the shared connection,
+// The client's heartbeat renews it, together with the client's other
+// sessions and leases, on the heartbeat's one connection (keepalive.go).
+// The session itself has one connection, which short statements take turns
+// on: its open, a try, a release, the close, and the join, polls and leave
+// of a wait in line. Every wait -- for an exclusive lease, a shared lease or
+// a permit, and LockAll's for each of its locks -- is a place in the lock's
+// line (pg_fencing 1.10, line.go): short statements on that connection,
 // nothing held on the server between them. Only a wait the line cannot hold
 // (a second shared lease or permit of a lock where the session has a place:
 // CALL fencing_await) gets a connection of its own for its length, so that
@@ -44,8 +45,6 @@ type Session struct {
 	id     int64
 	holder string
 	beat   *keepalive
-
-	beatConn *pgx.Conn
 
 	work   chan *pgx.Conn // holds the shared connection while nobody uses it; nil inside once closed by pgx
 	mu     sync.Mutex
@@ -68,23 +67,18 @@ func (c *Client) NewSession(ctx context.Context, opts SessionOptions) (*Session,
 		return nil, err
 	}
 	s := &Session{client: c, holder: holder, beat: beat, work: make(chan *pgx.Conn, 1)}
-	if s.beatConn, err = c.connect(ctx, "pg_fencing session "+holder); err != nil {
-		return nil, err
-	}
 	workConn, err := c.connect(ctx, "pg_fencing session "+holder)
 	if err != nil {
-		closeQuietly(s.beatConn)
 		return nil, err
 	}
-	s.work <- workConn
 	sent := time.Now()
-	if err := s.beatConn.QueryRow(ctx, "SELECT fencing_session_open($1, $2::interval)",
+	if err := workConn.QueryRow(ctx, "SELECT fencing_session_open($1, $2::interval)",
 		holder, interval(ttl)).Scan(&s.id); err != nil {
-		closeQuietly(s.beatConn)
 		closeQuietly(workConn)
 		return nil, fmt.Errorf("pg_fencing: opening a session for %q: %w", holder, err)
 	}
-	beat.begin(sent, s.renew, func() { closeQuietly(s.beatConn) })
+	s.work <- workConn
+	beat.begin(sent, c.beats, renewal{session: s.id, ttl: ttl})
 	return s, nil
 }
 
@@ -122,8 +116,12 @@ func (s *Session) Done() <-chan struct{} { return s.beat.done }
 
 func (s *Session) describe() string { return fmt.Sprintf("fencing session %d", s.id) }
 
-// Close stops the heartbeat and closes the session (fencing_session_close),
-// releasing every lease in it: how many. Later calls return 0.
+// Close stops the session's renewals and closes it (fencing_session_close),
+// releasing every lease in it: how many. Later calls return 0. The close
+// goes on the session's connection, which a wait in line (on another
+// goroutine, say) holds for one short statement at a time: it does not
+// queue behind the wait, and the wait, which watches Done, ends at once
+// (ErrLeaseLost).
 func (s *Session) Close(ctx context.Context) (int, error) {
 	s.beat.stop()
 	s.mu.Lock()
@@ -133,7 +131,6 @@ func (s *Session) Close(ctx context.Context) (int, error) {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	defer closeQuietly(s.beatConn)
 	var released int
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		defer closeQuietly(conn)
@@ -433,13 +430,6 @@ func (s *Session) withConn(ctx context.Context, fn func(*pgx.Conn) error) error 
 		}
 	}
 	return fn(conn)
-}
-
-func (s *Session) renew(ctx context.Context) (bool, error) {
-	var ok bool
-	err := s.beatConn.QueryRow(ctx, "SELECT fencing_session_renew($1::bigint, $2::interval)",
-		s.id, interval(s.beat.ttl)).Scan(&ok)
-	return ok, err
 }
 
 func (s *Session) String() string {
