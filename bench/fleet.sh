@@ -22,7 +22,7 @@
 # after it knew, each pg process polling at a phase of its own;
 # for pg, once through the pool alone and once with a direct connection per
 # process LISTENing on fencing_line (the process whose place a notification
-# names polls at once, as the clients do).  The server's client backends, PSS
+# names polls that place at once, as the clients do).  The server's client backends, PSS
 # (smaps_rollup: postgres and PgBouncer; etcd), CPU and WAL (pg_current_wal_
 # lsn; etcd_disk_wal_write_bytes_total) are read over each window.  Last,
 # unless SESSIONS=0: SESSIONS sessions holding 10 leases each, renewed every
