@@ -46,9 +46,12 @@ sanitized_unit_tests() {
 }
 
 # pg_regress (sql/, expected/) and pg_isolation_regress (test/isolation/)
-# against a throwaway cluster.
+# against a throwaway cluster.  PG_FENCING_REGRESS_TESTS and
+# PG_FENCING_ISOLATION_SPECS: only these (the clone under /root runs a few).
 regress_and_isolation() {
-  if ! with_throwaway_cluster make installcheck TAP_TESTS=; then
+  if ! with_throwaway_cluster make installcheck TAP_TESTS= \
+    ${PG_FENCING_REGRESS_TESTS:+REGRESS="$PG_FENCING_REGRESS_TESTS"} \
+    ${PG_FENCING_ISOLATION_SPECS:+ISOLATION="$PG_FENCING_ISOLATION_SPECS"}; then
     cat regression.diffs output_iso/regression.diffs 2>/dev/null || true
     return 1
   fi
@@ -248,10 +251,12 @@ root_clone_run() (
         --exclude='./tmp_check' -cf - . | tar -C "$parent/src" -xf - || return 1
     echo "copy of the tree in $parent/src"
   fi
-  # One TAP file there: the suite proves that the scripts and the test
-  # copy work from a directory postgres cannot enter, which one file shows
-  # as well as all of them (the tree's own run has just run every file).
+  # One TAP file there, and a few pg_regress tests and isolation specs: the
+  # suite proves that the scripts and the test copy work from a directory
+  # postgres cannot enter, which a few show as well as all of them (the
+  # tree's own run has just run every one).
   TEST_SUITES=$ROOT_CLONE_SUITES PG_FENCING_TAP_FILES=test/t/001_grant_durability.pl \
+    PG_FENCING_REGRESS_TESTS="token_type grant line" PG_FENCING_ISOLATION_SPECS="line_order" \
     bash "$parent/src/scripts/test.sh" || rc=1
   log "reinstalling the tree's build of the extension (make install)"
   make -C "$PROJECT_ROOT" install >/dev/null || rc=1
