@@ -57,6 +57,33 @@ DROP TRIGGER audit_lease ON fencing_lease;
 DROP FUNCTION audit_lease();
 DROP TABLE lease_audit;
 
+-- fencing_session has triggers of its own from 1.10 on: those of the
+-- foreign key fencing_line has into it, which fire only when a session's
+-- id changes, so a renewal writes the row directly.  A DBA's trigger on
+-- the table still fires for every renewal; after a close, the session's
+-- places in line are gone with it (the foreign key's cascade).
+CREATE TABLE session_audit (op text, holder text, extended boolean);
+CREATE FUNCTION audit_session() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO session_audit VALUES (TG_OP, NEW.holder, NEW.expires_at > OLD.expires_at);
+  RETURN NULL;
+END $$;
+SELECT fencing_session_open('engine-session', '1 minute') AS es \gset
+SELECT fencing_session_renew(:es) AS renewed_without_audit;
+CREATE TRIGGER audit_session AFTER UPDATE ON fencing_session
+  FOR EACH ROW EXECUTE FUNCTION audit_session();
+SELECT fencing_session_renew(:es) AS renewed, fencing_session_renew(:es, '2 minutes') AS renewed_longer;
+SELECT op, holder, extended FROM session_audit ORDER BY ctid;
+DROP TRIGGER audit_session ON fencing_session;
+DROP FUNCTION audit_session();
+DROP TABLE session_audit;
+SELECT fencing_acquire('engine-in-line', 'holder', '1 minute') IS NOT NULL AS held;
+SELECT token IS NULL AS waits FROM fencing_line_join(:es, 'engine-in-line');
+SELECT count(*) AS places FROM fencing_lines WHERE lock_name = 'engine-in-line';
+SELECT fencing_session_close(:es) AS released;
+SELECT count(*) AS places FROM fencing_line l JOIN fencing_lock k USING (lock_id)
+ WHERE k.lock_name = 'engine-in-line';
+
 -- Grants, renewals and releases of permits (1.7) write fencing_permit the
 -- same way: 300 renewals and 100 grants of the other permit in one
 -- transaction fill its pages, the indexes stay sound, the token index
