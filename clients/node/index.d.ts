@@ -29,7 +29,8 @@ export interface LockOptions {
   wait?: number;
   /** The application's label of the lease. Default host:pid:random. */
   holder?: string;
-  /** Seconds between renewals. Default ttl/3. */
+  /** Seconds between renewals (sent by the client's one heartbeat, with its other leases' and
+   *  sessions'). Default ttl/3. */
   heartbeat?: number;
   /** Called once, with the reason, when the lease is lost (the 'lost' event). */
   onLost?: (reason: string) => void;
@@ -228,6 +229,12 @@ export interface ClientOptions {
   poll?: number;
 }
 
+/** The entry point. Every lease, session and election it makes is renewed by its one heartbeat
+ *  connection (application_name 'pg_fencing heartbeat'), one statement for all those due, opened
+ *  for the first renewal and closed when nothing is left to renew. A session also has a work
+ *  connection (its acquires, waits in line, releases); a lease of its own, a connection while it
+ *  is acquired and a short one for its release; with `listen`, one connection LISTENs for all the
+ *  client's waits in line. */
 export declare class Client {
   constructor(config?: ConnectionConfig, options?: ClientOptions);
   /** Not enumerable: util.inspect, loggers and JSON.stringify leave it (and its password) out. */

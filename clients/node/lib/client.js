@@ -1,6 +1,20 @@
-// Client: the entry point.  Every lease, session and election it makes uses
-// connections of its own, from the same config (and so as the same role,
-// which renewals and releases require).
+// Client: the entry point.  Every lease, session and election it makes
+// uses connections from the same config (and so as the same role, which
+// renewals and releases require).
+//
+// The connections a Client makes (each a pg.Client of its own):
+// - one heartbeat (./heartbeat.js): a single connection that renews every
+//   lease and session the client made (an election's too), one statement
+//   for all of those due, opened when the first renewal is due and closed
+//   when nothing is left to renew;
+// - a session's work connection (its open, acquires, the statements of the
+//   line, releases), made at its open and ended at its close;
+// - a lease of its own: a connection while it acquires (its wait, a CALL
+//   fencing_await, holds it), and a short one for its release;
+// - short ones for what must not queue behind a statement that waits (a
+//   session's close, cancelling a wait) and for leader();
+// - an election's observe(): one LISTENing on fencing_events while it runs;
+// - with listen: true, one LISTENing on fencing_line (below).
 //
 // A wait in a session, of every kind (an exclusive lease, a shared lease, a
 // permit), and a campaign, is a place in the lock's line (1.10,
@@ -19,6 +33,7 @@
 
 import { keepConfig, withConnection } from './connection.js';
 import { Election, readLeader } from './election.js';
+import { Heartbeats } from './heartbeat.js';
 import { Lease } from './lease.js';
 import { Listener, pollPeriodMs } from './line.js';
 import { Session } from './session.js';
@@ -31,26 +46,28 @@ export class Client {
     this.listen = Boolean(listen);
     pollPeriodMs(poll, this.listen); // RangeError now, not at the first wait
     this.poll = poll ?? null;
-    this.#line = { listener: this.listen ? new Listener(config) : null, poll };
+    // What every session, election and lease of the client shares: the
+    // listener, the poll period, the one heartbeat.
+    this.#shared = { listener: this.listen ? new Listener(config) : null, poll, heartbeats: new Heartbeats(config) };
   }
 
-  #line;
+  #shared;
 
   // An exclusive lease, held once the promise resolves.  Its wait, if any,
   // is CALL fencing_await (a lease of its own has no session to wait in
   // line in): for a wait through a transaction pooler, lock in a session.
   lock(name, options = {}) {
-    return Lease.acquire(this.config, name, 'exclusive', options);
+    return Lease.acquire(this.config, name, 'exclusive', options, this.#shared.heartbeats);
   }
 
   // One of `permits` permits of the semaphore `name`, each with its own token.
   semaphore(name, permits, options = {}) {
-    return Lease.acquire(this.config, name, 'permit', { ...options, permits });
+    return Lease.acquire(this.config, name, 'permit', { ...options, permits }, this.#shared.heartbeats);
   }
 
   // A shared lease of `name`, beside other shared holders.
   shared(name, options = {}) {
-    return Lease.acquire(this.config, name, 'shared', options);
+    return Lease.acquire(this.config, name, 'shared', options, this.#shared.heartbeats);
   }
 
   // Takes the lock, runs fn(lease), and releases it whatever fn did: fn's result.
@@ -69,12 +86,12 @@ export class Client {
 
   // Opens a session (pg_fencing 1.8).
   session(options = {}) {
-    return Session.open(this.config, options, this.#line);
+    return Session.open(this.config, options, this.#shared);
   }
 
   // A candidate `holder` (default host:pid:random) in the election on lock `name`.
   election(name, holder, options = {}) {
-    return new Election(this.config, name, holder, options, this.#line);
+    return new Election(this.config, name, holder, options, this.#shared);
   }
 
   // The live holder of name's exclusive lease ({ holder, token, payload }), or null.

@@ -1,8 +1,9 @@
 // Leader election on one lock: campaign, proclaim, leader, observe, resign.
 //
 // A candidate campaigns in a fencing session of its own (1.8), whose
-// heartbeat (a renewal every ttl/3, on a connection of its own) keeps it in
-// the lock's line while it waits (1.10: a place the database keeps, polled
+// renewal every ttl/3 -- by the Client's one heartbeat, in one statement
+// with the Client's other sessions and leases -- keeps it in the lock's
+// line while it waits (1.10: a place the database keeps, polled
 // by short statements, no server connection held between them, arrival
 // order kept) and keeps its lease once it leads.  resign() gives the lease
 // back -- the next place in line is told -- and closes the session; a
@@ -116,9 +117,9 @@ export class ElectionLease extends EventEmitter {
 Object.assign(ElectionLease.prototype, fenced);
 
 export class Election {
-  // Made by Client.election(name, holder, { ttl, onLost }); line: the
-  // Client's { listener, poll }.
-  constructor(config, name, holder, { ttl = 10, onLost } = {}, line = {}) {
+  // Made by Client.election(name, holder, { ttl, onLost }); shared: the
+  // Client's { listener, poll, heartbeats }, for its sessions.
+  constructor(config, name, holder, { ttl = 10, onLost } = {}, shared = {}) {
     if (typeof name !== 'string' || name === '') throw new TypeError('a lock name (a non-empty string) is required');
     millis(ttl, 'ttl'); // checked now rather than at the first campaign
     keepConfig(this, config);
@@ -127,10 +128,10 @@ export class Election {
     this.ttl = ttl;
     this.onLost = onLost;
     this.lease = null;
-    this.#line = line;
+    this.#shared = shared;
   }
 
-  #line;
+  #shared;
   #session = null; // the candidate's session, while it campaigns or leads
 
   // Resolves once this candidate leads, to its ElectionLease
@@ -147,7 +148,7 @@ export class Election {
     const end = performance.now() + waitMs;
     for (let failures = 1; ; failures += 1) {
       signal?.throwIfAborted();
-      const session = await Session.open(this.config, { ttl: this.ttl, holder: this.holder }, this.#line);
+      const session = await Session.open(this.config, { ttl: this.ttl, holder: this.holder }, this.#shared);
       this.#session = session;
       let granted;
       try {

@@ -1,11 +1,14 @@
 // Leases: an exclusive lock, one permit of a semaphore, or a shared lease,
-// kept alive by a heartbeat on a pg.Client of its own.
+// acquired on a pg.Client of its own (which its wait, a CALL fencing_await,
+// holds), then kept alive by its Client's one heartbeat (./heartbeat.js),
+// which renews it with the Client's other leases and sessions, and released
+// on a short connection of its own.
 //
-// Renewals and the release come from the role that acquired, which one
-// connection guarantees.  held() says whether the lease can still be
-// trusted; it cannot close the window between the check and the write
-// (a pause no client can see), which is what the token and the table's
-// guard (fencing_protect) are for.
+// Renewals and the release come from the role that acquired: every
+// connection comes from the Client's one config.  held() says whether the
+// lease can still be trusted; it cannot close the window between the check
+// and the write (a pause no client can see), which is what the token and
+// the table's guard (fencing_protect) are for.
 //
 // Tokens are BigInts: a fencing_token goes up to 2^63 - 1, past the 2^53
 // a Number holds exactly, and two tokens must compare exactly (a < b).
@@ -14,9 +17,9 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 
-import { connect, defaultHolder, end, interval, keepConfig, millis, value } from './connection.js';
+import { connect, defaultHolder, end, interval, keepConfig, millis, value, withConnection } from './connection.js';
 import { LeaseLostError, LockTimeoutError, mapGuardError } from './errors.js';
-import { Heartbeat } from './heartbeat.js';
+import { Heartbeat, Heartbeats } from './heartbeat.js';
 import { awaitGrant } from './wait.js';
 
 export const KINDS = ['exclusive', 'shared', 'permit'];
@@ -87,14 +90,16 @@ export function busyMessage(what, kind, waitMs) {
 export class Lease extends EventEmitter {
   // Takes a lease (made by Client.lock, .semaphore, .shared): resolves once
   // it is held, rejects with LockTimeoutError when it stays busy, with
-  // signal.reason when signal aborts the wait.
-  static async acquire(config, name, kind, options = {}) {
-    const lease = new Lease(config, name, kind, options);
+  // signal.reason when signal aborts the wait.  heartbeats: the Client's;
+  // a lease made without a Client (not the package's API) gets a heartbeat
+  // of its own, with a connection of its own while it lives.
+  static async acquire(config, name, kind, options = {}, heartbeats = new Heartbeats(config)) {
+    const lease = new Lease(config, name, kind, options, heartbeats);
     await lease.#acquire(options);
     return lease;
   }
 
-  constructor(config, name, kind, { permits, holder, ttl = 10, heartbeat, onLost } = {}) {
+  constructor(config, name, kind, { permits, holder, ttl = 10, heartbeat, onLost } = {}, heartbeats = new Heartbeats(config)) {
     super();
     if (typeof name !== 'string' || name === '') throw new TypeError('a lock name (a non-empty string) is required');
     keepConfig(this, config);
@@ -109,14 +114,10 @@ export class Lease extends EventEmitter {
       what: 'lease',
       ttlMs: this.#ttlMs,
       periodMs: heartbeat === undefined ? undefined : millis(heartbeat, 'heartbeat'),
-      renew: () => this.#renew(),
+      renewal: () => ({ lockName: this.name, token: this.token, ttl: interval(this.#ttlMs) }),
       refused: 'the lease expired, was released, revoked or taken over',
-      onLost: (reason) => {
-        // A renewal may still be on its way: drop the connection (release()
-        // makes a new one).
-        this.#dropClient();
-        this.emit('lost', reason);
-      },
+      onLost: (reason) => this.emit('lost', reason),
+      heartbeats,
     });
     if (onLost) this.once('lost', onLost);
   }
@@ -148,21 +149,19 @@ export class Lease extends EventEmitter {
 
   // Gives the lock back: true if it was still ours on the server.
   // Idempotent: later calls resolve to false.
+  //
+  // On a short connection of its own, not on the heartbeat's: a round of
+  // renewals in flight there (it may be stuck behind a lock) would hold the
+  // release up, and a release stuck behind a lock would hold up the
+  // renewals of every other lease and session of the Client.  After a loss
+  // too, rather than leave the lock to run out.
   async release() {
     if (this.token === null || this.#released) return false;
     this.#released = true;
-    const renewing = this.#beat.renewing;
     this.#beat.stop();
-    // A renewal in flight would hold the release up behind it (it may be
-    // stuck), and the connection is gone after a loss: release on a new
-    // one then, rather than leave the lock to run out.
-    if (renewing) this.#dropClient();
-    try {
-      this.#client ??= await this.#connect();
-      return await value(this.#client, 'SELECT fencing_release($1, $2::fencing_token)', [this.name, this.token]);
-    } finally {
-      this.#dropClient();
-    }
+    return withConnection(this.config, `pg_fencing lease ${this.holder}`, (client) =>
+      value(client, 'SELECT fencing_release($1, $2::fencing_token)', [this.name, this.token]),
+    );
   }
 
   async #acquire({ wait, payload, signal }) {
@@ -195,9 +194,13 @@ export class Lease extends EventEmitter {
         this.#beat.renewed(sent);
       }
     } catch (err) {
+      this.#dropClient();
       await this.release().catch(() => {});
       throw err;
     }
+    // Held: the acquiring connection's work is done.  Its renewals go on
+    // the heartbeat's connection, its release on one of its own.
+    this.#dropClient();
     this.#beat.start();
   }
 
@@ -237,6 +240,7 @@ export class Lease extends EventEmitter {
     });
   }
 
+  // The one renewal on the acquiring connection, right after a long wait.
   async #renew() {
     return value(this.#client, 'SELECT fencing_renew($1, $2::fencing_token, $3::interval)', [
       this.name, this.token, interval(this.#ttlMs),
@@ -244,9 +248,7 @@ export class Lease extends EventEmitter {
   }
 
   #connect() {
-    return connect(this.config, `pg_fencing lease ${this.holder}`, (client, err) => {
-      if (client === this.#client && this.token !== null) this.#beat.markLost(`connection failed: ${err.message}`);
-    });
+    return connect(this.config, `pg_fencing lease ${this.holder}`);
   }
 
   #dropClient() {

@@ -1,12 +1,15 @@
 // Sessions (pg_fencing 1.8): one keepalive for many leases.
 //
-// One heartbeat renews the session (fencing_session_renew), and with it
-// every lease in it; its loss is every lease's, emitted once as the
-// session's 'lost'.  Two connections: the heartbeat's (a renewal never
-// queues behind a statement that waits) and the work connection, which the
-// acquires, the statements of the line and the releases take turns on, in
-// the order they were called.  Both come from the same config, so both are
-// the role that opened the session: only that role may act in it.
+// The Client's one heartbeat (./heartbeat.js) renews the session
+// (fencing_session_renew), and with it every lease in it, in one statement
+// with the Client's other sessions and leases, on a connection of its own
+// (a renewal never queues behind a statement that waits); the session's
+// loss is every lease's, emitted once as the session's 'lost'.  The
+// session's own connection is the work connection, made at its open, which
+// the open, the acquires, the statements of the line and the releases take
+// turns on, in the order they were called; its close goes on a short one
+// of its own.  All come from the Client's config, so all are the role that
+// opened the session: only that role may act in it.
 //
 // Every wait in a session (lock(name, { wait }), of every kind: an
 // exclusive lease, a shared lease, a permit) is a place in the lock's line
@@ -27,7 +30,7 @@ import { performance } from 'node:perf_hooks';
 
 import { connect, defaultHolder, end, interval, keepConfig, mayMend, millis, value, withConnection } from './connection.js';
 import { LeaseLostError, LockTimeoutError, SESSION_ENDED } from './errors.js';
-import { Heartbeat } from './heartbeat.js';
+import { Heartbeat, Heartbeats } from './heartbeat.js';
 import { checkLockOptions, describeLock, fenced, payloadText } from './lease.js';
 import { GIVE_BACK, JOIN, LEAVE, POLL, Watch, lastPollAt, pollPeriodMs } from './line.js';
 import { awaitGrant } from './wait.js';
@@ -70,14 +73,17 @@ Object.assign(SessionLease.prototype, fenced);
 
 export class Session extends EventEmitter {
   // Opens a session (made by Client.session) and starts its heartbeat.
-  // line: the Client's { listener, poll } for the waits in line.
-  static async open(config, options = {}, line = {}) {
-    const session = new Session(config, options, line);
+  // shared: the Client's { listener, poll } for the waits in line, and
+  // heartbeats, its one heartbeat.  A session opened without a Client (not
+  // the package's API) gets a heartbeat of its own, with a connection of
+  // its own while the session lives.
+  static async open(config, options = {}, shared = {}) {
+    const session = new Session(config, options, shared);
     await session.#open();
     return session;
   }
 
-  constructor(config, { ttl = 10, holder, heartbeat, onLost } = {}, { listener = null, poll } = {}) {
+  constructor(config, { ttl = 10, holder, heartbeat, onLost } = {}, { listener = null, poll, heartbeats = new Heartbeats(config) } = {}) {
     super();
     keepConfig(this, config);
     this.#listener = listener;
@@ -90,22 +96,16 @@ export class Session extends EventEmitter {
       what: 'session',
       ttlMs: this.#ttlMs,
       periodMs: heartbeat === undefined ? undefined : millis(heartbeat, 'heartbeat'),
-      renew: () => this.#renew(),
+      renewal: () => ({ session: this.id, ttl: interval(this.#ttlMs) }),
       refused: 'the session ended, or was closed',
-      onLost: (reason) => {
-        // A renewal may still be on its way: never reuse its connection.
-        const client = this.#beatClient;
-        this.#beatClient = null;
-        end(client);
-        this.emit('lost', reason);
-      },
+      onLost: (reason) => this.emit('lost', reason),
+      heartbeats,
     });
     if (onLost) this.once('lost', onLost);
   }
 
   #ttlMs;
   #beat;
-  #beatClient = null;
   #work = null; // a promise of the work connection; null: make one at the next call
   #turn = Promise.resolve(); // the work connection's queue
   #closed = false;
@@ -115,25 +115,29 @@ export class Session extends EventEmitter {
   #places = new Map(); // lock name -> the session's places in its line: waiting, or kept by a lease taken through it
   #longWaits = 0; // statements that wait (CALL fencing_await), pending on the work connection
 
+  // On the work connection, made for it: the session's first call.
   async #open() {
+    let opened;
     try {
-      this.#beatClient = await this.#connect((client, err) => {
-        if (client === this.#beatClient && this.id !== null) this.#beat.markLost(`connection failed: ${err.message}`);
+      opened = await this.#serially(async (client) => {
+        const sent = performance.now();
+        // Read as text: a process-wide int8 parser the application may have
+        // set (pg.types.setTypeParser(20, Number) is common) would round an
+        // id past 2^53, and the session would then be renewed by a wrong id.
+        const id = await value(client, 'SELECT fencing_session_open($1, $2::interval)::text', [
+          this.holder, interval(this.#ttlMs),
+        ]);
+        return { id, sent };
       });
-      const sent = performance.now();
-      // Read as text: a process-wide int8 parser the application may have
-      // set (pg.types.setTypeParser(20, Number) is common) would round an
-      // id past 2^53, and the session would then be renewed by a wrong id.
-      const id = await value(this.#beatClient, 'SELECT fencing_session_open($1, $2::interval)::text', [
-        this.holder, interval(this.#ttlMs),
-      ]);
-      this.id = BigInt(id);
-      this.#beat.begin(sent);
-      this.#beat.start();
     } catch (err) {
-      end(this.#beatClient);
+      this.#closed = true; // nothing more is sent, and no connection made again
+      end(await Promise.resolve(this.#work).catch(() => null));
+      this.#work = null;
       throw err;
     }
+    this.id = BigInt(opened.id);
+    this.#beat.begin(opened.sent);
+    this.#beat.start();
   }
 
   held() {
@@ -524,11 +528,14 @@ export class Session extends EventEmitter {
 
   // Stops the heartbeat and closes the session, releasing every lease in
   // it: how many.  Idempotent: later calls resolve to 0.  The close goes on
-  // a connection of its own rather than queueing on the work connection,
-  // where a pending wait would hold it up for as long as the wait or the
-  // session's ttl; that wait's next attempt then ends it with 55Z05 (a
-  // LeaseLostError), and the close resolves once the calls made before it
-  // have ended; a wait in line is woken, and ends with LeaseLostError at once.
+  // a short connection of its own rather than queueing on the work
+  // connection, where a pending wait would hold it up for as long as the
+  // wait or the session's ttl (nor on the heartbeat's, shared with the
+  // Client's other sessions and leases, whose renewals it would hold up, or
+  // which a stuck round would hold up); that wait's next attempt then ends
+  // it with 55Z05 (a LeaseLostError), and the close resolves once the calls
+  // made before it have ended; a wait in line is woken, and ends with
+  // LeaseLostError at once.
   async close() {
     this.#beat.stop(); // no renewal, and no 'lost', after the close
     if (this.#closed || this.id === null) return 0;
@@ -541,9 +548,8 @@ export class Session extends EventEmitter {
       );
       await this.#turn;
     } finally {
-      end(this.#beatClient);
       end(await Promise.resolve(this.#work).catch(() => null));
-      this.#beatClient = this.#work = null;
+      this.#work = null;
     }
     return released;
   }
@@ -597,10 +603,6 @@ export class Session extends EventEmitter {
     });
     this.#turn = run.catch(() => {});
     return run;
-  }
-
-  async #renew() {
-    return value(this.#beatClient, 'SELECT fencing_session_renew($1, $2::interval)', [this.id, interval(this.#ttlMs)]);
   }
 
   #connect(onError) {

@@ -84,10 +84,13 @@ describe('edges', () => {
       'the wait is on the server',
     );
     // The cancel needs a connection of its own; the release, sent on one
-    // that is open already, usually gets the wait granted before it lands.
+    // that is open already (the test's: a lease's own release() makes a
+    // short connection of its own), usually gets the wait granted before it
+    // lands.
     controller.abort();
-    await first.release();
+    assert.equal(await sql1(db, 'SELECT fencing_release($1, $2::fencing_token)', [name, first.token]), true);
     await within(assert.rejects(waiting, { name: 'AbortError' }), 5000, 'the aborted wait');
+    assert.equal(await first.release(), false, 'released already');
     assert.equal(
       await sql1(db, "SELECT count(*)::int FROM fencing_leases WHERE lock_name = $1 AND holder = $2 AND state = 'live'", [name, `racer-${name}`]),
       0,

@@ -174,15 +174,26 @@ describe('leases', () => {
     await lease.release();
   });
 
-  test('the lease is lost once when its connection fails', async () => {
+  test('the lease is lost once when its renewal fails with its connection', async () => {
+    // Its renewals go on the client's heartbeat connection: cut while idle,
+    // that is made again for the next renewal (heartbeat.test.js); cut under
+    // a renewal, the renewal fails.  The renewal is held on the server (as
+    // below) until the connection is cut under it.
     const name = newName();
     const lost = [];
     const lease = await client.lock(name, { ttl: 2, holder: `cut-${name}`, onLost: (r) => lost.push(r) });
-    assert.equal(
-      await sql1(db, 'SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE application_name = $1', [`pg_fencing lease cut-${name}`]),
-      1,
-    );
-    assert.ok(await waitUntil(() => lost.length > 0, 2000), "'lost' within the ttl");
+    const blocker = await connectDb();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT 1 FROM fencing_lock WHERE lock_name = $1 FOR UPDATE', [name]);
+      await blocker.query('SELECT 1 FROM fencing_lease WHERE lock_name = $1 FOR UPDATE', [name]);
+      const cut = 'SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))';
+      assert.ok(await waitUntil(async () => (await sql1(db, cut, [blocker.processID])) === 1, 2000), 'the renewal waited, and its connection was cut');
+      assert.ok(await waitUntil(() => lost.length > 0, 2000), "'lost' within the ttl");
+    } finally {
+      await blocker.query('ROLLBACK');
+      await blocker.end();
+    }
     await sleep(300);
     assert.equal(lost.length, 1, String(lost));
     assert.match(lost[0], /connection failed|renewal failed/);

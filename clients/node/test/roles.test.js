@@ -18,7 +18,7 @@ import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 
 import { Client, LeaseLostError, NeverGrantedTokenError, fencedQuery } from '../index.js';
-import { connectDb, newName, protectedTable, sql1, within } from './helpers.js';
+import { connectDb, newName, protectedTable, sql1, waitUntil, within } from './helpers.js';
 
 const PERMISSION_DENIED = '42501';
 const SESSION_ENDED = '55Z05';
@@ -115,12 +115,12 @@ describe('unprivileged roles', () => {
     // Writes: with a forged higher token, or with the app's own token.
     await assert.rejects(fencedQuery(evilDb, update, [lease.token + 1000n, 'evil']), denied(/permission denied for fencing lock/));
     await assert.rejects(fencedQuery(evilDb, update, [lease.token, 'evil']), denied(/permission denied for fencing lock/));
-    // The lease's connection is visible in pg_stat_activity (its application_name), but
-    // not the hostile role's to end.
-    await assert.rejects(
-      evilDb.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [`pg_fencing lease ${lease.holder}`.slice(0, 63)]),
-      denied(/terminate/),
-    );
+    // The connection that renews the lease (the app client's one heartbeat, opened for
+    // the first renewal) is visible in pg_stat_activity (its application_name and role),
+    // but not the hostile role's to end.
+    const heartbeat = "SELECT pid FROM pg_stat_activity WHERE usename = $1 AND application_name = 'pg_fencing heartbeat'";
+    assert.ok(await waitUntil(async () => (await db.query(heartbeat, [app.role])).rows.length === 1, 5000), "the app's heartbeat connection");
+    await assert.rejects(evilDb.query(`SELECT pg_terminate_backend(pid) FROM (${heartbeat}) AS hb`, [app.role]), denied(/terminate/));
     // A token above every grant is refused as never granted even from a role that may use
     // the lock (an app instance with a bug, or stolen app credentials): it cannot lock the
     // real holder out.
