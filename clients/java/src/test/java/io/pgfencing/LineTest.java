@@ -2,6 +2,7 @@ package io.pgfencing;
 
 import static io.pgfencing.Live.CLIENT;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
@@ -13,6 +14,7 @@ import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 /** A session's wait for an exclusive lease is a place in the lock's line (1.10, issue 43). */
@@ -21,9 +23,15 @@ class LineTest {
 
     /** A thread that waits for {@code lock} in {@code session}; its outcome once it ends. */
     private static Thread waitFor(FencingSession session, String lock, AtomicReference<Object> outcome) {
+        return waitFor(session, lock, Duration.ofSeconds(30), outcome);
+    }
+
+    /** The same, waiting up to {@code wait}. */
+    private static Thread waitFor(FencingSession session, String lock, Duration wait,
+                                  AtomicReference<Object> outcome) {
         Thread thread = new Thread(() -> {
             try {
-                Optional<Lease> lease = session.tryLock(lock, 30, TimeUnit.SECONDS);
+                Optional<Lease> lease = session.tryLock(lock, wait.toMillis(), TimeUnit.MILLISECONDS);
                 outcome.set(lease.isPresent() ? lease.get() : "timed out");
             } catch (Throwable e) {
                 outcome.set(e);
@@ -188,6 +196,79 @@ class LineTest {
             } finally {
                 loop.interrupt();
                 loop.join(5_000);
+            }
+        }
+    }
+
+    /** The places waiting for {@code lock}, in order: "place:position,...". */
+    private static String lineOf(Connection db, String lock) throws java.sql.SQLException {
+        return Live.value(db, "SELECT coalesce(string_agg(place || ':' || position, ',' ORDER BY place), '') "
+                + "FROM fencing_lines WHERE lock_name = ?", lock);
+    }
+
+    /**
+     * A wait longer than a minute keeps its place in line for the whole wait (issue 43): A waits
+     * 150 s in line (polling, no listener) behind a holder renewed by the heartbeat, B joins behind
+     * it in plain SQL, and for 65 s the line shows A's place number, first, and B's, second; at the
+     * release A takes the lease and B still waits. It catches a client that re-queues its wait
+     * (leaves and joins again, say every 30 s: A's place number changes, or A goes behind B) and
+     * one whose wait ends early (a 30 s slice: the wait returns, or its place leaves the line).
+     * About 70 s, so only with PG_FENCING_LONG_WAIT=1 (a script runs the clients' long waits side
+     * by side).
+     */
+    @Test
+    void aWaitLongerThanAMinuteKeepsItsPlaceInLine() throws Exception {
+        Assumptions.assumeTrue("1".equals(System.getenv("PG_FENCING_LONG_WAIT")),
+                "a wait of 65 s: set PG_FENCING_LONG_WAIT=1 to run it");
+        String lock = "long-wait-" + Live.name();
+        try (Connection db = Live.db();
+             FencingSession holder = CLIENT.openSession(LeaseOptions.ofTtl(Duration.ofSeconds(3)));
+             FencingSession a = CLIENT.openSession(TTL.withHolder(lock + "-A"))) {
+            Lease held = holder.lock(lock);
+            AtomicReference<Object> aGot = new AtomicReference<>();
+            Thread aWait = waitFor(a, lock, Duration.ofSeconds(150), aGot);
+            Live.eventually(Duration.ofSeconds(5), () -> {
+                try {
+                    return Live.count(db, "SELECT count(*) FROM fencing_lines WHERE lock_name = ?", lock) == 1;
+                } catch (java.sql.SQLException e) {
+                    return false;
+                }
+            });
+            assertEquals(1, Live.count(db, "SELECT count(*) FROM fencing_lines WHERE lock_name = ?", lock),
+                    "A's wait has no place in line");
+            String aPlace = Live.value(db, "SELECT place FROM fencing_lines WHERE lock_name = ?", lock);
+
+            // B: a session of 5 min without renewal, its place behind A's, in plain SQL.
+            String bSession = Live.value(db, "SELECT fencing_session_open('long-wait-B', '5 min')");
+            try {
+                String bPlace = Live.value(db, "SELECT place FROM fencing_line_join(?::bigint, ?)",
+                        Long.parseLong(bSession), lock);
+                String inOrder = aPlace + ":1," + bPlace + ":2";
+
+                long start = System.nanoTime();
+                long end = start + TimeUnit.SECONDS.toNanos(65);
+                for (long now = start; ; now = System.nanoTime()) {
+                    long second = TimeUnit.NANOSECONDS.toSeconds(now - start);
+                    assertNull(aGot.get(), "A's wait returned after " + second + " s");
+                    assertEquals(inOrder, lineOf(db, lock), "the line after " + second + " s (place:position)");
+                    assertTrue(held.isHeld(), "the holder's lease after " + second + " s");
+                    if (now - end >= 0) {
+                        break;
+                    }
+                    TimeUnit.NANOSECONDS.sleep(Math.min(TimeUnit.SECONDS.toNanos(5), end - now));
+                }
+
+                assertTrue(held.release());
+                aWait.join(10_000);
+                assertInstanceOf(Lease.class, aGot.get(), "A, within 10 s of the release: " + aGot.get());
+                Lease aLease = (Lease) aGot.get();
+                assertTrue(aLease.token() > held.token(), aLease.token() + " after " + held.token());
+                assertEquals(bPlace + ":1", lineOf(db, lock), "B still waits, first now");
+                assertEquals("waiting", Live.value(db, "SELECT state FROM fencing_line_poll(ARRAY[?::bigint])",
+                        Long.parseLong(bPlace)));
+                assertTrue(aLease.release());
+            } finally {
+                Live.value(db, "SELECT fencing_session_close(?::bigint)", Long.parseLong(bSession));
             }
         }
     }
