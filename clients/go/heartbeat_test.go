@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v4"
 )
 
 // lossLog counts each item's OnLost calls and keeps their reasons.
@@ -46,6 +48,28 @@ func (l *lossLog) snapshot() map[string][]string {
 // connections than one per session plus the heartbeat's; everything stays
 // held, on the server too. Before, each session and lease renewed on a
 // connection of its own: 23 of them.
+// heartbeatBackends: how many backends the client's heartbeat connection
+// has (0 or 1), and the pid of one.
+func heartbeatBackends(ctx context.Context, t *testing.T, admin *pgx.Conn, client *Client) (n int64, pid int32) {
+	t.Helper()
+	if err := admin.QueryRow(ctx, "SELECT count(*), coalesce(min(pid), 0) FROM pg_stat_activity WHERE application_name = $1",
+		client.beats.name).Scan(&n, &pid); err != nil {
+		t.Fatal(err)
+	}
+	return n, pid
+}
+
+// oneHeartbeatBackend waits for the heartbeat's connection to be there, and
+// gives its pid.
+func oneHeartbeatBackend(t *testing.T, heartbeat func() (int64, int32)) int32 {
+	t.Helper()
+	var pid int32
+	if !eventually(2*time.Second, func() bool { n, p := heartbeat(); pid = p; return n == 1 }) {
+		t.Fatal("no heartbeat connection")
+	}
+	return pid
+}
+
 func TestOneHeartbeatConnectionRenewsEverySessionLeaseAndElection(t *testing.T) {
 	const sessions = 20
 	ctx, client, db, name := testCtx(t), newClient(t), connectDB(t), uniqueName(t)
@@ -203,17 +227,8 @@ func TestOneLossOnTheSharedHeartbeatIsItsOwn(t *testing.T) {
 		defer lease.Release(ctx)
 		leases = append(leases, lease)
 	}
-	heartbeat := func() (n int64, pid int32) {
-		if err := admin.QueryRow(ctx, "SELECT count(*), coalesce(min(pid), 0) FROM pg_stat_activity WHERE application_name = $1",
-			client.beats.name).Scan(&n, &pid); err != nil {
-			t.Fatal(err)
-		}
-		return n, pid
-	}
-	var pid int32
-	if !eventually(2*time.Second, func() bool { n, p := heartbeat(); pid = p; return n == 1 }) {
-		t.Fatal("no heartbeat connection")
-	}
+	heartbeat := func() (int64, int32) { return heartbeatBackends(ctx, t, admin, client) }
+	pid := oneHeartbeatBackend(t, heartbeat)
 
 	mustExec(t, admin, "SELECT fencing_session_close($1::bigint)", sessions[1].ID())
 	mustExec(t, admin, "SELECT fencing_revoke($1, 'test')", locks[0])
@@ -273,17 +288,8 @@ func TestAStuckRenewalLosesOnlyItsOwnItemByItsDeadline(t *testing.T) {
 		return s
 	}
 	stuck, other := session("stuck", time.Second), session("other", 6*time.Second)
-	heartbeat := func() (n int64, pid int32) {
-		if err := admin.QueryRow(ctx, "SELECT count(*), coalesce(min(pid), 0) FROM pg_stat_activity WHERE application_name = $1",
-			client.beats.name).Scan(&n, &pid); err != nil {
-			t.Fatal(err)
-		}
-		return n, pid
-	}
-	var pid int32
-	if !eventually(2*time.Second, func() bool { n, p := heartbeat(); pid = p; return n == 1 }) {
-		t.Fatal("no heartbeat connection")
-	}
+	heartbeat := func() (int64, int32) { return heartbeatBackends(ctx, t, admin, client) }
+	pid := oneHeartbeatBackend(t, heartbeat)
 	expiresAt := func() time.Time {
 		return queryValue[time.Time](t, admin, "SELECT expires_at FROM fencing_sessions WHERE session_id = $1", other.ID())
 	}
