@@ -12,12 +12,20 @@
 //                                  lease.token(), "done", 42);   // throws StaleTokenError (55Z01)
 //
 // The lease is a row in the database (see the extension's fencing_acquire);
-// this class keeps it alive with a heartbeat on a connection of its own and
-// tells the holder, as early as it can know, that it may no longer act.
+// this class keeps it alive with a heartbeat and tells the holder, as early
+// as it can know, that it may no longer act.
+//
+// Connections.  A Client (below) is one per process (per role): every
+// Lease and Session (session.hpp) made with it is renewed by its one
+// heartbeat thread, on its one connection, in one statement for all that
+// are due.  A Lease made with a Client connects for its acquire and for its
+// release only; one made without has a heartbeat thread and a connection
+// of its own for its whole life.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -31,6 +39,10 @@
 #include "pg_fencing/token.hpp"
 
 namespace pg_fencing::client {
+
+namespace detail {
+class SharedHeartbeat;  // src/client/shared_heartbeat.hpp, internal
+}
 
 // SQLSTATE 55Z01: the write carried a token lower than the resource has seen.
 class StaleTokenError : public std::runtime_error {
@@ -97,6 +109,64 @@ class HeldLock {
   virtual bool Release() = 0;
 };
 
+// One heartbeat for every Lease and Session made with it (their
+// constructors that take a Client): one thread and one connection (made
+// when the first renewal is sent, closed when nothing is left to renew)
+// renew them all, one statement for all that are due
+// (fencing_session_renew and fencing_renew over arrays; no transaction, no
+// snapshot and no named prepared statement, so a transaction-pooling
+// PgBouncer's conninfo does).  Each keeps its own ttl, heartbeat period,
+// held(), on_lost and on_at_risk, with the rules of Heartbeat
+// (heartbeat.hpp).  A refusal, or an error the server raises for one of
+// them (the statement is then sent again one by one), is the loss of that
+// one alone; a broken connection, of every one in the statement (the next
+// makes a new connection); and as the statement is one, a renewal that
+// hangs on the server holds up those it shares the statement with, each
+// reported lost at its own safe deadline.  on_lost is called from the
+// client's heartbeat thread: a slow one delays every renewal.  (A lease's
+// on_at_risk, if set, keeps a watch thread of its own; no connection.)
+//
+// One Client per process and role is the idea: a process of 1,000
+// sessions makes one heartbeat connection, not 1,000.  What they make
+// besides: a Session a work connection of its own (Acquire, Release,
+// Close, its waits in line); a Lease a connection for its acquire (which
+// its wait, CALL fencing_await, holds for the whole wait) and one for its
+// release; a LeaderWatch its LISTEN connection.
+//
+//   pg_fencing::client::Client client("dbname=app application_name=worker-17");
+//   pg_fencing::client::Session session(client, session_options);  // conninfo left empty
+//   pg_fencing::client::Lease lease(client, lease_options);
+//
+// The Client may be destroyed before what it made: they keep its heartbeat
+// until the last of them is gone.
+class Client {
+ public:
+  // Connects to nothing yet: the heartbeat's connection is made when its
+  // first renewal is sent.  Every connection of the client, and of the
+  // sessions and leases made with it, uses this conninfo, so that renewals
+  // come from the role that acquired.
+  explicit Client(std::string conninfo);
+  ~Client();
+
+  Client(const Client &) = delete;
+  Client &operator=(const Client &) = delete;
+
+  const std::string &conninfo() const noexcept;
+  // How many sessions and leases are in its heartbeat: made with it, and
+  // not yet released, closed or destroyed (a lost one stays until then,
+  // though it is never renewed again).
+  std::size_t renewing() const;
+
+ private:
+  friend class Lease;
+  friend class Session;
+  // A Lease's or Session's conninfo: empty (the client's) or the client's;
+  // std::invalid_argument otherwise.
+  std::string ConninfoFor(const std::string &given, const std::string &what) const;
+
+  std::shared_ptr<detail::SharedHeartbeat> heartbeat_;
+};
+
 struct LeaseOptions {
   // How the lock is taken: alone (fencing_acquire), shared with other
   // shared holders (fencing_acquire_shared), or as one of `permits` permits
@@ -106,7 +176,7 @@ struct LeaseOptions {
   Mode mode = Mode::kExclusive;
   int permits = 0;  // kPermit only: the semaphore's number of permits
 
-  std::string conninfo;   // libpq connection string
+  std::string conninfo;   // libpq connection string (with a Client: empty, or the client's)
   std::string lock_name;  // fencing_acquire's lock_name
   std::string holder;     // unique per process, e.g. host:pid
   std::chrono::milliseconds ttl{10000};
@@ -115,11 +185,12 @@ struct LeaseOptions {
   std::optional<std::chrono::milliseconds> wait;
   // Heartbeat period; zero means ttl / 3.
   std::chrono::milliseconds heartbeat{0};
-  // Called once, from the heartbeat thread, when the lease is lost: renewal
-  // refused or failed, or no renewal can land before the deadline any more
-  // (see held()).  Not called after Release() or once destruction began.  It
-  // may call Release() (which then returns without waiting for the thread),
-  // but must not destroy the Lease.
+  // Called once, from the heartbeat thread (with a Client, the client's
+  // heartbeat thread, shared: a Release() from it connects on that thread),
+  // when the lease is lost: renewal refused or failed, or no renewal can
+  // land before the deadline any more (see held()).  Not called after
+  // Release() or once destruction began.  It may call Release() (which then
+  // returns without waiting for the thread), but must not destroy the Lease.
   std::function<void(const std::string &reason)> on_lost;
   // What the holder publishes with its lease, as JSON text (say, where it can
   // be reached): fencing_leases.payload, read back with ReadLeader().
@@ -144,8 +215,14 @@ class Lease final : public HeldLock {
   // fencing_await when it may wait) and starts the heartbeat.  Throws LeaseUnavailableError when the lock is busy, and
   // pqxx errors for database trouble; std::invalid_argument if ttl is not
   // positive or the heartbeat is not shorter than ttl - SafetyMargin(ttl).
-  // For a permit, "busy" means every permit is taken.
+  // For a permit, "busy" means every permit is taken.  Its heartbeat thread
+  // renews it on the connection it acquired on, which it keeps.
   explicit Lease(LeaseOptions options);
+  // The same, renewed by the client's heartbeat (Client): it acquires on a
+  // connection that it closes once it holds the lease, and releases on a
+  // new one.  options.conninfo must be empty (the client's) or the
+  // client's (std::invalid_argument).
+  Lease(Client &client, LeaseOptions options);
   // Stops the heartbeat and releases the lease if it is still held; never
   // throws.
   ~Lease() override;
@@ -233,6 +310,8 @@ class Lease final : public HeldLock {
   int work_in_flight() const;
 
  private:
+  Lease(LeaseOptions options, std::shared_ptr<detail::SharedHeartbeat> shared);
+
   void EndWork() noexcept;
   void HandOverRun();
 
@@ -244,8 +323,11 @@ class Lease final : public HeldLock {
 
   LeaseOptions options_;
   Token token_ = 0;
+  // A Client's heartbeat, which renews the lease; null: its own.
+  std::shared_ptr<detail::SharedHeartbeat> shared_;
   // The connection belongs to the constructor until the heartbeat starts,
   // then to the heartbeat thread, then (once it stopped) to GiveBack().
+  // With a Client's heartbeat, the constructor's only.
   std::unique_ptr<pqxx::connection> heartbeat_conn_;
   // Only the heartbeat thread reads or writes this: a renewal is on the wire
   // and heartbeat_conn_ cannot take another statement.

@@ -10,6 +10,13 @@
 //   ... write with *p3 while session.held() ...
 //   std::unique_ptr<HeldLock> leader = session.Lock("leader");  // the Lease API
 //   session.Close();                                         // releases them all
+//
+// Connections.  A Session made with a Client (client.hpp) is renewed by the
+// client's one heartbeat, with the client's other sessions and leases, and
+// has one connection of its own, the work connection: the open, Acquire,
+// AcquireAll, Release and Close, and its waits in line, which between their
+// polls hold no server connection behind a transaction pooler.  One made
+// without a Client has a heartbeat thread and connection of its own too.
 #pragma once
 
 #include <atomic>
@@ -33,12 +40,13 @@
 namespace pg_fencing::client {
 
 struct SessionOptions {
-  std::string conninfo;  // libpq connection string
+  std::string conninfo;  // libpq connection string (with a Client: empty, or the client's)
   std::string holder;    // unique per process, e.g. host:pid
   std::chrono::milliseconds ttl{10000};
   // Heartbeat period; zero means ttl / 3.
   std::chrono::milliseconds heartbeat{0};
-  // Called once, from the heartbeat thread, when the session is lost: its
+  // Called once, from the heartbeat thread (with a Client, the client's
+  // heartbeat thread, shared), when the session is lost: its
   // renewal refused (it ended, or was closed by a superuser) or failed, or
   // no renewal can land before the deadline any more.  Not called after
   // Close() or once destruction began.  It must not destroy the Session.
@@ -106,10 +114,16 @@ class SessionLease final : public HeldLock {
 
 class Session {
  public:
-  // Opens the session (fencing_session_open) and starts its heartbeat.
-  // Throws std::invalid_argument for a bad ttl or heartbeat, pqxx errors for
-  // database trouble (42883 on a database not updated to 1.8).
+  // Opens the session (fencing_session_open) and starts its heartbeat, a
+  // thread and a connection of its own.  Throws std::invalid_argument for a
+  // bad ttl or heartbeat, pqxx errors for database trouble (42883 on a
+  // database not updated to 1.8).
   explicit Session(SessionOptions options);
+  // The same, renewed by the client's heartbeat (Client), with no
+  // connection of its own but the work connection, on which it opens.
+  // options.conninfo must be empty (the client's) or the client's
+  // (std::invalid_argument).
+  Session(Client &client, SessionOptions options);
   // Stops the heartbeat and closes the session if it is still held, which
   // releases every lease in it; never throws.
   ~Session();
@@ -177,6 +191,8 @@ class Session {
   int Close();
 
  private:
+  Session(SessionOptions options, std::shared_ptr<detail::SharedHeartbeat> shared);
+
   Heartbeat::Renewal Renew(Heartbeat::Clock::time_point deadline);
   // One lease in the session, as options say: its token, nullopt when the
   // lock is busy (after the wait, if one was given).
@@ -217,8 +233,10 @@ class Session {
 
   SessionOptions options_;
   std::int64_t id_ = 0;
-  // The heartbeat thread's, once it runs; the constructor's before, and
-  // Close()'s after it stopped.
+  // A Client's heartbeat, which renews the session; null: its own.
+  std::shared_ptr<detail::SharedHeartbeat> shared_;
+  // The own heartbeat's (none with a Client's): the heartbeat thread's,
+  // once it runs; the constructor's before.
   std::unique_ptr<pqxx::connection> heartbeat_conn_;
   bool renew_in_flight_ = false;  // the heartbeat thread's only
   std::unique_ptr<Heartbeat> heartbeat_;

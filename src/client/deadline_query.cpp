@@ -9,10 +9,25 @@
 
 namespace pg_fencing::client::detail {
 
+void AwaitInput(pqxx::connection &conn, std::chrono::steady_clock::time_point deadline) {
+  using std::chrono::milliseconds;
+  const int fd = conn.sock();
+  if (fd < 0) throw pqxx::broken_connection("the heartbeat connection has no socket");
+  pollfd pfd{};
+  pfd.fd = fd;
+  pfd.events = POLLIN;
+  // Rounded up, so that we never spin on a sub-millisecond remainder.
+  const auto wait = std::chrono::ceil<milliseconds>(deadline - std::chrono::steady_clock::now());
+  if (poll(&pfd, 1, static_cast<int>(std::clamp<milliseconds::rep>(wait.count(), 0, 60000))) < 0 &&
+      errno != EINTR) {
+    throw std::runtime_error(std::string("poll on the heartbeat connection: ") +
+                             std::strerror(errno));
+  }
+}
+
 std::optional<bool> BooleanByDeadline(pqxx::connection &conn, const std::string &sql,
                                       std::chrono::steady_clock::time_point deadline,
                                       bool &in_flight, const std::function<void()> &on_timeout) {
-  using std::chrono::milliseconds;
   pqxx::nontransaction tx(conn);
   pqxx::pipeline pipe(tx);
   in_flight = true;
@@ -25,18 +40,7 @@ std::optional<bool> BooleanByDeadline(pqxx::connection &conn, const std::string 
       on_timeout();
       return std::nullopt;
     }
-    const int fd = conn.sock();
-    if (fd < 0) throw pqxx::broken_connection("heartbeat connection has no socket");
-    pollfd pfd{};
-    pfd.fd = fd;
-    pfd.events = POLLIN;
-    // Round up, so that we never spin on a sub-millisecond remainder.
-    const auto wait = std::chrono::ceil<milliseconds>(deadline - now);
-    if (poll(&pfd, 1, static_cast<int>(std::min<milliseconds::rep>(wait.count(), 60000))) < 0 &&
-        errno != EINTR) {
-      throw std::runtime_error(std::string("poll on the heartbeat connection: ") +
-                               std::strerror(errno));
-    }
+    AwaitInput(conn, deadline);
   }
   const pqxx::result result = pipe.retrieve(id);  // throws the server's error, if any
   return result.at(0).at(0).as<bool>();

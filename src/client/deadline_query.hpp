@@ -13,6 +13,11 @@
 
 namespace pg_fencing::client::detail {
 
+// Waits until conn's socket has something to read, or deadline passes
+// (at most 60 s a call).  Throws pqxx::broken_connection when conn has no
+// socket, std::runtime_error when poll() fails.
+void AwaitInput(pqxx::connection &conn, std::chrono::steady_clock::time_point deadline);
+
 // Sends sql, which returns one boolean, on conn (through a pqxx::pipeline,
 // then poll() on the socket) and returns its answer; nullopt once the
 // deadline has passed with no answer, after calling on_timeout (before the

@@ -73,14 +73,19 @@ Heartbeat::~Heartbeat() {
 }
 
 void Heartbeat::Start() {
-  // Each thread's first act is to take the mutex, so it sees its id.
-  std::lock_guard<std::mutex> lock(mutex_);
-  thread_ = std::thread(&Heartbeat::Run, this);
-  thread_id_ = thread_.get_id();
-  if (options_.on_at_risk) {
-    watcher_ = std::thread(&Heartbeat::Watch, this);
-    watcher_id_ = watcher_.get_id();
+  {
+    // Each thread's first act is to take the mutex, so it sees its id.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!options_.group) {
+      thread_ = std::thread(&Heartbeat::Run, this);
+      thread_id_ = thread_.get_id();
+    }
+    if (options_.on_at_risk) {
+      watcher_ = std::thread(&Heartbeat::Watch, this);
+      watcher_id_ = watcher_.get_id();
+    }
   }
+  if (options_.group) options_.group->Add(this);
 }
 
 Heartbeat::Clock::time_point Heartbeat::Now() const {
@@ -136,6 +141,9 @@ bool Heartbeat::Stop() {
     on_watcher = std::this_thread::get_id() == watcher_id_;
   }
   wake_.notify_all();
+  // Leaves its group, waiting for a report to this lock in progress (its
+  // on_lost) unless called on the group's thread, which makes it.
+  if (options_.group) options_.group->Remove(this);
   // Neither thread waits for the other, so whichever calls this can wait
   // for the other one.
   if (!on_thread && thread_.joinable()) thread_.join();
@@ -144,6 +152,7 @@ bool Heartbeat::Stop() {
 }
 
 bool Heartbeat::OnHeartbeatThread() const {
+  if (options_.group) return options_.group->OnThread();
   std::lock_guard<std::mutex> lock(mutex_);
   return std::this_thread::get_id() == thread_id_;
 }
@@ -177,26 +186,67 @@ void Heartbeat::DeliverLost(const std::string &reason) {
   }
 }
 
+Heartbeat::Due Heartbeat::DueLocked(Clock::time_point now) const {
+  Due due;
+  if (stopped_ || !lost_reason_.empty()) return due;  // kDone
+  due.deadline = DeadlineLocked();
+  due.period = Period();
+  due.next = valid_from_ + due.period;
+  if (now >= due.deadline) {
+    due.state = Due::kLate;
+  } else {
+    due.state = now < due.next ? Due::kWaiting : Due::kDue;
+  }
+  return due;
+}
+
+Heartbeat::Due Heartbeat::Look(Clock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return DueLocked(now);
+}
+
+void Heartbeat::ReportLate() {
+  // Woken late (the process was paused): too late to renew, and a lock that
+  // may have been given away must not be revived.
+  MarkLost("not renewed before the lock's safe deadline (" + MarginText() +
+           "); was the process paused?");
+}
+
+bool Heartbeat::Apply(Renewal outcome, Clock::time_point sent, const std::string &failure) {
+  if (failure.empty() && outcome == Renewal::kRenewed) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    valid_from_ = std::max(valid_from_, sent);
+    // A late renewal that was sent long ago does not end the stall: the
+    // lock is as short-lived as before, and one warning is enough.
+    if (Now() < valid_from_ + AtRiskAfter()) warned_ = false;
+    wake_.notify_all();  // the watch thread's next time to look moved
+    return true;
+  }
+  if (failure.empty() && outcome == Renewal::kTimedOut) {
+    ReportTimedOut();
+  } else {
+    MarkLost(failure.empty() ? "renewal refused: " + options_.refused
+                             : "renewal failed: " + failure);
+  }
+  return false;
+}
+
 void Heartbeat::Run() {
   try {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      if (stopped_ || !lost_reason_.empty()) return;
       const Clock::time_point now = Now();
-      const Clock::time_point deadline = DeadlineLocked();
-      if (now >= deadline) {
-        // Woken late (the process was paused): too late to renew, and a
-        // lock that may have been given away must not be revived.
+      const Due due = DueLocked(now);
+      if (due.state == Due::kDone) return;
+      if (due.state == Due::kLate) {
         lock.unlock();
-        MarkLost("not renewed before the lock's safe deadline (" + MarginText() +
-                 "); was the process paused?");
+        ReportLate();
         return;
       }
-      const Clock::time_point next = valid_from_ + Period();
-      if (now < next) {
+      if (due.state == Due::kWaiting) {
         // A duration, not a time point: the clock may be a test's.  Wake for
         // the deadline too, in case the renewal is due after it.
-        wake_.wait_for(lock, std::min(next, deadline) - now);
+        wake_.wait_for(lock, std::min(due.next, due.deadline) - now);
         continue;
       }
       lock.unlock();
@@ -205,28 +255,14 @@ void Heartbeat::Run() {
       std::string failure;
       Renewal outcome = Renewal::kRefused;
       try {
-        outcome = options_.renew(deadline);
+        outcome = options_.renew(due.deadline);
       } catch (const std::exception &error) {
         failure = error.what();
       } catch (...) {
         failure = "unknown exception";
       }
-      if (outcome == Renewal::kRenewed) {
-        lock.lock();
-        valid_from_ = std::max(valid_from_, sent);
-        // A late renewal that was sent long ago does not end the stall: the
-        // lock is as short-lived as before, and one warning is enough.
-        if (Now() < valid_from_ + AtRiskAfter()) warned_ = false;
-        wake_.notify_all();  // the watch thread's next time to look moved
-        continue;
-      }
-      if (outcome == Renewal::kTimedOut) {
-        ReportTimedOut();
-      } else {
-        MarkLost(failure.empty() ? "renewal refused: " + options_.refused
-                                 : "renewal failed: " + failure);
-      }
-      return;
+      if (!Apply(outcome, sent, failure)) return;
+      lock.lock();
     }
   } catch (...) {
     // Only the mutex or an allocation could throw; never let it out of the thread.
@@ -291,6 +327,291 @@ void Heartbeat::Watch() {
     // Only the mutex or an allocation could throw: no warning then, the
     // heartbeat thread still reports the loss.
   }
+}
+
+// ---- HeartbeatGroup: one thread for many locks ------------------------------
+//
+// The group's thread looks at every lock (Heartbeat::Look, under the group's
+// mutex and then the lock's: that order only), reports those it finds past
+// their deadline, and sends the batch of those due.  Reports (Answer,
+// TimedOut, ReportLate: on_lost may run) are made outside the group's mutex,
+// each to a lock "claimed" under it: Remove() from another thread takes the
+// lock out of the group and of the round, and waits only while it is
+// claimed, so that once Stop() returned the group never touches it again,
+// and a Stop() never waits for a batch in flight, nor for another lock's
+// on_lost.  From the group's thread (an on_lost that stops or destroys a
+// lock of the group) Remove() waits for nothing: the thread is there.
+
+HeartbeatGroup::HeartbeatGroup(Options options) : options_(std::move(options)) {
+  if (!options_.renew) throw std::invalid_argument("a heartbeat group needs a renewal function");
+}
+
+HeartbeatGroup::~HeartbeatGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ending_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // cannot happen: a lock that reports keeps the group
+    } else {
+      thread_.join();
+    }
+  }
+}
+
+std::size_t HeartbeatGroup::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return locks_.size();
+}
+
+bool HeartbeatGroup::OnThread() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::this_thread::get_id() == thread_id_;
+}
+
+HeartbeatGroup::Clock::time_point HeartbeatGroup::Now() const {
+  return options_.now ? options_.now() : Clock::now();
+}
+
+void HeartbeatGroup::Add(Heartbeat *heartbeat) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  locks_.push_back(heartbeat);
+  if (!thread_.joinable()) {
+    // The thread's first act is to take the mutex, so it sees its id.
+    thread_ = std::thread(&HeartbeatGroup::Run, this);
+    thread_id_ = thread_.get_id();
+  }
+  wake_.notify_all();
+}
+
+void HeartbeatGroup::Remove(Heartbeat *heartbeat) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  locks_.erase(std::remove(locks_.begin(), locks_.end(), heartbeat), locks_.end());
+  round_.erase(std::remove(round_.begin(), round_.end(), heartbeat), round_.end());
+  wake_.notify_all();
+  if (std::this_thread::get_id() == thread_id_) return;
+  claimed_.wait(lock, [&] { return claim_ != heartbeat; });
+}
+
+bool HeartbeatGroup::Claim(Heartbeat *heartbeat) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::find(round_.begin(), round_.end(), heartbeat) == round_.end()) return false;
+  claim_ = heartbeat;
+  return true;
+}
+
+void HeartbeatGroup::Unclaim() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    claim_ = nullptr;
+  }
+  claimed_.notify_all();
+}
+
+void HeartbeatGroup::Run() {
+  for (;;) {
+    try {
+      Loop();
+      return;
+    } catch (...) {
+      // Only a mutex or an allocation could throw (renew's exceptions are
+      // the round's): what the group renews now is lost, as when a lock's
+      // own heartbeat thread fails; what comes later is renewed.
+      std::vector<Heartbeat *> locks;
+      try {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          locks = locks_;
+          round_ = locks_;
+        }
+        for (Heartbeat *heartbeat : locks) {
+          if (!Claim(heartbeat)) continue;
+          heartbeat->MarkLost("heartbeat thread failed");
+          Unclaim();
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        round_.clear();
+      } catch (...) {
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void HeartbeatGroup::Loop() {
+  using Due = Heartbeat::Due;
+  bool idle = true;  // no renewal since the last idle call
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (ending_) return;
+    if (locks_.empty()) {
+      if (!idle) {
+        idle = true;
+        if (options_.idle) {
+          lock.unlock();
+          try {
+            options_.idle();
+          } catch (...) {
+          }
+          lock.lock();
+        }
+        continue;
+      }
+      wake_.wait(lock);
+      continue;
+    }
+    const Clock::time_point now = Now();
+    std::vector<Heartbeat *> late;
+    std::vector<std::pair<Heartbeat *, Due>> live;
+    bool any_due = false;
+    Clock::time_point wake_at = Clock::time_point::max();
+    for (Heartbeat *heartbeat : locks_) {
+      const Due due = heartbeat->Look(now);
+      switch (due.state) {
+        case Due::kDone:
+          break;  // lost or stopped: it leaves when its holder stops it
+        case Due::kLate:
+          late.push_back(heartbeat);
+          break;
+        case Due::kWaiting:
+          wake_at = std::min(wake_at, std::min(due.next, due.deadline));
+          live.emplace_back(heartbeat, due);
+          break;
+        case Due::kDue:
+          any_due = true;
+          live.emplace_back(heartbeat, due);
+          break;
+      }
+    }
+    if (late.empty() && !any_due) {
+      // Durations, as in Heartbeat::Run: the clock may be a test's.
+      if (wake_at == Clock::time_point::max()) {
+        wake_.wait(lock);
+      } else {
+        wake_.wait_for(lock, wake_at - now);
+      }
+      continue;
+    }
+    // The batch: what is due or due within half its period, then whatever
+    // must be renewed before the batch's deadline (including a lock only
+    // moves that deadline earlier, and one pass takes all it concerns).
+    std::vector<Heartbeat *> batch;
+    Clock::time_point deadline = Clock::time_point::max();
+    std::vector<bool> taken(live.size(), false);
+    if (any_due) {
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        const Due &due = live[i].second;
+        if (due.state == Due::kDue || due.next - now <= due.period / 2) {
+          taken[i] = true;
+          deadline = std::min(deadline, due.deadline);
+        }
+      }
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        if (!taken[i] && live[i].second.deadline <= deadline) taken[i] = true;
+      }
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        if (taken[i]) batch.push_back(live[i].first);
+      }
+    }
+    round_ = late;
+    round_.insert(round_.end(), batch.begin(), batch.end());
+    lock.unlock();
+
+    for (Heartbeat *heartbeat : late) {
+      if (!Claim(heartbeat)) continue;
+      heartbeat->ReportLate();
+      Unclaim();
+    }
+    if (!batch.empty()) {
+      idle = false;
+      Round round(*this, std::move(batch));
+      try {
+        options_.renew(round);
+        round.Finish();
+      } catch (const std::exception &error) {
+        round.Fail(error.what());
+      } catch (...) {
+        round.Fail("unknown exception");
+      }
+    }
+
+    lock.lock();
+    round_.clear();
+  }
+}
+
+HeartbeatGroup::Round::Round(HeartbeatGroup &group, std::vector<Heartbeat *> locks)
+    : group_(group),
+      heartbeats_(std::move(locks)),
+      locks_(heartbeats_.begin(), heartbeats_.end()),
+      answered_(heartbeats_.size(), false) {}
+
+HeartbeatGroup::Clock::time_point HeartbeatGroup::Round::deadline() const {
+  Clock::time_point earliest = Clock::time_point::max();
+  std::lock_guard<std::mutex> lock(group_.mutex_);
+  for (std::size_t i = 0; i < heartbeats_.size(); ++i) {
+    if (answered_[i]) continue;
+    Heartbeat *heartbeat = heartbeats_[i];
+    if (std::find(group_.round_.begin(), group_.round_.end(), heartbeat) == group_.round_.end()) {
+      continue;  // it left the group
+    }
+    earliest = std::min(earliest, heartbeat->deadline());
+  }
+  return earliest;
+}
+
+void HeartbeatGroup::Round::Answer(std::size_t i, Clock::time_point sent,
+                                   Heartbeat::Renewal renewal, const std::string &failure) {
+  if (i >= heartbeats_.size() || answered_[i]) return;
+  answered_[i] = true;
+  if (!group_.Claim(heartbeats_[i])) return;
+  try {
+    // kTimedOut is no answer: what TimedOut() says of it.
+    if (renewal == Heartbeat::Renewal::kTimedOut && failure.empty()) {
+      if (group_.Now() >= heartbeats_[i]->deadline()) heartbeats_[i]->ReportTimedOut();
+    } else {
+      heartbeats_[i]->Apply(renewal, sent, failure);
+    }
+  } catch (...) {
+    group_.Unclaim();
+    throw;
+  }
+  group_.Unclaim();
+}
+
+void HeartbeatGroup::Round::TimedOut() {
+  const Clock::time_point now = group_.Now();
+  for (std::size_t i = 0; i < heartbeats_.size(); ++i) {
+    if (answered_[i]) continue;
+    Heartbeat *heartbeat = heartbeats_[i];
+    if (!group_.Claim(heartbeat)) {
+      answered_[i] = true;  // it left the group
+      continue;
+    }
+    if (now >= heartbeat->deadline()) {
+      answered_[i] = true;
+      heartbeat->ReportTimedOut();
+    }
+    group_.Unclaim();
+  }
+}
+
+void HeartbeatGroup::Round::Fail(const std::string &failure) {
+  for (std::size_t i = 0; i < heartbeats_.size(); ++i) {
+    try {
+      Answer(i, Clock::time_point(), Heartbeat::Renewal::kRefused,
+             failure.empty() ? std::string("unknown failure") : failure);
+    } catch (...) {
+    }
+  }
+}
+
+void HeartbeatGroup::Round::Finish() {
+  // Locks renew left unanswered: lost if their deadline has passed, asked
+  // again in the next round otherwise.
+  TimedOut();
 }
 
 }  // namespace pg_fencing::client

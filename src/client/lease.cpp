@@ -10,8 +10,8 @@
 // deadline forward, and reports the loss (on_lost) as soon as it sees that no
 // renewal can land before the deadline any more.
 //
-// Connections.  The lease uses one connection, heartbeat_conn_, for the
-// acquire, every renewal and the release:
+// Connections.  A lease made without a Client uses one connection,
+// heartbeat_conn_, for the acquire, every renewal and the release:
 //  - acquiring on it proves, before the constructor returns, that the
 //    connection the heartbeat depends on works; there is no window in which
 //    the lease is granted but its heartbeat cannot connect;
@@ -20,6 +20,16 @@
 //  - one connection per lease, not two.
 // The connection belongs to the constructor until the thread starts, then to
 // the thread, then (after the thread has been joined) to GiveBack().
+//
+// A lease made with a Client is renewed by the client's heartbeat
+// (SharedHeartbeat, shared_heartbeat.cpp), with the client's other sessions
+// and leases, on the client's one heartbeat connection.  Its acquire (and
+// the renewal right after a long wait) go on a connection of the lease's,
+// closed once the heartbeat has it; its release on a new one, made for it
+// (GiveBack): the release is not sent on the heartbeat connection, where a
+// release stuck behind a row lock would hold up every renewal.  All use the
+// client's conninfo, so the role that acquired is the one that renews and
+// releases.
 //
 // Renewals are sent asynchronously (detail::BooleanByDeadline,
 // deadline_query.hpp: pqxx::pipeline, then poll() on the
@@ -33,6 +43,7 @@
 #include <utility>
 
 #include "deadline_query.hpp"
+#include "shared_heartbeat.hpp"
 #include "pg_fencing/client.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
 #include "sql_text.hpp"
@@ -125,7 +136,41 @@ std::optional<Token> AcquireWaiting(pqxx::connection &conn, const LeaseOptions &
 
 }  // namespace
 
-Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
+// ---- Client ------------------------------------------------------------------
+
+Client::Client(std::string conninfo)
+    : heartbeat_(std::make_shared<detail::SharedHeartbeat>(std::move(conninfo))) {}
+
+Client::~Client() = default;
+
+const std::string &Client::conninfo() const noexcept { return heartbeat_->conninfo(); }
+
+std::size_t Client::renewing() const { return heartbeat_->size(); }
+
+std::string Client::ConninfoFor(const std::string &given, const std::string &what) const {
+  if (!given.empty() && given != conninfo()) {
+    throw std::invalid_argument(what +
+                                ": made with a Client, it uses the client's conninfo; leave "
+                                "conninfo empty, or give the client's");
+  }
+  return conninfo();
+}
+
+// ---- Lease ---------------------------------------------------------------------
+
+Lease::Lease(LeaseOptions options) : Lease(std::move(options), nullptr) {}
+
+Lease::Lease(Client &client, LeaseOptions options)
+    : Lease(
+          [&] {
+            options.conninfo =
+                client.ConninfoFor(options.conninfo, "lock \"" + options.lock_name + "\"");
+            return std::move(options);
+          }(),
+          client.heartbeat_) {}
+
+Lease::Lease(LeaseOptions options, std::shared_ptr<detail::SharedHeartbeat> shared)
+    : options_(std::move(options)), shared_(std::move(shared)) {
   if (options_.on_at_risk) {
     Heartbeat::CheckAtRiskFraction(options_.ttl, options_.heartbeat, options_.at_risk_fraction,
                                    Describe());
@@ -168,22 +213,39 @@ Lease::Lease(LeaseOptions options) : options_(std::move(options)) {
     Heartbeat::Options heartbeat;
     heartbeat.ttl = options_.ttl;
     heartbeat.period = options_.heartbeat;
-    heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
+    if (shared_) {
+      heartbeat.group = detail::SharedHeartbeat::Group(shared_);
+    } else {
+      heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
+    }
     heartbeat.refused = "the lease expired, was released or revoked, or was taken over";
     heartbeat.on_lost = options_.on_lost;
     heartbeat.on_at_risk = options_.on_at_risk;
     heartbeat.at_risk_fraction = options_.at_risk_fraction;
     heartbeat_ = std::make_unique<Heartbeat>(std::move(heartbeat), valid_from);
+    if (shared_) {
+      detail::HeartbeatTarget target;
+      target.lock_name = options_.lock_name;
+      target.token = token_;
+      target.ttl = options_.ttl;
+      shared_->Track(heartbeat_.get(), std::move(target));
+    }
     heartbeat_->Start();
   } catch (...) {
     // No destructor will run: give the lock back rather than let it linger
     // for a whole ttl.
+    if (shared_ && heartbeat_) {
+      heartbeat_->Stop();
+      shared_->Untrack(heartbeat_.get());
+    }
     try {
       ReleaseOn(*heartbeat_conn_, options_.lock_name, token_);
     } catch (...) {
     }
     throw;
   }
+  // The client's heartbeat renews it: the acquire's connection is done.
+  if (shared_) heartbeat_conn_.reset();
 }
 
 Lease::~Lease() {
@@ -202,6 +264,7 @@ Lease::~Lease() {
   } catch (...) {
     // A destructor must not throw; the server ends the lease after ttl.
   }
+  if (shared_) shared_->Untrack(heartbeat_.get());
 }
 
 std::string Lease::Describe() const {
@@ -233,6 +296,11 @@ bool Lease::Release() {
 }
 
 bool Lease::GiveBack() {
+  // With a Client's heartbeat: on a connection made for it, and closed.
+  if (shared_) {
+    pqxx::connection conn(options_.conninfo);
+    return ReleaseOn(conn, options_.lock_name, token_);
+  }
   // Called from on_lost.  If the renewal that timed out is still on the
   // wire, the connection cannot take the release; the lease is lost anyway.
   if (heartbeat_->OnHeartbeatThread() && renew_in_flight_) return false;

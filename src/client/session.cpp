@@ -7,11 +7,24 @@
 // heartbeat's, minus its safety margin) never claims a session, nor any
 // lease in it, that the server may have ended.
 //
-// Connections.  Two, both from options.conninfo, so both as the role that
-// opened the session: the heartbeat's, which opened the session and then
-// renews it (a renewal must never queue behind an acquire that waits), and
-// the work connection, on which Acquire, AcquireAll, Release and Close take
-// turns under work_mutex_.
+// Connections.  Made without a Client: two, both from options.conninfo, so
+// both as the role that opened the session: the heartbeat's, which opened
+// the session and then renews it (a renewal must never queue behind an
+// acquire that waits), and the work connection, on which Acquire,
+// AcquireAll, Release and Close take turns under work_mutex_.  Made with a
+// Client: the work connection only, on which the session is opened, from
+// the client's conninfo; the client's heartbeat (SharedHeartbeat,
+// shared_heartbeat.cpp) renews it, on the client's one connection, in one
+// statement with every other session and lease of the client's that is
+// due; so a renewal still never queues behind an acquire.  The close stays
+// on the work connection either way: a wait in line gives the connection
+// up between its polls, and Close() wakes a wait that sleeps (closed_,
+// line_wake_), which then ends (CheckHeld), so the close ends a wait on
+// another thread rather than queueing behind it.  (A wait in CALL
+// fencing_await, or one that listens, keeps the connection, as before.)
+// Sending the close on the shared heartbeat connection instead would put a
+// statement that may wait on the session's locks in front of every
+// renewal of the client.
 //
 // Waiting in line (extension 1.10).  A wait in the session, for an
 // exclusive lease, a shared lease or a permit, is a place in the lock's
@@ -62,6 +75,7 @@
 #include <utility>
 
 #include "deadline_query.hpp"
+#include "shared_heartbeat.hpp"
 #include "pg_fencing/pqxx_compat.hpp"
 #include "pg_fencing/session.hpp"
 #include "sql_text.hpp"
@@ -214,17 +228,29 @@ class LineListener {
 
 }  // namespace
 
-Session::Session(SessionOptions options) : options_(std::move(options)) {
+Session::Session(SessionOptions options) : Session(std::move(options), nullptr) {}
+
+Session::Session(Client &client, SessionOptions options)
+    : Session(
+          [&] {
+            options.conninfo = client.ConninfoFor(options.conninfo,
+                                                  "fencing session of \"" + options.holder + "\"");
+            return std::move(options);
+          }(),
+          client.heartbeat_) {}
+
+Session::Session(SessionOptions options, std::shared_ptr<detail::SharedHeartbeat> shared)
+    : options_(std::move(options)), shared_(std::move(shared)) {
   const std::string what = "fencing session of \"" + options_.holder + "\"";
   Heartbeat::CheckTiming(options_.ttl, options_.heartbeat, what);
   if (options_.line_poll.count() <= 0) {
     throw std::invalid_argument(what + ": line_poll must be positive");
   }
-  heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
+  if (!shared_) heartbeat_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
   work_conn_ = std::make_unique<pqxx::connection>(options_.conninfo);
   const Clock::time_point sent = Clock::now();
   {
-    pqxx::nontransaction tx(*heartbeat_conn_);
+    pqxx::nontransaction tx(shared_ ? *work_conn_ : *heartbeat_conn_);
     id_ = pqxx_compat::ExecParams1(tx, "SELECT fencing_session_open($1, $2::interval)",
                                    options_.holder, IntervalText(options_.ttl))[0]
               .as<std::int64_t>();
@@ -233,12 +259,26 @@ Session::Session(SessionOptions options) : options_(std::move(options)) {
     Heartbeat::Options heartbeat;
     heartbeat.ttl = options_.ttl;
     heartbeat.period = options_.heartbeat;
-    heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
+    if (shared_) {
+      heartbeat.group = detail::SharedHeartbeat::Group(shared_);
+    } else {
+      heartbeat.renew = [this](Clock::time_point deadline) { return Renew(deadline); };
+    }
     heartbeat.refused = "the session ended, or was closed";
     heartbeat.on_lost = options_.on_lost;
     heartbeat_ = std::make_unique<Heartbeat>(std::move(heartbeat), sent);
+    if (shared_) {
+      detail::HeartbeatTarget target;
+      target.session = id_;
+      target.ttl = options_.ttl;
+      shared_->Track(heartbeat_.get(), std::move(target));
+    }
     heartbeat_->Start();
   } catch (...) {
+    if (shared_ && heartbeat_) {
+      heartbeat_->Stop();
+      shared_->Untrack(heartbeat_.get());
+    }
     // No destructor will run: close it rather than let it linger a ttl.
     try {
       pqxx::nontransaction tx(*work_conn_);
@@ -255,6 +295,7 @@ Session::~Session() {
   } catch (...) {
     // A destructor must not throw; the server ends the session after ttl.
   }
+  if (shared_) shared_->Untrack(heartbeat_.get());
 }
 
 bool Session::held() const { return heartbeat_->held(); }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -1861,6 +1862,392 @@ TEST_F(ClientTest, ExecFencedThrowsLeaseEndedErrorForACommitAfterTheLease) {
   EXPECT_NE(pqxx_compat::Exec1(tx, "SELECT coalesce(val, '') FROM " + table + " WHERE id = 1")[0]
                 .as<std::string>(),
             "late");
+}
+
+// ---- One heartbeat per Client ---------------------------------------------------
+
+// What pg_stat_activity shows of the connections named `app`: how many,
+// the pids of those whose last statement renewed (the heartbeat's), and
+// whether one of those, idle, holds a transaction, a snapshot or an xid.
+struct ClientBackends {
+  int total = 0;
+  std::set<int> heartbeats;
+  bool heartbeat_holds = false;
+};
+ClientBackends BackendsOf(pqxx::connection &conn, const std::string &app) {
+  pqxx::nontransaction tx(conn);
+  const pqxx::result rows = pqxx_compat::ExecParams(
+      tx,
+      "SELECT pid, query LIKE '%fencing_session_renew(%' OR query LIKE '%fencing_renew(%', "
+      "state = 'idle in transaction' OR state = 'idle in transaction (aborted)' "
+      "OR (state = 'idle' AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)) "
+      "FROM pg_stat_activity WHERE application_name = $1",
+      app);
+  ClientBackends backends;
+  for (pqxx::result::size_type i = 0; i < rows.size(); ++i) {
+    const auto row = rows[i];
+    ++backends.total;
+    if (!row[1].as<bool>()) continue;
+    backends.heartbeats.insert(row[0].as<int>());
+    if (row[2].as<bool>()) backends.heartbeat_holds = true;
+  }
+  return backends;
+}
+
+// Waits up to a second for the client's heartbeat connection (made with
+// its first renewal): its pid, or 0.
+int HeartbeatPid(pqxx::connection &conn, const std::string &app) {
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    const ClientBackends backends = BackendsOf(conn, app);
+    if (backends.heartbeats.size() == 1) return *backends.heartbeats.begin();
+    if (Since(start) > 1000) return 0;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// A plain lease made with client (options with the client's conninfo), its
+// loss told to lost.
+std::unique_ptr<Lease> ClientLease(Client &client, LeaseOptions options, LostProbe &lost) {
+  options.conninfo.clear();  // the client's
+  options.on_lost = lost.Callback();
+  return std::make_unique<Lease>(client, options);
+}
+
+// Twenty sessions (each with a lease) and a plain lease from one Client:
+// the server sees their twenty work connections and one heartbeat
+// connection, the same one for several ttls, idle between its rounds with
+// no transaction and no snapshot, and every one of them renewed throughout;
+// once they are gone, so is the heartbeat connection.
+TEST_F(ClientTest, ClientRenewsManySessionsAndALeaseOnOneHeartbeatConnection) {
+  constexpr int kSessions = 20;
+  const std::string app = "ct_client_one_" + std::to_string(getpid());
+  Client client(std::string(Dsn()) + " application_name=" + app);
+  std::vector<std::unique_ptr<LostProbe>> lost;
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kSessions; ++i) {
+    lost.push_back(std::make_unique<LostProbe>());
+    SessionOptions options;  // no conninfo: the client's
+    options.holder = "many-" + std::to_string(i);
+    options.ttl = 1000ms;
+    options.on_lost = lost.back()->Callback();
+    sessions.push_back(std::make_unique<Session>(client, options));
+    ids.push_back(std::to_string(sessions.back()->id()));
+    ASSERT_TRUE(sessions.back()->Acquire(Name("s" + std::to_string(i))));
+  }
+  const std::string lock = Name("plain");
+  LostProbe lease_lost;
+  LeaseOptions lease_options = Options(lock, "plain", 1000ms);
+  lease_options.on_lost = lease_lost.Callback();
+  lease_options.conninfo = client.conninfo();  // given, it must be the client's
+  auto lease = std::make_unique<Lease>(client, lease_options);
+  EXPECT_EQ(client.renewing(), static_cast<std::size_t>(kSessions + 1));
+
+  const Clock::time_point start = Clock::now();
+  std::set<int> heartbeat_pids;
+  int looks = 0;
+  while (Since(start) < 3000) {  // three ttls
+    std::this_thread::sleep_for(250ms);
+    for (int i = 0; i < kSessions; ++i) {
+      ASSERT_TRUE(sessions[i]->held())
+          << "session " << i << " after " << Since(start) << " ms: " << sessions[i]->lost_reason();
+    }
+    ASSERT_TRUE(lease->held()) << lease->lost_reason();
+    const ClientBackends backends = BackendsOf(*conn_, app);
+    EXPECT_LE(backends.heartbeats.size(), 1u) << "after " << Since(start) << " ms";
+    if (backends.heartbeats.empty()) continue;  // the first renewal is not sent yet
+    ++looks;
+    EXPECT_EQ(backends.total, kSessions + 1)
+        << "the sessions' work connections and one heartbeat connection";
+    EXPECT_FALSE(backends.heartbeat_holds)
+        << "the heartbeat connection holds a transaction or a snapshot between rounds";
+    heartbeat_pids.insert(backends.heartbeats.begin(), backends.heartbeats.end());
+  }
+  EXPECT_GE(looks, 10);
+  EXPECT_EQ(heartbeat_pids.size(), 1u) << "one heartbeat connection all along";
+  {
+    // Renewed, not just opened for long: every end moved past 2.5 ttls.
+    std::string array = "{";
+    for (std::size_t i = 0; i < ids.size(); ++i) array += (i ? "," : "") + ids[i];
+    array += "}";
+    pqxx::nontransaction tx(*conn_);
+    EXPECT_EQ(pqxx_compat::ExecParams1(
+                  tx,
+                  "SELECT count(*)::int FROM fencing_sessions WHERE session_id = ANY($1::bigint[]) "
+                  "AND live AND expires_at > opened_at + interval '2.5 seconds'",
+                  array)[0]
+                  .as<int>(),
+              kSessions);
+  }
+  EXPECT_TRUE(Row(lock).live);
+  for (int i = 0; i < kSessions; ++i) EXPECT_EQ(lost[i]->calls(), 0) << lost[i]->reason();
+  EXPECT_EQ(lease_lost.calls(), 0) << lease_lost.reason();
+
+  // Nothing left to renew: the heartbeat connection is closed.
+  lease.reset();
+  sessions.clear();
+  EXPECT_EQ(client.renewing(), 0u);
+  const Clock::time_point gone = Clock::now();
+  while (BackendsOf(*conn_, app).total > 0 && Since(gone) < 2000) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(BackendsOf(*conn_, app).total, 0) << "a connection outlived what it served";
+  EXPECT_EQ(Leader(lock), std::nullopt) << "the lease was not released";
+}
+
+// One session closed and one lease released behind the client's back: each
+// is reported lost once, with the words of its own heartbeat, by the
+// client's one heartbeat thread, while the other sessions live on, renewed
+// on the same connection.
+TEST_F(ClientTest, ClientReportsALossForItsLockAloneAndRenewsTheOthers) {
+  constexpr int kSessions = 4;
+  const std::string app = "ct_client_loss_" + std::to_string(getpid());
+  Client client(std::string(Dsn()) + " application_name=" + app);
+  std::vector<std::unique_ptr<LostProbe>> lost;
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < kSessions; ++i) {
+    lost.push_back(std::make_unique<LostProbe>());
+    SessionOptions options;
+    options.holder = "loss-" + std::to_string(i);
+    options.ttl = 1000ms;
+    options.on_lost = lost.back()->Callback();
+    sessions.push_back(std::make_unique<Session>(client, options));
+    ASSERT_TRUE(sessions.back()->Acquire(Name("s" + std::to_string(i))));
+  }
+  const std::string lock = Name("plain");
+  LostProbe lease_lost;
+  const std::unique_ptr<Lease> lease = ClientLease(client, Options(lock, "plain", 1000ms), lease_lost);
+  const int pid = HeartbeatPid(*conn_, app);
+  ASSERT_NE(pid, 0) << "no heartbeat connection";
+
+  {
+    pqxx::nontransaction tx(*conn_);
+    ASSERT_EQ(pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", sessions[1]->id())[0]
+                  .as<int>(),
+              1);
+    ASSERT_TRUE(
+        pqxx_compat::ExecParams1(tx, "SELECT fencing_release($1, $2)", lock, lease->token())[0]
+            .as<bool>());
+  }
+  ASSERT_TRUE(lost[1]->WaitFor(2s)) << "the closed session's on_lost not called";
+  ASSERT_TRUE(lease_lost.WaitFor(2s)) << "the released lease's on_lost not called";
+  EXPECT_EQ(lost[1]->reason(), "renewal refused: the session ended, or was closed");
+  EXPECT_EQ(lease_lost.reason(),
+            "renewal refused: the lease expired, was released or revoked, or was taken over");
+  EXPECT_EQ(lost[1]->thread(), lease_lost.thread()) << "not the client's one heartbeat thread";
+  EXPECT_FALSE(sessions[1]->held());
+  EXPECT_FALSE(lease->held());
+
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 1500) {  // a ttl and a half more
+    std::this_thread::sleep_for(200ms);
+    for (int i = 0; i < kSessions; ++i) {
+      if (i == 1) continue;
+      ASSERT_TRUE(sessions[i]->held()) << "session " << i << ": " << sessions[i]->lost_reason();
+    }
+  }
+  for (int i = 0; i < kSessions; ++i) {
+    EXPECT_EQ(lost[i]->calls(), i == 1 ? 1 : 0) << "session " << i << ": " << lost[i]->reason();
+  }
+  EXPECT_EQ(lease_lost.calls(), 1);
+  const ClientBackends backends = BackendsOf(*conn_, app);
+  EXPECT_EQ(backends.heartbeats, std::set<int>{pid}) << "the heartbeat connection changed";
+  EXPECT_EQ(client.renewing(), static_cast<std::size_t>(kSessions + 1))
+      << "a lost lock leaves the heartbeat when its holder lets it go";
+}
+
+// The heartbeat connection terminated: what it renewed is lost, once each,
+// as a renewal that fails is, and the next session of the client is renewed
+// on a new connection.
+TEST_F(ClientTest, ClientHeartbeatConnectionThatDiesLosesWhatItRenewedAndIsMadeAgain) {
+  const std::string app = "ct_client_cut_" + std::to_string(getpid());
+  Client client(std::string(Dsn()) + " application_name=" + app);
+  std::vector<std::unique_ptr<LostProbe>> lost;
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 3; ++i) {
+    lost.push_back(std::make_unique<LostProbe>());
+    SessionOptions options;
+    options.holder = "cut-" + std::to_string(i);
+    options.ttl = 3000ms;
+    options.heartbeat = 300ms;
+    options.on_lost = lost.back()->Callback();
+    sessions.push_back(std::make_unique<Session>(client, options));
+  }
+  const int pid = HeartbeatPid(*conn_, app);
+  ASSERT_NE(pid, 0) << "no heartbeat connection";
+  {
+    pqxx::nontransaction tx(*conn_);
+    ASSERT_TRUE(pqxx_compat::ExecParams1(tx, "SELECT pg_terminate_backend($1)", pid)[0].as<bool>());
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(lost[i]->WaitFor(2s)) << "session " << i << ": on_lost not called";
+    EXPECT_NE(lost[i]->reason().find("renewal failed"), std::string::npos) << lost[i]->reason();
+    EXPECT_FALSE(sessions[i]->held());
+  }
+
+  SessionOptions options;
+  options.holder = "after";
+  options.ttl = 1000ms;
+  LostProbe after_lost;
+  options.on_lost = after_lost.Callback();
+  Session after(client, options);
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 1500) {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(after.held()) << after.lost_reason();
+  }
+  const int again = HeartbeatPid(*conn_, app);
+  EXPECT_NE(again, 0);
+  EXPECT_NE(again, pid);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(lost[i]->calls(), 1);
+  EXPECT_EQ(after_lost.calls(), 0) << after_lost.reason();
+}
+
+// The server refuses one lock's renewal with an error (a lease of a role
+// whose use of the lock was revoked: 42501), which fails the whole batch
+// statement: that lease alone is lost, as a renewal that fails is, and the
+// sessions it shared the statement with are renewed on, on the same
+// connection.
+TEST_F(ClientTest, ClientRenewsTheOthersWhenTheServerRefusesOneLocksRenewal) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to create a role";
+  const std::string lock = Name("granted");
+  const std::string role = "ct_client_user_" + std::to_string(getpid());
+  const std::string app = "ct_client_refused_" + std::to_string(getpid());
+  struct RoleGuard {
+    pqxx::connection &conn;
+    std::string role;
+    ~RoleGuard() {
+      try {
+        pqxx::nontransaction tx(conn);
+        pqxx_compat::Exec0(tx, "DROP ROLE IF EXISTS " + tx.quote_name(role));
+      } catch (...) {
+      }
+    }
+  };
+  {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::Exec0(tx, "CREATE ROLE " + tx.quote_name(role) + " LOGIN PASSWORD 'client'");
+    pqxx_compat::ExecParams(tx, "SELECT fencing_create_lock($1)", lock);
+    pqxx_compat::ExecParams(tx, "SELECT fencing_grant_lock($1, $2::regrole)", lock, role);
+  }
+  RoleGuard guard{*conn_, role};
+  {
+    Client client(std::string(Dsn()) + " user=" + role +
+                  " password=client application_name=" + app);
+    std::vector<std::unique_ptr<LostProbe>> lost;
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (int i = 0; i < 2; ++i) {
+      lost.push_back(std::make_unique<LostProbe>());
+      SessionOptions options;
+      options.holder = "granted-" + std::to_string(i);
+      options.ttl = 1000ms;
+      options.on_lost = lost.back()->Callback();
+      sessions.push_back(std::make_unique<Session>(client, options));
+    }
+    LostProbe lease_lost;
+    const std::unique_ptr<Lease> lease = ClientLease(client, Options(lock, "granted", 1000ms), lease_lost);
+    const int pid = HeartbeatPid(*conn_, app);
+    ASSERT_NE(pid, 0) << "no heartbeat connection";
+    {
+      pqxx::nontransaction tx(*conn_);
+      ASSERT_TRUE(
+          pqxx_compat::ExecParams1(tx, "SELECT fencing_revoke_lock($1, $2::regrole)", lock, role)[0]
+              .as<bool>());
+    }
+    ASSERT_TRUE(lease_lost.WaitFor(2s)) << "the lease's on_lost not called";
+    EXPECT_NE(lease_lost.reason().find("renewal failed: "), std::string::npos)
+        << lease_lost.reason();
+    const Clock::time_point start = Clock::now();
+    while (Since(start) < 1500) {  // a ttl and a half
+      std::this_thread::sleep_for(200ms);
+      for (int i = 0; i < 2; ++i) {
+        ASSERT_TRUE(sessions[i]->held()) << "session " << i << ": " << sessions[i]->lost_reason();
+      }
+    }
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(lost[i]->calls(), 0) << lost[i]->reason();
+    EXPECT_EQ(lease_lost.calls(), 1);
+    EXPECT_EQ(BackendsOf(*conn_, app).heartbeats, std::set<int>{pid})
+        << "the heartbeat connection changed";
+  }
+  // Everything of the role's is closed before the role goes.
+  const Clock::time_point gone = Clock::now();
+  while (BackendsOf(*conn_, app).total > 0 && Since(gone) < 2000) {
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+// One session's renewal stuck behind a lock on its row: the statement is
+// given until the earliest deadline in it, that session is reported lost
+// by its own deadline, the stuck statement is cancelled, and the session
+// with the longer ttl is renewed on, on a new connection.
+TEST_F(ClientTest, ClientReportsAStuckRenewalByItsDeadlineAndRenewsTheRestOnANewConnection) {
+  if (!IsSuperuser()) GTEST_SKIP() << "needs a superuser to lock fencing_session";
+  const std::string app = "ct_client_stuck_" + std::to_string(getpid());
+  Client client(std::string(Dsn()) + " application_name=" + app);
+  const milliseconds short_ttl = 1000ms;
+  LostProbe stuck_lost, other_lost;
+  SessionOptions options;
+  options.holder = "stuck";
+  options.ttl = short_ttl;
+  options.on_lost = stuck_lost.Callback();
+  Session stuck(client, options);
+  options.holder = "other";
+  options.ttl = 3000ms;
+  options.on_lost = other_lost.Callback();
+  Session other(client, options);
+  const int pid = HeartbeatPid(*conn_, app);
+  ASSERT_NE(pid, 0) << "no heartbeat connection";
+
+  pqxx::connection blocker_conn(Dsn());
+  pqxx::work blocker(blocker_conn);
+  pqxx_compat::ExecParams1(
+      blocker, "SELECT 1 FROM fencing_session WHERE session_id = $1 FOR UPDATE", stuck.id());
+  const Clock::time_point blocked = Clock::now();
+  ASSERT_TRUE(stuck_lost.WaitFor(3s)) << "on_lost not called while the renewal hung";
+  // The last renewal that got through was sent before the row was locked.
+  EXPECT_LT(Ms(stuck_lost.at() - blocked),
+            (short_ttl - Lease::SafetyMargin(short_ttl)).count() + 150);
+  EXPECT_NE(stuck_lost.reason().find("renewal got no answer before the lock's safe deadline"),
+            std::string::npos)
+      << stuck_lost.reason();
+  // The stuck statement is cancelled, not left waiting for the row.
+  const auto waiting = [&] {
+    pqxx::nontransaction tx(*conn_);
+    return pqxx_compat::ExecParams1(tx,
+                                    "SELECT count(*)::int FROM pg_stat_activity WHERE "
+                                    "application_name = $1 AND wait_event_type = 'Lock'",
+                                    app)[0]
+        .as<int>();
+  };
+  const Clock::time_point cancel = Clock::now();
+  while (waiting() != 0 && Since(cancel) < 2000) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(waiting(), 0) << "the stuck renewal was not cancelled";
+  const Clock::time_point start = Clock::now();
+  while (Since(start) < 1200) {  // the other's next renewal, on a new connection
+    std::this_thread::sleep_for(200ms);
+    ASSERT_TRUE(other.held()) << other.lost_reason();
+  }
+  EXPECT_EQ(other_lost.calls(), 0) << other_lost.reason();
+  EXPECT_EQ(stuck_lost.calls(), 1);
+  const ClientBackends backends = BackendsOf(*conn_, app);
+  EXPECT_EQ(backends.heartbeats.size(), 1u);
+  EXPECT_EQ(backends.heartbeats.count(pid), 0u) << "the stuck connection was reused";
+  blocker.abort();
+}
+
+TEST(ClientOptionsTest, ASessionOrLeaseOfAClientTakesItsConninfo) {
+  Client client("host=/nonexistent");  // never reached
+  SessionOptions session;
+  session.conninfo = "host=/elsewhere";
+  session.holder = "h";
+  EXPECT_THROW((Session{client, session}), std::invalid_argument);
+  LeaseOptions lease;
+  lease.conninfo = "host=/elsewhere";
+  lease.lock_name = "l";
+  lease.holder = "h";
+  EXPECT_THROW((Lease{client, lease}), std::invalid_argument);
+  EXPECT_EQ(client.renewing(), 0u);
 }
 
 // ---- LeaderWatch (watch.hpp) -----------------------------------------------------

@@ -1,5 +1,6 @@
 // Unit tests of pg_fencing::client::Heartbeat (include/pg_fencing/heartbeat.hpp),
-// the renewal loop of every lock the client library keeps alive: a fake
+// the renewal loop of every lock the client library keeps alive, and of
+// HeartbeatGroup, which renews many from one thread (a Client's): a fake
 // renewal stands for the service, and a clock the test can jump forward
 // stands for a paused process.  No server.
 #include "pg_fencing/heartbeat.hpp"
@@ -9,7 +10,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -497,6 +501,340 @@ TEST(HeartbeatAtRiskTest, FractionIsChecked) {
   EXPECT_NO_THROW(Heartbeat(options, Clock::now())) << "unused without on_at_risk";
   options.on_at_risk = [](const std::string &) {};
   EXPECT_THROW(Heartbeat(options, Clock::now()), std::invalid_argument);
+}
+
+// ---- HeartbeatGroup: one thread for many locks --------------------------------
+
+// A group whose fake service records each batch (the locks' numbers, the
+// thread it came on) and answers it as `answer` says.
+class FakeGroup {
+ public:
+  using Answerer =
+      std::function<void(HeartbeatGroup::Round &round, const std::vector<int> &numbers, int call)>;
+
+  FakeGroup(JumpingClock &clock, Answerer answer) : clock_(clock) {
+    HeartbeatGroup::Options options;
+    options.renew = [this, answer](HeartbeatGroup::Round &round) {
+      std::vector<int> numbers;
+      int call;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (const Heartbeat *heartbeat : round.locks()) numbers.push_back(numbers_.at(heartbeat));
+        batches_.push_back(numbers);
+        threads_.insert(std::this_thread::get_id());
+        call = static_cast<int>(batches_.size());
+      }
+      answer(round, numbers, call);
+    };
+    options.idle = [this] { ++idles_; };
+    options.now = clock.Function();
+    group_ = std::make_shared<HeartbeatGroup>(std::move(options));
+  }
+
+  // Lock `number` of the group, started, its losses told to probe.
+  std::unique_ptr<Heartbeat> Add(int number, milliseconds ttl, Probe &probe) {
+    return Add(number, ttl, [&probe](const std::string &reason) { probe.Lost(reason); });
+  }
+  std::unique_ptr<Heartbeat> Add(int number, milliseconds ttl,
+                                 std::function<void(const std::string &)> on_lost) {
+    Heartbeat::Options options;
+    options.ttl = ttl;
+    options.refused = "the fake service said no";
+    options.on_lost = std::move(on_lost);
+    options.now = clock_.Function();
+    options.group = group_;
+    auto heartbeat = std::make_unique<Heartbeat>(std::move(options), clock_.Now());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      numbers_[heartbeat.get()] = number;
+    }
+    heartbeat->Start();
+    return heartbeat;
+  }
+
+  std::vector<std::vector<int>> batches() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batches_;
+  }
+  // How many batches renewed lock `number`.
+  int renewals(int number) const {
+    int n = 0;
+    for (const std::vector<int> &batch : batches())
+      for (const int in : batch) n += in == number;
+    return n;
+  }
+  std::size_t threads() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return threads_.size();
+  }
+  int idles() const { return idles_; }
+  HeartbeatGroup &group() { return *group_; }
+
+ private:
+  JumpingClock &clock_;
+  mutable std::mutex mutex_;
+  std::map<const Heartbeat *, int> numbers_;
+  std::vector<std::vector<int>> batches_;
+  std::set<std::thread::id> threads_;
+  std::atomic<int> idles_{0};
+  std::shared_ptr<HeartbeatGroup> group_;
+};
+
+// Answers every lock of the batch as renewed, from the batch's send time.
+FakeGroup::Answerer AllRenewed(JumpingClock &clock) {
+  return [&clock](HeartbeatGroup::Round &round, const std::vector<int> &numbers, int) {
+    const Clock::time_point sent = clock.Now();
+    for (std::size_t i = 0; i < numbers.size(); ++i) {
+      round.Answer(i, sent, Heartbeat::Renewal::kRenewed);
+    }
+  };
+}
+
+// Ten locks, added a few ms apart: one thread renews them, in batches (all
+// ten in one once they fell into step), about once a period rather than
+// once a period per lock, and each is held throughout.
+TEST(HeartbeatGroupTest, OneThreadRenewsEveryLockInBatches) {
+  JumpingClock clock;
+  FakeGroup fake(clock, AllRenewed(clock));
+  std::vector<Probe> probes(10);
+  std::vector<std::unique_ptr<Heartbeat>> locks;
+  for (int i = 0; i < 10; ++i) {
+    locks.push_back(fake.Add(i, 300ms, probes[i]));  // a renewal every 100 ms
+    std::this_thread::sleep_for(7ms);
+  }
+  EXPECT_EQ(fake.group().size(), 10u);
+  for (int look = 0; look < 10; ++look) {
+    std::this_thread::sleep_for(100ms);
+    for (int i = 0; i < 10; ++i)
+      ASSERT_TRUE(locks[i]->held()) << i << ": " << locks[i]->lost_reason();
+  }
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_GE(fake.renewals(i), 5) << i;
+    EXPECT_EQ(probes[i].lost_calls(), 0) << probes[i].reason();
+  }
+  const std::vector<std::vector<int>> batches = fake.batches();
+  EXPECT_LE(batches.size(), 25u) << "about one batch a period, not one per lock";
+  EXPECT_EQ(batches.back().size(), 10u) << "not all in one batch";
+  EXPECT_EQ(fake.threads(), 1u);
+}
+
+// A refusal, or a failure of one lock's renewal, is that lock's loss alone,
+// reported once with the Heartbeat's words; the others are renewed on.
+TEST(HeartbeatGroupTest, ARefusalOrAFailureIsTheLossOfThatLockAlone) {
+  JumpingClock clock;
+  FakeGroup fake(clock,
+                 [&clock](HeartbeatGroup::Round &round, const std::vector<int> &numbers, int) {
+                   const Clock::time_point sent = clock.Now();
+                   for (std::size_t i = 0; i < numbers.size(); ++i) {
+                     if (numbers[i] == 3) {
+                       round.Answer(i, sent, Heartbeat::Renewal::kRefused);
+                     } else if (numbers[i] == 5) {
+                       round.Answer(i, sent, Heartbeat::Renewal::kRefused, "boom");
+                     } else {
+                       round.Answer(i, sent, Heartbeat::Renewal::kRenewed);
+                     }
+                   }
+                 });
+  std::vector<Probe> probes(8);
+  std::vector<std::unique_ptr<Heartbeat>> locks;
+  for (int i = 0; i < 8; ++i) locks.push_back(fake.Add(i, 300ms, probes[i]));
+  ASSERT_TRUE(probes[3].WaitLost(2s));
+  ASSERT_TRUE(probes[5].WaitLost(2s));
+  std::this_thread::sleep_for(600ms);  // two ttls
+  for (int i = 0; i < 8; ++i) {
+    if (i == 3 || i == 5) {
+      EXPECT_FALSE(locks[i]->held());
+      EXPECT_EQ(probes[i].lost_calls(), 1) << i;
+    } else {
+      EXPECT_TRUE(locks[i]->held()) << i << ": " << locks[i]->lost_reason();
+      EXPECT_EQ(probes[i].lost_calls(), 0) << i << ": " << probes[i].reason();
+    }
+  }
+  EXPECT_EQ(probes[3].reason(), "renewal refused: the fake service said no");
+  EXPECT_EQ(probes[5].reason(), "renewal failed: boom");
+  EXPECT_EQ(fake.renewals(3), 1) << "a lost lock is never renewed again";
+}
+
+// A batch of a short-lived lock (A) and a longer one (B) that gets no
+// answer: it is given until A's deadline, when A is reported lost; B, whose
+// deadline has not come, is renewed in the next round at once.
+TEST(HeartbeatGroupTest, NoAnswerLosesTheLocksPastTheirDeadlineAtItAndAsksTheRestAgain) {
+  JumpingClock clock;
+  std::atomic<long long> first_deadline_ns{0};
+  FakeGroup fake(clock, [&clock, &first_deadline_ns](HeartbeatGroup::Round &round,
+                                                     const std::vector<int> &numbers, int call) {
+    if (call == 1) {
+      const Clock::time_point deadline = round.deadline();
+      first_deadline_ns = deadline.time_since_epoch().count();
+      std::this_thread::sleep_until(deadline);  // the offset stays zero: real time
+      round.TimedOut();
+      return;
+    }
+    const Clock::time_point sent = clock.Now();
+    for (std::size_t i = 0; i < numbers.size(); ++i) {
+      round.Answer(i, sent, Heartbeat::Renewal::kRenewed);
+    }
+  });
+  Probe a_lost, b_lost;
+  const Clock::time_point start = clock.Now();
+  // A: renewal every 100 ms, deadline 250 ms; B: every 150 ms, deadline
+  // 400 ms, due 50 ms after A, within half its period: the same batch.
+  std::unique_ptr<Heartbeat> a = fake.Add(0, 300ms, a_lost);
+  std::unique_ptr<Heartbeat> b = fake.Add(1, 450ms, b_lost);
+  ASSERT_TRUE(a_lost.WaitLost(2s));
+  const Clock::time_point lost_at = clock.Now();
+  EXPECT_NE(a_lost.reason().find("no answer before the lock's safe deadline"), std::string::npos)
+      << a_lost.reason();
+  EXPECT_EQ(Clock::time_point(Clock::duration(first_deadline_ns.load())), a->deadline());
+  EXPECT_LT(lost_at - start, 400ms) << "reported long after A's deadline";
+  std::this_thread::sleep_for(700ms);
+  EXPECT_TRUE(b->held()) << b->lost_reason();
+  EXPECT_EQ(b_lost.lost_calls(), 0) << b_lost.reason();
+  const std::vector<std::vector<int>> batches = fake.batches();
+  ASSERT_GE(batches.size(), 2u);
+  EXPECT_EQ(batches[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(batches[1], (std::vector<int>{1}));
+  EXPECT_EQ(a_lost.lost_calls(), 1);
+}
+
+// A request that fails (throws) is the loss of every lock of the batch it
+// had not answered; the next round goes on with the rest.
+TEST(HeartbeatGroupTest, AFailedRequestIsTheLossOfTheLocksItDidNotAnswer) {
+  JumpingClock clock;
+  FakeGroup fake(clock,
+                 [&clock](HeartbeatGroup::Round &round, const std::vector<int> &numbers, int call) {
+                   const Clock::time_point sent = clock.Now();
+                   for (std::size_t i = 0; i < numbers.size(); ++i) {
+                     if (call == 1 && numbers[i] != 0)
+                       throw std::runtime_error("the fake connection broke");
+                     round.Answer(i, sent, Heartbeat::Renewal::kRenewed);
+                   }
+                 });
+  std::vector<Probe> probes(3);
+  std::vector<std::unique_ptr<Heartbeat>> locks;
+  for (int i = 0; i < 3; ++i) locks.push_back(fake.Add(i, 300ms, probes[i]));
+  ASSERT_TRUE(probes[1].WaitLost(2s));
+  ASSERT_TRUE(probes[2].WaitLost(2s));
+  EXPECT_EQ(probes[1].reason(), "renewal failed: the fake connection broke");
+  std::this_thread::sleep_for(600ms);
+  EXPECT_TRUE(locks[0]->held()) << locks[0]->lost_reason();
+  EXPECT_EQ(probes[0].lost_calls(), 0) << probes[0].reason();
+  EXPECT_EQ(probes[1].lost_calls(), 1);
+  EXPECT_EQ(probes[2].lost_calls(), 1);
+}
+
+// A paused process wakes up to every lock lost, each reported once, none
+// renewed again.
+TEST(HeartbeatGroupTest, APausedProcessWakesUpToEveryLockLostOnce) {
+  JumpingClock clock;
+  FakeGroup fake(clock, AllRenewed(clock));
+  std::vector<Probe> probes(3);
+  std::vector<std::unique_ptr<Heartbeat>> locks;
+  for (int i = 0; i < 3; ++i) locks.push_back(fake.Add(i, 300ms, probes[i]));
+  std::this_thread::sleep_for(150ms);
+  clock.Jump(10s);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(locks[i]->held());
+    ASSERT_TRUE(probes[i].WaitLost(2s)) << i;
+  }
+  const std::size_t batches = fake.batches().size();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(fake.batches().size(), batches);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(probes[i].reason().find("was the process paused?"), std::string::npos)
+        << probes[i].reason();
+    EXPECT_EQ(probes[i].lost_calls(), 1);
+  }
+}
+
+// Answers lock 0 as refused, the others as renewed.
+FakeGroup::Answerer RefuseTheFirst(JumpingClock &clock) {
+  return [&clock](HeartbeatGroup::Round &round, const std::vector<int> &numbers, int) {
+    const Clock::time_point sent = clock.Now();
+    for (std::size_t i = 0; i < numbers.size(); ++i) {
+      round.Answer(i, sent,
+                   numbers[i] == 0 ? Heartbeat::Renewal::kRefused : Heartbeat::Renewal::kRenewed);
+    }
+  };
+}
+
+// Stop() of one lock does not wait for another lock's on_lost in progress
+// (the holder's thread may hold what that on_lost waits for), but does wait
+// for its own: on_lost is never called after Stop() returned.  The last
+// lock to leave makes the group idle (its connection closed), once; a new
+// one is renewed again, by the same thread.
+TEST(HeartbeatGroupTest, StopWaitsForItsOwnOnLostOnlyAndTheLastToLeaveMakesItIdle) {
+  JumpingClock clock;
+  FakeGroup fake(clock, RefuseTheFirst(clock));
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool entered = false;
+  bool open = false;
+  std::atomic<int> x_lost{0};
+  Probe y_probe;
+  std::unique_ptr<Heartbeat> y = fake.Add(1, 300ms, y_probe);
+  std::unique_ptr<Heartbeat> x = fake.Add(0, 300ms, [&](const std::string &) {
+    std::unique_lock<std::mutex> lock(mutex);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+    ++x_lost;
+  });
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, 2s, [&] { return entered; })) << "x's on_lost not called";
+  }
+  Clock::time_point start = Clock::now();
+  EXPECT_TRUE(y->Stop());
+  EXPECT_LT(Clock::now() - start, 100ms) << "y's Stop() waited for x's on_lost";
+  std::thread opener([&] {
+    std::this_thread::sleep_for(200ms);
+    std::lock_guard<std::mutex> lock(mutex);
+    open = true;
+    cv.notify_all();
+  });
+  start = Clock::now();
+  EXPECT_TRUE(x->Stop());
+  EXPECT_GE(Clock::now() - start, 150ms) << "x's Stop() returned while its on_lost ran";
+  EXPECT_EQ(x_lost.load(), 1);
+  opener.join();
+  EXPECT_EQ(fake.group().size(), 0u);
+
+  for (int i = 0; i < 100 && fake.idles() == 0; ++i) std::this_thread::sleep_for(10ms);
+  const std::size_t batches = fake.batches().size();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(fake.idles(), 1);
+  EXPECT_EQ(fake.batches().size(), batches) << "renewals with no lock left";
+
+  Probe z_probe;
+  std::unique_ptr<Heartbeat> z = fake.Add(2, 300ms, z_probe);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_TRUE(z->held()) << z->lost_reason();
+  EXPECT_GE(fake.renewals(2), 2);
+  EXPECT_EQ(fake.threads(), 1u);
+  EXPECT_EQ(y_probe.lost_calls(), 0) << y_probe.reason();
+}
+
+// An on_lost may stop and destroy another lock of the group (from the
+// group's thread, which is in the middle of its round); the rest go on.
+TEST(HeartbeatGroupTest, OnLostMayDestroyAnotherLockOfTheGroup) {
+  JumpingClock clock;
+  FakeGroup fake(clock, RefuseTheFirst(clock));
+  Probe y_probe, z_probe;
+  std::unique_ptr<Heartbeat> y = fake.Add(1, 300ms, y_probe);
+  std::unique_ptr<Heartbeat> z = fake.Add(2, 300ms, z_probe);
+  std::atomic<bool> destroyed{false};
+  std::unique_ptr<Heartbeat> x = fake.Add(0, 300ms, [&](const std::string &) {
+    y.reset();
+    destroyed = true;
+  });
+  for (int i = 0; i < 200 && !destroyed; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(destroyed.load());
+  std::this_thread::sleep_for(400ms);
+  EXPECT_TRUE(z->held()) << z->lost_reason();
+  EXPECT_EQ(z_probe.lost_calls(), 0) << z_probe.reason();
+  EXPECT_EQ(y_probe.lost_calls(), 0) << y_probe.reason();
+  EXPECT_EQ(fake.group().size(), 2u);  // x (lost, not stopped yet) and z
 }
 
 }  // namespace
