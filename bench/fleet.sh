@@ -112,7 +112,9 @@ fi
 tmp=$(mktemp -d /tmp/pg_fencing_fleet.XXXXXX)
 etcd_pid=
 cleanup() {
-  [[ -n $etcd_pid ]] && kill "$etcd_pid" 2>/dev/null && wait "$etcd_pid" 2>/dev/null
+  # etcd's own end (143, its SIGTERM) is not the script's: under set -e a
+  # failing wait here was the exit status of every run.
+  if [[ -n $etcd_pid ]] && kill "$etcd_pid" 2>/dev/null; then wait "$etcd_pid" 2>/dev/null || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
