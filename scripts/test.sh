@@ -198,6 +198,11 @@ go_client() { with_throwaway_cluster bash clients/go/run-tests.sh; }
 # against Debian's pgjdbc, its JUnit 5 tests run by JUnit's console launcher.
 java_client() { with_throwaway_cluster bash clients/java/run-tests.sh; }
 
+# A wait of more than a minute keeps its place in line, in every client:
+# each suite's long test (skipped there), the five side by side against
+# one cluster (test/clients/long_waits.sh says why).
+client_long_waits() { with_throwaway_cluster bash test/clients/long_waits.sh build; }
+
 # The README's client examples as they stand there, each installed as the
 # README says and run on the quick start's table (test/docs/readme_clients.sh).
 readme_client_examples() { with_throwaway_cluster bash test/docs/readme_clients.sh; }
@@ -283,6 +288,7 @@ run_suite "Python client (clients/python, psycopg 3, pytest)" python_client
 run_suite "Node.js client (clients/node, node-postgres, node --test)" node_client
 run_suite "Go client (clients/go, pgx v4, go test)" go_client
 run_suite "Java client (clients/java, JDBC, JUnit 5)" java_client
+run_suite "a wait of more than a minute keeps its place, in every client side by side (test/clients/long_waits.sh, about 90 s)" client_long_waits
 run_suite "the README's client examples (test/docs/readme_clients.sh)" readme_client_examples
 run_suite "TAP (PostgreSQL::Test::Cluster)" tap_tests
 run_suite "Debian package (test/packaging/deb.sh)" debian_package
