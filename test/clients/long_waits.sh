@@ -2,7 +2,7 @@
 # A wait of more than a minute keeps its place in line, in every client
 # (issue 43): each client's suite has the test (Python tests/test_long_wait.py,
 # Go TestAWaitLongerThanAMinuteKeepsItsPlace, Java LineTest#aWaitLonger...,
-# Node test/long-wait.test.js, C++ LongWait.*), skipped unless
+# Node test/long-wait.test.js, C++ ClientTest.LongWait...), skipped unless
 # PG_FENCING_LONG_WAIT=1, because each takes about 70 s.  This script runs
 # the five side by side against one server, so that they cost the test
 # command about 90 s rather than six minutes, and checks that each one RAN
@@ -30,7 +30,10 @@ command[java]="PG_FENCING_TEST_SELECT='--select-method io.pgfencing.LineTest#aWa
 ran[java]='1 tests successful'
 command[node]="cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && node --test test/long-wait.test.js"
 ran[node]='^# pass 1$'
-clients=(python go java node)
+# The C++ test binary directly: ctest gives every integration test 60 s.
+command[cpp]="PG_FENCING_TEST_DSN= $build/pg_fencing_client_test --gtest_filter='ClientTest.LongWait*'"
+ran[cpp]='^\[  PASSED  \] 1 test\.'
+clients=(python go java node cpp)
 
 for c in "${clients[@]}"; do
   (eval "${command[$c]}") >"$logs/$c.log" 2>&1 &

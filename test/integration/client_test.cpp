@@ -17,11 +17,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -31,6 +33,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../../src/client/fencing_events.hpp"
@@ -2234,6 +2237,117 @@ TEST_F(ClientTest, ClientReportsAStuckRenewalByItsDeadlineAndRenewsTheRestOnANew
   EXPECT_EQ(backends.heartbeats.size(), 1u);
   EXPECT_EQ(backends.heartbeats.count(pid), 0u) << "the stuck connection was reused";
   blocker.abort();
+}
+
+// ---- A wait of more than a minute (PG_FENCING_LONG_WAIT) ------------------------
+
+// The places waiting in a lock's line as fencing_lines shows them, in
+// order of place: (place, position).
+using LinePlaces = std::vector<std::pair<std::int64_t, std::int64_t>>;
+LinePlaces LinePositions(pqxx::connection &conn, const std::string &lock) {
+  pqxx::nontransaction tx(conn);
+  LinePlaces places;
+  for (const auto &row : pqxx_compat::ExecParams(
+           tx, "SELECT place, position FROM fencing_lines WHERE lock_name = $1 ORDER BY place",
+           lock)) {
+    places.emplace_back(row[0].as<std::int64_t>(), row[1].as<std::int64_t>());
+  }
+  return places;
+}
+
+// A session's wait of 150 s in line keeps its place for more than a minute:
+// behind a 3 s holder that the client's heartbeat keeps renewing, session A
+// waits (polling; no LISTEN), and B joins behind it in plain SQL.  For 65 s,
+// looked at every 5 s and once at the end, A's wait has not returned and the
+// line is exactly A's first place at position 1 and B's at 2; on the
+// release A takes the lease within 10 s, and B still waits.  It catches a
+// client that re-queues its wait (leaves and joins again, say every 30 s:
+// A's place number changes, and B moves ahead of it) and one whose wait
+// ends early (a 30 s slice: the wait returns, A's place goes).  About 70 s,
+// so skipped unless PG_FENCING_LONG_WAIT=1 (test/clients/long_waits.sh runs
+// it with the other clients' long waits).
+TEST_F(ClientTest, LongWaitInLineKeepsItsPlaceForMoreThanAMinute) {
+  const char *long_wait = std::getenv("PG_FENCING_LONG_WAIT");
+  if (long_wait == nullptr || std::string(long_wait) != "1")
+    GTEST_SKIP() << "takes about 70 s: set PG_FENCING_LONG_WAIT=1 to run it";
+  const std::string lock = Name("lock");
+  Client client(Dsn());
+  LostProbe holder_lost, a_lost;
+  std::unique_ptr<Lease> holder = ClientLease(client, Options(lock, "holder", 3s), holder_lost);
+  SessionOptions options;  // no conninfo: the client's; line_poll 500 ms, no line_listen
+  options.holder = "long-wait-A";
+  options.on_lost = a_lost.Callback();
+  Session a(client, options);
+  LineWaiter a_waits(a, lock, 150s);
+  // Should an assertion end the test early, A's wait is not left to run out
+  // its 150 s in LineWaiter's destructor: closing A's session ends it.
+  struct CloseOnExit {
+    Session &session;
+    ~CloseOnExit() {
+      try {
+        session.Close();
+      } catch (...) {
+      }
+    }
+  } close_a{a};
+
+  LinePlaces line;
+  const Clock::time_point joined = Clock::now();
+  while ((line = LinePositions(*conn_, lock)).size() != 1 && Since(joined) < 5000) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(line.size(), 1u) << "A's place never showed in fencing_lines";
+  const std::int64_t a_place = line[0].first;
+  std::int64_t b_session = 0, b_place = 0;
+  {
+    pqxx::nontransaction tx(*conn_);
+    b_session = pqxx_compat::Exec1(tx, "SELECT fencing_session_open('long-wait-B', '5 min')")[0]
+                    .as<std::int64_t>();
+    b_place = pqxx_compat::ExecParams1(tx, "SELECT place FROM fencing_line_join($1, $2)", b_session,
+                                       lock)[0]
+                  .as<std::int64_t>();
+  }
+  const LinePlaces a_then_b{{a_place, 1}, {b_place, 2}};
+
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    ASSERT_FALSE(a_waits.done()) << "A's wait of 150 s returned after " << Since(start)
+                                 << " ms: " << a_waits.failure();
+    ASSERT_EQ(LinePositions(*conn_, lock), a_then_b)
+        << "after " << Since(start) << " ms: A's place left or rejoined";
+    ASSERT_TRUE(holder->held()) << holder->lost_reason();
+    ASSERT_TRUE(a.held()) << a.lost_reason();
+    const long long left = 65000 - Since(start);
+    if (left <= 0) break;
+    a_waits.WaitDone(milliseconds(std::min(left, 5000LL)));  // woken early if A's wait returns
+  }
+  EXPECT_EQ(Row(lock).token, holder->token()) << "still the holder's lease";
+
+  ASSERT_TRUE(holder->Release());
+  ASSERT_TRUE(a_waits.WaitDone(10s)) << "A did not get the lease within 10 s of the release";
+  SessionLease *a_lease = a_waits.lease();
+  ASSERT_NE(a_lease, nullptr) << a_waits.failure();
+  EXPECT_GT(a_lease->token(), holder->token());
+  EXPECT_EQ(Leader(lock), std::optional<std::string>("long-wait-A"));
+  EXPECT_EQ(LinePositions(*conn_, lock), (LinePlaces{{b_place, 1}}))
+      << "B's place waits, first now";
+  {
+    pqxx::nontransaction tx(*conn_);
+    EXPECT_EQ(pqxx_compat::ExecParams1(tx, "SELECT state FROM fencing_line_poll(ARRAY[$1::bigint])",
+                                       b_place)[0]
+                  .as<std::string>(),
+              "waiting");
+  }
+
+  EXPECT_TRUE(a_lease->Release());
+  EXPECT_EQ(a.Close(), 0);
+  {
+    pqxx::nontransaction tx(*conn_);
+    pqxx_compat::ExecParams1(tx, "SELECT fencing_session_close($1)", b_session);
+  }
+  EXPECT_TRUE(LinePositions(*conn_, lock).empty());
+  EXPECT_EQ(holder_lost.calls(), 0) << holder_lost.reason();
+  EXPECT_EQ(a_lost.calls(), 0) << a_lost.reason();
 }
 
 TEST(ClientOptionsTest, ASessionOrLeaseOfAClientTakesItsConninfo) {
