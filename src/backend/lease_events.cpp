@@ -27,6 +27,7 @@ extern "C" {
 #include "expiry_worker.hpp"
 #include "extension_objects.hpp"
 #include "lease_tables.hpp"
+#include "lease_writers.hpp"
 #include "locks.hpp"
 #include "settings.hpp"
 #include "shared_stats.hpp"
@@ -125,7 +126,11 @@ void PublishLeaseEvent(const LeaseEvent &event, bool announce) {
   // A lease ended early: the transactions still writing under it are
   // ended at once, not at its old end (src/backend/lease_writers.cpp).
   if (event.kind == LeaseEventKind::kReleased || event.kind == LeaseEventKind::kRevoked) {
-    ScheduleExpiryCheckAtCommit(GetCurrentTimestamp());
+    if (event.has_token) {
+      EndWritersOfLeaseAtCommit(event.token);
+    } else {
+      ScheduleExpiryCheckAtCommit(GetCurrentTimestamp());
+    }
   }
   if (event.takeover) CountLeaseEventAtCommit(event.lock_name, LeaseCounter::kTakeovers);
 }

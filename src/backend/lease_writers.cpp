@@ -292,6 +292,37 @@ void CheckNotedLeases() {
   UnregisterSnapshot(snapshot);
 }
 
+// ---- Leases the current transaction ended early --------------------------------
+
+// Their tokens (EndWritersOfLeaseAtCommit); past the array, a look at
+// commit whatever the slots hold.  A subtransaction rolled back leaves its
+// tokens here: at worst one look for nothing.
+constexpr int kEndedEarlyCapacity = 16;
+Token ended_early[kEndedEarlyCapacity];
+int ended_early_count = 0;
+bool ended_early_overflow = false;
+
+// Whether a transaction of this database other than the current one has
+// noted one of ended_early's leases.  Spinlocks and plain reads only: it
+// runs after the commit record, where nothing may fail.
+bool OthersWriteUnderEndedEarly();
+
+// After the commit (nothing here can fail): the look, if a writer of one of
+// the leases this transaction ended early remains.
+void LookIfWritersRemain() {
+  if (ended_early_count == 0 && !ended_early_overflow) return;
+  if (ended_early_overflow || OthersWriteUnderEndedEarly()) {
+    ScheduleLookNoLaterThan(MyDatabaseId, GetCurrentTimestamp());
+  }
+  ended_early_count = 0;
+  ended_early_overflow = false;
+}
+
+void ForgetEndedEarly() {
+  ended_early_count = 0;
+  ended_early_overflow = false;
+}
+
 void OnSubTransactionEvent(SubXactEvent event, SubTransactionId subxact, SubTransactionId,
                            void *) {
   if (event == SUBXACT_EVENT_ABORT_SUB) noted.AbortSubTransaction(subxact);
@@ -313,11 +344,18 @@ void OnTransactionEvent(XactEvent event, void *) {
       }
       break;
     case XACT_EVENT_COMMIT:
+      ForgetNoted();
+      LookIfWritersRemain();
+      break;
+    case XACT_EVENT_PREPARE:
+      // The leases end at COMMIT PREPARED, in whatever session runs it:
+      // the worker's periodic look, or the lease's old end, ends their
+      // writers then.
     case XACT_EVENT_PARALLEL_COMMIT:
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PARALLEL_ABORT:
-    case XACT_EVENT_PREPARE:
       ForgetNoted();
+      ForgetEndedEarly();
       break;
     default:
       break;
@@ -345,6 +383,22 @@ SlotCopy CopySlot(WriterSlot &slot) {
   memcpy(copy.leases, slot.leases, sizeof(WrittenLease) * copy.count);
   SpinLockRelease(&slot.mutex);
   return copy;
+}
+
+bool OthersWriteUnderEndedEarly() {
+  if (slots == nullptr) return false;
+  const WriterSlot *mine = MySlot();
+  for (int index = 0; index < slot_count; ++index) {
+    if (&slots[index] == mine) continue;
+    const SlotCopy copy = CopySlot(slots[index]);
+    if (copy.database != MyDatabaseId || copy.lxid == InvalidLocalTransactionId) continue;
+    for (int i = 0; i < copy.count; ++i) {
+      for (int j = 0; j < ended_early_count; ++j) {
+        if (copy.leases[i].token == ended_early[j]) return true;
+      }
+    }
+  }
+  return false;
 }
 
 void Signal(int pid, int signal) {
@@ -495,6 +549,17 @@ const KnownToken *LookUpToken(Oid schema, Token token, TimestampTz now) {
 void RegisterLeaseWriters() {
   RegisterXactCallback(OnTransactionEvent, nullptr);
   RegisterSubXactCallback(OnSubTransactionEvent, nullptr);
+}
+
+void EndWritersOfLeaseAtCommit(Token token) {
+  for (int i = 0; i < ended_early_count; ++i) {
+    if (ended_early[i] == token) return;
+  }
+  if (ended_early_count == kEndedEarlyCapacity) {
+    ended_early_overflow = true;
+    return;
+  }
+  ended_early[ended_early_count++] = token;
 }
 
 void NoteLeaseEndedHere(Token token) {

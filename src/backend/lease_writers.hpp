@@ -42,6 +42,14 @@ inline void NoteWriteUnderToken(Oid extension_schema, Token token, const char *l
 // by the commit itself; undone if the subtransaction rolls back.
 void NoteLeaseEndedHere(Token token);
 
+// The current transaction ends the lease under token early: a release, a
+// revoke.  At its commit, if another transaction of this database is still
+// writing under that lease, the expiry worker is asked to look at once, so
+// that the writer is ended now rather than at the lease's old end.  Only
+// then: a look starts a process, and most releases have nobody writing
+// under them.
+void EndWritersOfLeaseAtCommit(Token token);
+
 // Takes a fence or permit gate (a transaction-level lock) in mode.  When
 // transactions hold it that wrote under a lease that has ended, they are
 // ended first (cancelled, then terminated if they sit idle), so that the

@@ -205,6 +205,67 @@ for my $case (@cases)
 }
 
 ###############################################################################
+# A lease released early ends its writer at once, not at its old end: the
+# release's commit asks the expiry worker to look, because a transaction
+# writes under that lease.  The lease had an hour left, and the worker's
+# periodic look is a minute away: the bound here is 20 s.
+###############################################################################
+{
+	$node->safe_psql('postgres',
+		"CREATE TABLE released (id int PRIMARY KEY, v text, tok fencing_token);
+		 INSERT INTO released VALUES (1, 'initial', NULL);
+		 SELECT fencing_protect('released', lock_name => 'rel')");
+	my $log_offset = -s $node->logfile;
+	my $a_token = $node->safe_psql('postgres', "SELECT fencing_acquire('rel', 'A', '1 hour')");
+	my $a = $node->background_psql('postgres');
+	my $a_pid = $a->query_safe('SELECT pg_backend_pid()');
+	$a->query_safe('BEGIN');
+	$a->query_safe("UPDATE released SET v = 'by A', tok = $a_token WHERE id = 1");
+	is($node->safe_psql('postgres', "SELECT fencing_release('rel', '$a_token')"),
+		't', 'the lease is released from another connection while A writes under it');
+	my $gone = 0;
+	my $until = time + 20;
+	while (time < $until)
+	{
+		$gone = $node->safe_psql('postgres',
+			"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $a_pid") eq 't';
+		last if $gone;
+		usleep(100_000);
+	}
+	ok($gone, "A's session, idle in its transaction under the released lease, ended within 20 s");
+	like(
+		slurp_file($node->logfile, $log_offset),
+		qr/terminating process $a_pid, idle in a transaction that wrote under the lease of fencing lock "rel" under token $a_token, which was ended/,
+		'the server log names the released lease');
+	eval { $a->quit };
+	is($node->safe_psql('postgres', 'SELECT v FROM released WHERE id = 1'),
+		'initial', "A's write is not in the table");
+}
+
+###############################################################################
+# A release nobody writes under asks for no look: each look is a process
+# the postmaster starts, and a fleet releases all the time.  Twenty
+# releases, 100 ms apart, with the postmaster saying when it starts a
+# worker (DEBUG1); a few may start for other reasons (the leases above,
+# the periodic look), one per release did before.
+###############################################################################
+{
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET log_min_messages = debug1; SELECT pg_reload_conf()");
+	usleep(500_000);
+	my $log_offset = -s $node->logfile;
+	$node->safe_psql('postgres',
+		join("\n",
+			map { "SELECT fencing_release('quiet', fencing_acquire('quiet', 'q$_', '1 hour')); SELECT pg_sleep(0.1);" }
+			  1 .. 20));
+	usleep(500_000);
+	$node->safe_psql('postgres', "ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf()");
+	my $log = slurp_file($node->logfile, $log_offset);
+	my $started = () = $log =~ /starting background worker process "pg_fencing expiry worker/g;
+	ok($started < 5, "twenty releases with no writer started $started expiry workers (fewer than 5)");
+}
+
+###############################################################################
 # A live holder renews from another connection: its long transaction is
 # not ended, and commits.
 ###############################################################################
