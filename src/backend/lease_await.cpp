@@ -54,6 +54,7 @@ extern "C" {
 }
 
 #include "extension_objects.hpp"
+#include "kept_statements.hpp"
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
 #include "lease_engine.hpp"
@@ -241,7 +242,7 @@ bool SessionEnd(const AwaitRequest &r, TimestampTz *at) {
   const char *sql = psprintf("SELECT expires_at FROM %s.fencing_session "
                              "WHERE session_id OPERATOR(pg_catalog.=) $1",
                              quote_identifier(get_namespace_name(r.schema)));
-  if (SPI_execute_with_args(sql, 1, types, values, nullptr, true, 1) != SPI_OK_SELECT) {
+  if (ExecuteKept(sql, 1, types, values, nullptr, true, 1) != SPI_OK_SELECT) {
     elog(ERROR, "pg_fencing: reading the end of fencing session failed");
   }
   if (SPI_processed == 0) return false;
@@ -368,7 +369,7 @@ struct LineAnswer {
 
 LineAnswer RunLineStatement(const char *sql, int count, Oid *types, Datum *values,
                             const char *nulls) {
-  if (SPI_execute_with_args(sql, count, types, values, nulls, false, 1) != SPI_OK_SELECT) {
+  if (ExecuteKept(sql, count, types, values, nulls, false, 1) != SPI_OK_SELECT) {
     elog(ERROR, "pg_fencing: a statement of fencing_await's line failed");
   }
   LineAnswer answer = {false, 0, false, Datum(0)};

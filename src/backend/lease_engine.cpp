@@ -52,6 +52,7 @@ extern "C" {
 #include "extension_objects.hpp"
 #include "fences.hpp"
 #include "grant.hpp"
+#include "kept_statements.hpp"
 #include "lease_arguments.hpp"
 #include "lease_decision.hpp"
 #include "slot_decision.hpp"
@@ -210,7 +211,7 @@ uint64 InsertFirst(const char *query, int count, Oid *types, const Datum *values
                    const char *nulls) {
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
   const int rc =
-      SPI_execute_with_args(query, count, types, const_cast<Datum *>(values), nulls, false, 0);
+      ExecuteKept(query, count, types, const_cast<Datum *>(values), nulls, false, 0);
   if (rc != SPI_OK_INSERT) {
     elog(ERROR, "pg_fencing: inserting a first lease row failed: %s", SPI_result_code_string(rc));
   }
@@ -242,7 +243,7 @@ TimestampTz EndForGrant(const Tables &t, Oid schema, HeapTuple lease, TimestampT
   Oid types[] = {INT8OID};
   Datum values[] = {Int64GetDatum(session)};
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  const int rc = SPI_execute_with_args(
+  const int rc = ExecuteKept(
       // Run as the tables' owner, under the caller's search_path: the
       // operator is named with its schema, so that no object of the
       // caller's can stand in for it.

@@ -26,6 +26,7 @@ extern "C" {
 
 #include "expiry_worker.hpp"
 #include "extension_objects.hpp"
+#include "kept_statements.hpp"
 #include "lease_tables.hpp"
 #include "lease_writers.hpp"
 #include "locks.hpp"
@@ -234,7 +235,7 @@ Datum fencing_lease_event(PG_FUNCTION_ARGS) {
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
   Oid types[] = {TEXTOID};
   Datum args[] = {CStringGetTextDatum(lock_name)};
-  const int rc = SPI_execute_with_args(
+  const int rc = ExecuteKept(
       psprintf("SELECT k.lock_id, k.announce FROM %s.fencing_lock k "
                "WHERE k.lock_name OPERATOR(pg_catalog.=) $1",
                quote_identifier(get_namespace_name(schema))),

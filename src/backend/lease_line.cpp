@@ -72,6 +72,7 @@ extern "C" {
 }
 
 #include "extension_objects.hpp"
+#include "kept_statements.hpp"
 #include "lease_arguments.hpp"
 #include "lease_engine.hpp"
 #include "locks.hpp"
@@ -280,7 +281,7 @@ void BecomeCaller(const AsOwner &as) {
 // Runs one statement of the line (inside BecomeOwner); rc is what it must
 // answer.
 void Run(const char *query, int count, Oid *types, Datum *values, const char *nulls, int rc) {
-  const int got = SPI_execute_with_args(query, count, types, values, nulls, false, 0);
+  const int got = ExecuteKept(query, count, types, values, nulls, false, 0);
   if (got != rc) {
     elog(ERROR, "pg_fencing: a statement on fencing_line failed: %s", SPI_result_code_string(got));
   }

@@ -11,6 +11,7 @@
 // DBA may add to audit grants, fire: a table that has any that would fire
 // is written with an UPDATE instead (ReplaceRowWithTriggers).
 #include "lease_tables.hpp"
+#include "kept_statements.hpp"
 
 #include "pg_compat.hpp"
 
@@ -150,7 +151,7 @@ bool ReplaceRowWithTriggers(Relation table, HeapTuple row, int count, const int 
   arg_nulls[count] = ' ';
   arg_nulls[count + 1] = '\0';
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  const int rc = SPI_execute_with_args(query.data, count + 1, types, args, arg_nulls, false, 0);
+  const int rc = ExecuteKept(query.data, count + 1, types, args, arg_nulls, false, 0);
   if (rc != SPI_OK_UPDATE) {
     elog(ERROR, "pg_fencing: updating a row of %s failed: %s", RelationGetRelationName(table),
          SPI_result_code_string(rc));
@@ -188,7 +189,7 @@ void InsertRowWithTriggers(Relation table, const Datum *values, const bool *null
   arg_nulls[count] = '\0';
   appendStringInfo(&query, ") VALUES (%s)", params.data);
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_fencing: SPI_connect failed");
-  const int rc = SPI_execute_with_args(query.data, count, types, args, arg_nulls, false, 0);
+  const int rc = ExecuteKept(query.data, count, types, args, arg_nulls, false, 0);
   if (rc != SPI_OK_INSERT) {
     elog(ERROR, "pg_fencing: inserting a row into %s failed: %s", RelationGetRelationName(table),
          SPI_result_code_string(rc));
