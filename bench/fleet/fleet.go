@@ -28,7 +28,9 @@
 //     machine, read by both processes);
 //  5. pg only: the same with a direct connection per process LISTENing on
 //     fencing_line; the process whose place the notification names (the
-//     first waiting place) polls that place at once, as the clients do.
+//     first waiting place) polls that place at once, as the clients do;
+//     the time from the resign to its listener hearing the notification is
+//     recorded too (heard), to tell the notification's part from the poll's.
 //
 // During 1 and 3 it samples the server: its client backends
 // (pg_stat_activity), CPU (utime+stime of the postmaster and its children,
@@ -157,6 +159,12 @@ func etcdClient(o opts) (*clientv3.Client, error) {
 
 func now() int64 { return time.Now().UnixNano() }
 
+// heard: a place named by a notification, and when the listener had it.
+type heard struct {
+	place int64
+	at    int64
+}
+
 // ---------------------------------------------------------------- children
 
 // emitter writes event lines to stdout, one at a time.
@@ -195,9 +203,10 @@ func pgCandidates(o opts, sessionsOnly bool) error {
 	}
 	defer conn.Close(ctx)
 	cmds := commands()
-	notified := make(chan int64, 64) // the first place, as NOTIFY names it
+	notified := make(chan heard, 64) // the first place, as NOTIFY names it
 	var sessions, places []int64
 	reported := map[int64]bool{} // places whose grant we told
+	heardAt := int64(0)          // when the listener heard of the place polled now, 0 if not heard
 	leading := int64(0)          // the place that leads, 0 if none
 	placeOf := map[int64]int64{} // place -> session
 	ttl := fmt.Sprintf("%d ms", o.ttl.Milliseconds())
@@ -282,7 +291,7 @@ func pgCandidates(o opts, sessionsOnly bool) error {
 			if !reported[p] {
 				reported[p] = true
 				leading = p
-				out.say("granted %d %d", t, p)
+				out.say("granted %d %d %d", t, p, heardAt)
 			}
 		}
 		if gone > 0 {
@@ -410,7 +419,7 @@ func pgCandidates(o opts, sessionsOnly bool) error {
 					continue
 				}
 				select {
-				case notified <- place:
+				case notified <- heard{place, now()}:
 				default:
 				}
 			}
@@ -456,15 +465,17 @@ func pgCandidates(o opts, sessionsOnly bool) error {
 		timer := time.NewTimer(time.Until(wake))
 		select {
 		case <-timer.C:
-		case p := <-notified:
+		case h := <-notified:
 			// Only the process whose place is named polls at once, and that
 			// place alone, as the clients do (clients/go/line.go,
 			// lineBoard.heard wakes the one wait of that place).
 			timer.Stop()
-			if _, mine := placeOf[p]; mine {
-				if err := pollSome([]int64{p}); err != nil {
+			if _, mine := placeOf[h.place]; mine {
+				heardAt = h.at
+				if err := pollSome([]int64{h.place}); err != nil {
 					return err
 				}
+				heardAt = 0
 			}
 		case c, ok := <-cmds:
 			timer.Stop()
@@ -1115,20 +1126,27 @@ func window(ctx context.Context, r *recorder, s *server, l leader, phase string,
 }
 
 // handovers: the leader resigns, then each new leader resigns -hold after it
-// knew, o.handovers times; returns the hand-over times in ms.
-func handovers(f *fleet, o opts, firstResign func() (time.Time, error), holder int) ([]float64, int, error) {
+// knew, o.handovers times; returns the hand-over times in ms, and, for the
+// hand-overs whose new leader polled on a notification, the time from the
+// resign to its listener having the notification (where the rest of the
+// hand-over goes: the poll, its grant and commit).
+func handovers(f *fleet, o opts, firstResign func() (time.Time, error), holder int) (ms, heardMs []float64, _ int, _ error) {
 	resignedAt, err := firstResign()
 	if err != nil {
-		return nil, holder, err
+		return nil, nil, holder, err
 	}
-	var ms []float64
 	for i := 0; i < o.handovers; i++ {
 		ev, err := f.wait(30*time.Second, "granted")
 		if err != nil {
-			return ms, holder, fmt.Errorf("hand-over %d: %w", i+1, err)
+			return ms, heardMs, holder, fmt.Errorf("hand-over %d: %w", i+1, err)
 		}
 		t, _ := strconv.ParseInt(ev.args[0], 10, 64)
 		ms = append(ms, float64(t-resignedAt.UnixNano())/1e6)
+		if len(ev.args) > 2 {
+			if h, _ := strconv.ParseInt(ev.args[2], 10, 64); h > 0 {
+				heardMs = append(heardMs, float64(h-resignedAt.UnixNano())/1e6)
+			}
+		}
 		holder = ev.child
 		if i == o.handovers-1 {
 			break
@@ -1137,19 +1155,19 @@ func handovers(f *fleet, o opts, firstResign func() (time.Time, error), holder i
 		// the resign falls anywhere between the pollers' ticks.
 		time.Sleep(o.hold + time.Duration(rand.Int63n(int64(o.poll))))
 		if err := f.send(holder, "resign"); err != nil {
-			return ms, holder, err
+			return ms, heardMs, holder, err
 		}
 		ev, err = f.wait(30*time.Second, "resigned")
 		if err != nil {
-			return ms, holder, err
+			return ms, heardMs, holder, err
 		}
 		t, _ = strconv.ParseInt(ev.args[0], 10, 64)
 		if t == 0 {
-			return ms, holder, fmt.Errorf("process %d was told to resign but leads nothing", holder)
+			return ms, heardMs, holder, fmt.Errorf("process %d was told to resign but leads nothing", holder)
 		}
 		resignedAt = time.Unix(0, t)
 	}
-	return ms, holder, nil
+	return ms, heardMs, holder, nil
 }
 
 func measure(o opts) error {
@@ -1271,7 +1289,7 @@ func measure(o opts) error {
 	if o.system != "etcd" {
 		kind = "handover_pool"
 	}
-	ms, holder, err := handovers(f, o, func() (time.Time, error) { return l.resign(ctx) }, -1)
+	ms, _, holder, err := handovers(f, o, func() (time.Time, error) { return l.resign(ctx) }, -1)
 	if err != nil {
 		return err
 	}
@@ -1289,7 +1307,7 @@ func measure(o opts) error {
 		}
 		time.Sleep(time.Second)
 		fmt.Fprintf(os.Stderr, "fleet: %s n=%d: %d hand-overs, listening\n", o.system, o.n, o.handovers)
-		ms, _, err = handovers(f, o, func() (time.Time, error) {
+		ms, heardMs, _, err := handovers(f, o, func() (time.Time, error) {
 			if err := f.send(holder, "resign"); err != nil {
 				return time.Time{}, err
 			}
@@ -1304,6 +1322,7 @@ func measure(o opts) error {
 			return err
 		}
 		r.latencies("handover_listen", "handover", ms)
+		r.latencies("handover_listen", "heard", heardMs)
 		r.put("handover_listen", "client_backends", float64(s.backends(ctx)), "count")
 	}
 	f.mu.Lock()
@@ -1454,6 +1473,9 @@ func table(o opts) error {
 				return get(s, n, "handover", "handover_"+p)
 			})
 			row("hand-over "+p+", LISTEN per process (ms)", 1, func(s string) float64 { return get(s, n, "handover_listen", "handover_"+p) })
+			// Negative: the notification, sent at the leave's commit, is
+			// heard before the leave's answer reaches its caller.
+			row("  of which until the notification is heard, "+p+" (ms)", 1, func(s string) float64 { return get(s, n, "handover_listen", "heard_"+p) })
 		}
 		row("hand-overs, each kind", 0, func(s string) float64 {
 			if s == "pg" {
