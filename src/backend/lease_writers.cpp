@@ -307,6 +307,11 @@ bool ended_early_overflow = false;
 // runs after the commit record, where nothing may fail.
 bool OthersWriteUnderEndedEarly();
 
+void ForgetEndedEarly() {
+  ended_early_count = 0;
+  ended_early_overflow = false;
+}
+
 // After the commit (nothing here can fail): the look, if a writer of one of
 // the leases this transaction ended early remains.
 void LookIfWritersRemain() {
@@ -314,13 +319,7 @@ void LookIfWritersRemain() {
   if (ended_early_overflow || OthersWriteUnderEndedEarly()) {
     ScheduleLookNoLaterThan(MyDatabaseId, GetCurrentTimestamp());
   }
-  ended_early_count = 0;
-  ended_early_overflow = false;
-}
-
-void ForgetEndedEarly() {
-  ended_early_count = 0;
-  ended_early_overflow = false;
+  ForgetEndedEarly();
 }
 
 void OnSubTransactionEvent(SubXactEvent event, SubTransactionId subxact, SubTransactionId,
