@@ -88,14 +88,21 @@ func TestLockAllWithAWaitHoldsNoSnapshotNorConnectionWhileItWaits(t *testing.T) 
 	if ok, err := held[0].Release(ctx); !ok || err != nil {
 		t.Fatalf("releasing %s: %v, %v", first, ok, err)
 	}
-	if !eventually(5*time.Second, func() bool {
+	// The first taken, then a place joined in the second's line: two
+	// statements of the waiter, so both are waited for together.
+	takenFirst := func() bool {
 		return queryValue[int64](t, db, "SELECT count(*) FROM fencing_leases WHERE lock_name = $1 AND live AND session_id = $2",
 			first, waiter.ID()) == 1
-	}) {
+	}
+	placesInSecond := func() int64 {
+		return queryValue[int64](t, db, "SELECT count(*) FROM fencing_lines WHERE session_id = $1 AND lock_name = $2",
+			waiter.ID(), second)
+	}
+	eventually(5*time.Second, func() bool { return takenFirst() && placesInSecond() == 1 })
+	if !takenFirst() {
 		t.Fatal("the lock freed first was not taken while LockAll waited for the other")
 	}
-	if n := queryValue[int64](t, db, "SELECT count(*) FROM fencing_lines WHERE session_id = $1 AND lock_name = $2",
-		waiter.ID(), second); n != 1 {
+	if n := placesInSecond(); n != 1 {
 		t.Fatalf("the waiter has %d places in the second lock's line", n)
 	}
 	if !waiting(result) {
